@@ -1,0 +1,313 @@
+package collector
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
+)
+
+// gpuLabels join every per-GPU series with dcgm-exporter, node_exporter and
+// sysfs-based data.
+var gpuLabels = []string{"gpu", "uuid", "pci_bus_id"}
+
+func gpuDesc(subsystem, name, help string, extra ...string) *prometheus.Desc {
+	return newDesc(subsystem, name, help, append(append([]string{}, gpuLabels...), extra...)...)
+}
+
+// NVMLCollector renders the NVML source's snapshot.
+type NVMLCollector struct {
+	snapshots interface {
+		Latest() *sampler.Snapshot[*gpu.Snapshot]
+	}
+
+	// A snapshot renders to the same metrics every time: keep them until
+	// the next one arrives, so scrapes between samples cost no rendering.
+	mu       sync.Mutex
+	rendered *sampler.Snapshot[*gpu.Snapshot]
+	metrics  []prometheus.Metric
+
+	d nvmlDescs
+}
+
+type nvmlDescs struct {
+	driverInfo, info, lost, pstate                     *prometheus.Desc
+	clock, clockMax, reasonActive, reasonSeconds       *prometheus.Desc
+	temperature, power, powerLimit, energy             *prometheus.Desc
+	utilization, memUtilization, memUsed, memTotal     *prometheus.Desc
+	computeMode, migEnabled                            *prometheus.Desc
+	eccVolatile, eccAggregate, remapped, remapPending  *prometheus.Desc
+	remapFailed, retired, retiredPending               *prometheus.Desc
+	pcieGen, pcieMaxGen, pcieGPUMaxGen, pcieWidth      *prometheus.Desc
+	pcieMaxWidth, pcieReplays, pcieCorrectable, pcieTX *prometheus.Desc
+	pcieRX                                             *prometheus.Desc
+	nvlinks, nvlinksActive, nvlinkUp, nvlinkVersion    *prometheus.Desc
+	nvlinkSpeed, nvlinkRemote, nvlinkErrors, nvlinkTX  *prometheus.Desc
+	nvlinkRX, pairInfo, pairNVLinks, pairP2P           *prometheus.Desc
+}
+
+// NewNVMLCollector renders the snapshots of src.
+func NewNVMLCollector(src interface {
+	Latest() *sampler.Snapshot[*gpu.Snapshot]
+}) *NVMLCollector {
+	return &NVMLCollector{snapshots: src, d: nvmlDescs{
+		driverInfo: newDesc("", "driver_info", "NVIDIA driver, CUDA driver API and NVML versions; value 1.",
+			"driver_version", "cuda_driver_version", "nvml_version"),
+		info: gpuDesc("gpu", "info", "GPU identity; value 1. numa_node is empty where the platform does not say.",
+			"name", "serial", "vbios_version", "compute_capability", "numa_node", "driver_version", "cuda_driver_version"),
+		lost: gpuDesc("gpu", "lost",
+			"1 if NVML reports the GPU lost (fallen off the bus, XID 79); its other series are absent then."),
+		pstate:        gpuDesc("gpu", "performance_state", "Performance state, 0 (fastest) to 15."),
+		clock:         gpuDesc("gpu", "clock_hertz", "Current clock frequency.", "clock"),
+		clockMax:      gpuDesc("gpu", "clock_max_hertz", "Maximum clock frequency.", "clock"),
+		reasonActive:  gpuDesc("gpu", "clock_event_reason_active", "1 if this reason is holding clocks down now (nvidia-smi's Clocks Event Reasons).", "reason"),
+		reasonSeconds: gpuDesc("gpu", "clock_event_reason_seconds_total", "Time clocks were held down for this reason since the driver loaded.", "reason"),
+		temperature:   gpuDesc("gpu", "temperature_celsius", "Temperature by sensor.", "sensor"),
+		power:         gpuDesc("gpu", "power_watts", "Power draw."),
+		powerLimit:    gpuDesc("gpu", "power_limit_watts", "Enforced power limit."),
+		energy:        gpuDesc("gpu", "energy_joules_total", "Energy consumed since the driver loaded."),
+		utilization:   gpuDesc("gpu", "utilization_ratio", "Fraction of the last sample period a kernel was running."),
+		memUtilization: gpuDesc("gpu", "memory_utilization_ratio",
+			"Fraction of the last sample period device memory was being read or written."),
+		memUsed:      gpuDesc("gpu", "memory_used_bytes", "Device memory in use."),
+		memTotal:     gpuDesc("gpu", "memory_total_bytes", "Device memory in total."),
+		computeMode:  gpuDesc("gpu", "compute_mode", "1 for the GPU's compute mode.", "mode"),
+		migEnabled:   gpuDesc("gpu", "mig_enabled", "1 if MIG mode is on."),
+		eccVolatile:  gpuDesc("gpu", "ecc_errors_volatile_total", "ECC memory errors since the driver loaded.", "type"),
+		eccAggregate: gpuDesc("gpu", "ecc_errors_aggregate_total", "ECC memory errors over the GPU's lifetime.", "type"),
+		remapped:     gpuDesc("gpu", "remapped_rows", "Memory rows remapped, by the kind of error that caused it.", "cause"),
+		remapPending: gpuDesc("gpu", "row_remap_pending", "1 if a row remap waits for a GPU reset."),
+		remapFailed:  gpuDesc("gpu", "row_remap_failed", "1 if a row remap has failed: the GPU needs service."),
+		retired:      gpuDesc("gpu", "retired_pages", "Memory pages retired (GPUs before A100), by cause.", "cause"),
+		retiredPending: gpuDesc("gpu", "retired_pages_pending",
+			"1 if a page retirement waits for a reboot."),
+		pcieGen:    gpuDesc("gpu", "pcie_link_generation", "PCIe link generation now. Idle GPUs lower it to save power: compare under load."),
+		pcieMaxGen: gpuDesc("gpu", "pcie_link_max_generation", "Highest PCIe generation GPU and slot together allow."),
+		pcieGPUMaxGen: gpuDesc("gpu", "pcie_link_gpu_max_generation",
+			"Highest PCIe generation the GPU itself supports."),
+		pcieWidth:       gpuDesc("gpu", "pcie_link_width", "PCIe link width now, in lanes."),
+		pcieMaxWidth:    gpuDesc("gpu", "pcie_link_max_width", "Widest PCIe link GPU and slot together allow, in lanes."),
+		pcieReplays:     gpuDesc("gpu", "pcie_replays_total", "PCIe replays (link-level retransmissions)."),
+		pcieCorrectable: gpuDesc("gpu", "pcie_correctable_errors_total", "PCIe correctable errors."),
+		pcieTX:          gpuDesc("gpu", "pcie_transmit_bytes_total", "Bytes the GPU sent over PCIe; NVML lets it wrap, seen as a counter reset."),
+		pcieRX:          gpuDesc("gpu", "pcie_receive_bytes_total", "Bytes the GPU received over PCIe; NVML lets it wrap, seen as a counter reset."),
+		nvlinks:         gpuDesc("gpu", "nvlinks", "NVLinks the GPU has."),
+		nvlinksActive:   gpuDesc("gpu", "nvlinks_active", "NVLinks that are up."),
+		nvlinkUp:        gpuDesc("gpu", "nvlink_up", "1 if the NVLink is up.", "link"),
+		nvlinkVersion:   gpuDesc("gpu", "nvlink_version", "NVLink version as NVML reports it.", "link"),
+		nvlinkSpeed:     gpuDesc("gpu", "nvlink_speed_bytes_per_second", "NVLink rate, one direction.", "link"),
+		nvlinkRemote: gpuDesc("gpu", "nvlink_remote_info", "What an active NVLink connects to; value 1.",
+			"link", "remote_pci_bus_id", "remote_type"),
+		nvlinkErrors: gpuDesc("gpu", "nvlink_errors_total", "NVLink data-link errors by type: crc_flit, crc_data, replay, recovery.", "link", "type"),
+		nvlinkTX:     gpuDesc("gpu", "nvlink_transmit_bytes_total", "Data bytes sent over the NVLink.", "link"),
+		nvlinkRX:     gpuDesc("gpu", "nvlink_receive_bytes_total", "Data bytes received over the NVLink.", "link"),
+		pairInfo: newDesc("gpu", "pair_info",
+			"How two GPUs reach each other, as the nvidia-smi topo -m cell (NV#, PIX, PXB, PHB, NODE, SYS); value 1.",
+			"gpu", "peer_gpu", "level"),
+		pairNVLinks: newDesc("gpu", "pair_nvlinks", "NVLinks joining two GPUs (through NVSwitch included).", "gpu", "peer_gpu"),
+		pairP2P: newDesc("gpu", "pair_p2p_supported", "1 if peer-to-peer access of this kind is supported between the GPUs.",
+			"gpu", "peer_gpu", "capability"),
+	}}
+}
+
+// Describe implements prometheus.Collector.
+func (c *NVMLCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.d.all() {
+		ch <- d
+	}
+}
+
+func (d *nvmlDescs) all() []*prometheus.Desc {
+	return []*prometheus.Desc{d.driverInfo, d.info, d.lost, d.pstate, d.clock, d.clockMax, d.reasonActive,
+		d.reasonSeconds, d.temperature, d.power, d.powerLimit, d.energy, d.utilization, d.memUtilization,
+		d.memUsed, d.memTotal, d.computeMode, d.migEnabled, d.eccVolatile, d.eccAggregate, d.remapped,
+		d.remapPending, d.remapFailed, d.retired, d.retiredPending, d.pcieGen, d.pcieMaxGen, d.pcieGPUMaxGen,
+		d.pcieWidth, d.pcieMaxWidth, d.pcieReplays, d.pcieCorrectable, d.pcieTX, d.pcieRX, d.nvlinks,
+		d.nvlinksActive, d.nvlinkUp, d.nvlinkVersion, d.nvlinkSpeed, d.nvlinkRemote, d.nvlinkErrors,
+		d.nvlinkTX, d.nvlinkRX, d.pairInfo, d.pairNVLinks, d.pairP2P}
+}
+
+// Collect implements prometheus.Collector.
+func (c *NVMLCollector) Collect(ch chan<- prometheus.Metric) {
+	snap := c.snapshots.Latest()
+	if snap == nil {
+		return
+	}
+	c.mu.Lock()
+	if c.rendered != snap {
+		c.metrics = c.render(snap.Data)
+		c.rendered = snap
+	}
+	metrics := c.metrics
+	c.mu.Unlock()
+	for _, m := range metrics {
+		ch <- m
+	}
+}
+
+// out collects rendered metrics for one GPU.
+type out struct {
+	ms     []prometheus.Metric
+	labels []string
+}
+
+func (o *out) add(d *prometheus.Desc, t prometheus.ValueType, v float64, extra ...string) {
+	lv := append(append(make([]string, 0, len(o.labels)+len(extra)), o.labels...), extra...)
+	o.ms = append(o.ms, prometheus.MustNewConstMetric(d, t, v, lv...))
+}
+
+func (o *out) gauge(d *prometheus.Desc, v float64, extra ...string) {
+	o.add(d, prometheus.GaugeValue, v, extra...)
+}
+
+func (o *out) optGauge(d *prometheus.Desc, v gpu.Opt[float64], extra ...string) {
+	if v.Valid {
+		o.add(d, prometheus.GaugeValue, v.V, extra...)
+	}
+}
+
+func (o *out) optInt(d *prometheus.Desc, v gpu.Opt[int], extra ...string) {
+	if v.Valid {
+		o.add(d, prometheus.GaugeValue, float64(v.V), extra...)
+	}
+}
+
+func (o *out) optBool(d *prometheus.Desc, v gpu.Opt[bool], extra ...string) {
+	if v.Valid {
+		o.add(d, prometheus.GaugeValue, boolFloat(v.V), extra...)
+	}
+}
+
+func (o *out) optCounter(d *prometheus.Desc, v gpu.Opt[float64], extra ...string) {
+	if v.Valid {
+		o.add(d, prometheus.CounterValue, v.V, extra...)
+	}
+}
+
+func numaLabel(n int) string {
+	if n < 0 {
+		return ""
+	}
+	return itoa(n)
+}
+
+func (c *NVMLCollector) render(s *gpu.Snapshot) []prometheus.Metric {
+	d := &c.d
+	o := &out{}
+	o.gauge(d.driverInfo, 1, s.DriverVersion, s.CUDADriverVersion, s.NVMLVersion)
+	for i := range s.GPUs {
+		g := &s.GPUs[i]
+		o.labels = []string{itoa(g.Index), g.UUID, g.PCIBusID}
+		o.gauge(d.info, 1, g.Name, g.Serial, g.VBIOS, g.ComputeCapability, numaLabel(g.NUMANode),
+			s.DriverVersion, s.CUDADriverVersion)
+		o.gauge(d.lost, boolFloat(g.Lost))
+		if g.Lost {
+			continue
+		}
+		c.renderGPU(o, g)
+		c.renderPCIe(o, &g.PCIe)
+		c.renderNVLinks(o, g)
+	}
+	o.labels = nil
+	for _, p := range s.Pairs {
+		a, b := itoa(p.GPU), itoa(p.Peer)
+		o.gauge(d.pairInfo, 1, a, b, p.Level)
+		o.gauge(d.pairNVLinks, float64(p.NVLinks), a, b)
+		for _, cp := range []string{"read", "write", "nvlink", "atomics"} {
+			if ok, known := p.P2P[cp]; known {
+				o.gauge(d.pairP2P, boolFloat(ok), a, b, cp)
+			}
+		}
+	}
+	return o.ms
+}
+
+func (c *NVMLCollector) renderGPU(o *out, g *gpu.GPUState) {
+	d := &c.d
+	o.optInt(d.pstate, g.PerformanceState)
+	o.optGauge(d.clock, g.Clocks.SM, "sm")
+	o.optGauge(d.clock, g.Clocks.Memory, "memory")
+	o.optGauge(d.clockMax, g.Clocks.SMMax, "sm")
+	o.optGauge(d.clockMax, g.Clocks.MemoryMax, "memory")
+	if g.Throttle.Active.Valid {
+		for _, r := range gpu.ClockEventReasons {
+			if g.Throttle.Supported.Valid && g.Throttle.Supported.V&r.Mask == 0 {
+				continue
+			}
+			o.gauge(d.reasonActive, boolFloat(g.Throttle.Active.V&r.Mask != 0), r.Name)
+		}
+	}
+	for _, r := range gpu.ClockEventReasons {
+		if v, ok := g.Throttle.Seconds[r.Name]; ok {
+			o.add(d.reasonSeconds, prometheus.CounterValue, v, r.Name)
+		}
+	}
+	o.optGauge(d.temperature, g.GPUTemperature, "gpu")
+	o.optGauge(d.temperature, g.MemoryTemperature, "memory")
+	o.optGauge(d.power, g.Power)
+	o.optGauge(d.powerLimit, g.PowerLimit)
+	o.optCounter(d.energy, g.Energy)
+	o.optGauge(d.utilization, g.Utilization)
+	o.optGauge(d.memUtilization, g.MemoryUtilization)
+	o.optGauge(d.memUsed, g.MemoryUsed)
+	o.optGauge(d.memTotal, g.MemoryTotal)
+	if g.ComputeMode.Valid {
+		o.gauge(d.computeMode, 1, g.ComputeMode.V)
+	}
+	o.optBool(d.migEnabled, g.MIGEnabled)
+
+	e := &g.ECC
+	o.optCounter(d.eccVolatile, e.CorrectedVolatile, "corrected")
+	o.optCounter(d.eccVolatile, e.UncorrectedVolatile, "uncorrected")
+	o.optCounter(d.eccAggregate, e.CorrectedAggregate, "corrected")
+	o.optCounter(d.eccAggregate, e.UncorrectedAggregate, "uncorrected")
+	o.optGauge(d.remapped, e.RemappedCorrectable, "correctable")
+	o.optGauge(d.remapped, e.RemappedUncorrectable, "uncorrectable")
+	o.optBool(d.remapPending, e.RemapPending)
+	o.optBool(d.remapFailed, e.RemapFailed)
+	o.optGauge(d.retired, e.RetiredSingleBit, "multiple_single_bit_ecc")
+	o.optGauge(d.retired, e.RetiredDoubleBit, "double_bit_ecc")
+	o.optBool(d.retiredPending, e.RetiredPending)
+}
+
+func (c *NVMLCollector) renderPCIe(o *out, p *gpu.PCIeLink) {
+	d := &c.d
+	o.optInt(d.pcieGen, p.Generation)
+	o.optInt(d.pcieMaxGen, p.MaxGeneration)
+	o.optInt(d.pcieGPUMaxGen, p.GPUMaxGeneration)
+	o.optInt(d.pcieWidth, p.Width)
+	o.optInt(d.pcieMaxWidth, p.MaxWidth)
+	o.optCounter(d.pcieReplays, p.Replays)
+	o.optCounter(d.pcieCorrectable, p.CorrectableErrors)
+	o.optCounter(d.pcieTX, p.TransmitBytes)
+	o.optCounter(d.pcieRX, p.ReceiveBytes)
+}
+
+var nvlinkErrorTypes = []string{"crc_flit", "crc_data", "replay", "recovery"}
+
+func (c *NVMLCollector) renderNVLinks(o *out, g *gpu.GPUState) {
+	d := &c.d
+	o.gauge(d.nvlinks, float64(g.NVLinkCount))
+	if len(g.NVLinks) == 0 {
+		return
+	}
+	o.gauge(d.nvlinksActive, float64(g.ActiveNVLinks()))
+	for _, l := range g.NVLinks {
+		link := itoa(l.Link)
+		o.gauge(d.nvlinkUp, boolFloat(l.Active), link)
+		o.optInt(d.nvlinkVersion, l.Version, link)
+		o.optGauge(d.nvlinkSpeed, l.SpeedBytes, link)
+		if l.Active && l.RemotePCIBusID != "" {
+			o.gauge(d.nvlinkRemote, 1, link, l.RemotePCIBusID, l.RemoteType)
+		}
+		for _, t := range nvlinkErrorTypes {
+			if v, ok := l.Errors[t]; ok {
+				o.add(d.nvlinkErrors, prometheus.CounterValue, v, link, t)
+			}
+		}
+		o.optCounter(d.nvlinkTX, l.TransmitBytes, link)
+		o.optCounter(d.nvlinkRX, l.ReceiveBytes, link)
+	}
+}

@@ -1,0 +1,228 @@
+// Package sampler runs each hardware source on its own schedule and keeps the
+// latest immutable snapshot, so that a scrape never waits on hardware.
+//
+// A source's Sample may block for ever (a hung NVML call on a failing GPU).
+// The sampler gives each sample a deadline; past it the source is reported
+// down and stale, and no second sample is started until the hung one returns,
+// so a wedged driver costs one goroutine, not one per tick.
+package sampler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Source reads one kind of hardware into a typed snapshot.
+type Source[T any] interface {
+	// Sample reads the hardware. It returns a *PartialError alongside valid
+	// data when some values could not be read; any other error means the
+	// data is unusable.
+	Sample(ctx context.Context) (T, error)
+}
+
+// SourceFunc adapts a function to Source.
+type SourceFunc[T any] func(ctx context.Context) (T, error)
+
+// Sample calls f.
+func (f SourceFunc[T]) Sample(ctx context.Context) (T, error) { return f(ctx) }
+
+// PartialError says that a sample is usable but some values were dropped.
+type PartialError struct {
+	Count int   // values that could not be read
+	First error // the first of them, for the log
+}
+
+func (e *PartialError) Error() string {
+	return fmt.Sprintf("%d values could not be read, first: %v", e.Count, e.First)
+}
+
+func (e *PartialError) Unwrap() error { return e.First }
+
+// Status is what the exporter says about a source itself.
+type Status struct {
+	Name string
+	// Up is true when the last sample finished in time without a fatal error.
+	Up bool
+	// LastSuccess is when the newest usable snapshot was taken.
+	LastSuccess time.Time
+	// LastDuration is how long the last finished sample took.
+	LastDuration time.Duration
+	// Errors counts failed or late samples and values dropped from samples.
+	Errors uint64
+	// Stalled is true while a sample is past its deadline and still running.
+	Stalled bool
+}
+
+// StatusReporter is anything whose health the exporter reports.
+type StatusReporter interface {
+	Status() Status
+}
+
+// Snapshot is the latest usable result of a source.
+type Snapshot[T any] struct {
+	Data  T
+	Taken time.Time
+}
+
+// Sampler samples one source on an interval.
+type Sampler[T any] struct {
+	name     string
+	src      Source[T]
+	interval time.Duration
+	timeout  time.Duration
+	logger   *slog.Logger
+	now      func() time.Time
+
+	latest atomic.Pointer[Snapshot[T]]
+
+	mu     sync.Mutex
+	status Status
+	// busy is non-nil while a sample is running; it is closed when it ends.
+	busy chan struct{}
+}
+
+// Options configures a Sampler.
+type Options struct {
+	Interval time.Duration
+	// Timeout is the deadline of one sample; it defaults to the interval.
+	Timeout time.Duration
+	Logger  *slog.Logger
+}
+
+// New returns a sampler; call Run to start it.
+func New[T any](name string, src Source[T], o Options) *Sampler[T] {
+	if o.Interval <= 0 {
+		o.Interval = 5 * time.Second
+	}
+	if o.Timeout <= 0 || o.Timeout > o.Interval {
+		o.Timeout = o.Interval
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Sampler[T]{
+		name:     name,
+		src:      src,
+		interval: o.Interval,
+		timeout:  o.Timeout,
+		logger:   o.Logger.With("source", name),
+		now:      time.Now,
+		status:   Status{Name: name},
+	}
+}
+
+// Name is the source's name as exported in the source label.
+func (s *Sampler[T]) Name() string { return s.name }
+
+// Latest returns the newest usable snapshot, or nil before the first one.
+func (s *Sampler[T]) Latest() *Snapshot[T] { return s.latest.Load() }
+
+// Status reports the source's health.
+func (s *Sampler[T]) Status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.status
+}
+
+// Run samples once at once, then every interval (with a little jitter so
+// sources do not line up), until ctx ends.
+func (s *Sampler[T]) Run(ctx context.Context) {
+	s.SampleOnce(ctx)
+	t := time.NewTimer(s.jittered())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.SampleOnce(ctx)
+			t.Reset(s.jittered())
+		}
+	}
+}
+
+func (s *Sampler[T]) jittered() time.Duration {
+	j := s.interval / 20
+	if j <= 0 {
+		return s.interval
+	}
+	return s.interval - j + rand.N(2*j)
+}
+
+// SampleOnce takes one sample and waits at most the timeout for it. If an
+// earlier sample is still running, it does not start another.
+func (s *Sampler[T]) SampleOnce(ctx context.Context) {
+	s.mu.Lock()
+	if s.busy != nil {
+		s.status.Up = false
+		s.status.Stalled = true
+		s.status.Errors++
+		s.mu.Unlock()
+		s.logger.Debug("previous sample still running, skipping this one")
+		return
+	}
+	done := make(chan struct{})
+	s.busy = done
+	s.mu.Unlock()
+
+	sctx, cancel := context.WithTimeout(ctx, s.timeout)
+	go func() {
+		defer close(done)
+		defer cancel()
+		s.sample(sctx)
+	}()
+
+	select {
+	case <-done:
+	case <-sctx.Done():
+		select {
+		case <-done: // finished at the deadline
+		default:
+			s.mu.Lock()
+			if s.busy == done {
+				s.status.Up = false
+				s.status.Stalled = true
+				s.status.Errors++
+			}
+			s.mu.Unlock()
+			s.logger.Warn("sample exceeded its deadline; source reported down until it returns", "timeout", s.timeout)
+		}
+	}
+}
+
+func (s *Sampler[T]) sample(ctx context.Context) {
+	start := s.now()
+	data, err := s.src.Sample(ctx)
+	took := s.now().Sub(start)
+
+	var partial *PartialError
+	usable := err == nil || errors.As(err, &partial)
+	late := ctx.Err() != nil
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.busy = nil
+	s.status.Stalled = false
+	s.status.LastDuration = took
+	switch {
+	case !usable:
+		s.status.Up = false
+		s.status.Errors++
+		s.logger.Debug("sample failed", "err", err)
+		return
+	case partial != nil:
+		s.status.Errors += uint64(partial.Count)
+		s.logger.Debug("sample dropped values", "count", partial.Count, "first", partial.First)
+	}
+	// A late sample still holds real readings: keep them, but the source
+	// stays down until one finishes inside its deadline.
+	s.status.Up = !late
+	s.status.LastSuccess = start
+	s.latest.Store(&Snapshot[T]{Data: data, Taken: start})
+}

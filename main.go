@@ -1,0 +1,131 @@
+// Command gpulink_exporter exports the health of the links that feed a GPU:
+// PCIe, NVLink, NICs and NUMA placement. main only wires the parts together.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/promslog"
+	"github.com/prometheus/common/promslog/flag"
+	"github.com/prometheus/common/version"
+	"github.com/prometheus/exporter-toolkit/web"
+	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
+
+	"github.com/gpulink/gpulink_exporter/collector"
+	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
+)
+
+// defaultAddress avoids node_exporter (9100), dcgm-exporter (9400) and
+// nvidia_gpu_exporter (9835).
+const defaultAddress = ":9849"
+
+func main() {
+	app := kingpin.New("gpulink_exporter", "Prometheus exporter for GPU links: PCIe, NVLink, NICs and NUMA placement.")
+	var (
+		metricsPath = app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").String()
+		maxRequests = app.Flag("web.max-requests", "Maximum number of parallel scrape requests; 0 disables the limit.").Default("10").Int()
+		sysfsRoot   = app.Flag("path.sysfs", "sysfs mount point.").Default("/sys").String()
+		nvmlLib     = app.Flag("nvml.library", "Path or name of the NVML library to load.").Default("libnvidia-ml.so.1").String()
+		nvmlEvery   = app.Flag("nvml.interval", "How often to sample NVML.").Default("5s").Duration()
+		nvmlTimeout = app.Flag("nvml.timeout", "Deadline of one NVML sample; past it the source is reported down and stale.").Default("4s").Duration()
+		webConfig   = kingpinflag.AddFlags(app, defaultAddress)
+	)
+	switches := collector.RegisterSwitches(app)
+	logConfig := &promslog.Config{}
+	flag.AddFlags(app, logConfig)
+	app.Version(version.Print("gpulink_exporter"))
+	app.HelpFlag.Short('h')
+	kingpin.MustParse(app.Parse(os.Args[1:]))
+
+	logger := promslog.New(logConfig)
+	logger.Info("starting gpulink_exporter", "version", version.Info(), "collectors", switches.Names())
+	logger.Info("build context", "build_context", version.BuildContext())
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(versioncollector.NewCollector("gpulink_exporter"))
+	var statuses []sampler.StatusReporter
+
+	if switches.Enabled("nvml") || switches.Enabled("xid") {
+		reader := gpu.NewReader(nvml.New(nvml.WithLibraryPath(*nvmlLib)), *sysfsRoot, logger)
+		defer reader.Shutdown()
+		if err := reader.Init(); err != nil {
+			// Not fatal: a machine without a driver still serves the rest,
+			// and the sampler keeps trying in case the driver loads later.
+			logger.Warn("NVML unavailable; the nvml source reports down", "err", err)
+		}
+		if switches.Enabled("nvml") {
+			s := sampler.New[*gpu.Snapshot]("nvml", reader, sampler.Options{
+				Interval: *nvmlEvery, Timeout: *nvmlTimeout, Logger: logger})
+			go s.Run(ctx)
+			reg.MustRegister(collector.NewNVMLCollector(s))
+			statuses = append(statuses, s)
+		}
+		if switches.Enabled("xid") {
+			w := gpu.NewXIDWatcher(reader, logger)
+			go w.Run(ctx, *nvmlEvery)
+			reg.MustRegister(collector.NewXIDCollector(w, reader))
+			statuses = append(statuses, w)
+		}
+	}
+	reg.MustRegister(collector.NewExporterCollector(statuses...))
+
+	if err := serve(ctx, logger, reg, webConfig, *metricsPath, *maxRequests); err != nil {
+		logger.Error("server failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+func serve(ctx context.Context, logger *slog.Logger, reg *prometheus.Registry, webConfig *web.FlagConfig,
+	metricsPath string, maxRequests int) error {
+	mux := http.NewServeMux()
+	mux.Handle(metricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog:            slog.NewLogLogger(logger.Handler(), slog.LevelError),
+		ErrorHandling:       promhttp.ContinueOnError,
+		MaxRequestsInFlight: maxRequests,
+		Registry:            reg,
+	}))
+	if metricsPath != "/" {
+		landing, err := web.NewLandingPage(web.LandingConfig{
+			Name:        "gpulink_exporter",
+			Description: "Prometheus exporter for GPU links: PCIe, NVLink, NICs and NUMA placement",
+			Version:     version.Info(),
+			Links:       []web.LandingLinks{{Address: metricsPath, Text: "Metrics"}},
+		})
+		if err != nil {
+			return fmt.Errorf("landing page: %w", err)
+		}
+		mux.Handle("/", landing)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- web.ListenAndServe(srv, webConfig, logger) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		logger.Info("shutting down")
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	}
+}
