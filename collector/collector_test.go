@@ -1,0 +1,288 @@
+package collector_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gpulink/gpulink_exporter/collector"
+	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
+)
+
+// node is the daemon's NVML wiring over a fake machine.
+type node struct {
+	m       *nvmlfake.Machine
+	reader  *gpu.Reader
+	nvml    *sampler.Sampler[*gpu.Snapshot]
+	xid     *gpu.XIDWatcher
+	reg     *prometheus.Registry
+	cancel  context.CancelFunc
+	metrics *collector.NVMLCollector
+}
+
+func newNode(t *testing.T, m *nvmlfake.Machine) *node {
+	t.Helper()
+	n := &node{m: m, reader: gpu.NewReader(m, "", nil)}
+	n.nvml = sampler.New[*gpu.Snapshot]("nvml", n.reader, sampler.Options{Interval: time.Hour, Timeout: 200 * time.Millisecond})
+	n.xid = gpu.NewXIDWatcher(n.reader, nil)
+	n.xid.Wait = 20 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	t.Cleanup(cancel)
+	go n.xid.Run(ctx, 10*time.Millisecond)
+	n.metrics = collector.NewNVMLCollector(n.nvml)
+	n.reg = prometheus.NewRegistry()
+	n.reg.MustRegister(n.metrics, collector.NewXIDCollector(n.xid, n.reader),
+		collector.NewExporterCollector(n.nvml, n.xid))
+	n.nvml.SampleOnce(context.Background())
+	return n
+}
+
+func (n *node) scrape(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("scrape: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape status %d: %s", resp.StatusCode, b)
+	}
+	return string(b)
+}
+
+func TestCollectorsLint(t *testing.T) {
+	n := newNode(t, nvmlfake.NewDGXH100())
+	n.m.SendXID(2, 79)
+	waitFor(t, func() bool { return len(n.xid.Counts()) == 1 })
+	for name, c := range map[string]prometheus.Collector{
+		"nvml":     n.metrics,
+		"xid":      collector.NewXIDCollector(n.xid, n.reader),
+		"exporter": collector.NewExporterCollector(n.nvml, n.xid),
+	} {
+		problems, err := testutil.CollectAndLint(c)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for _, p := range problems {
+			t.Errorf("%s: %s: %s", name, p.Metric, p.Text)
+		}
+	}
+}
+
+func TestH200PairMetrics(t *testing.T) {
+	m := nvmlfake.NewH200Pair()
+	m.Update(func() {
+		m.GPUs[0].UUID = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
+		m.GPUs[1].UUID = "GPU-bbbbbbbb-0000-0000-0000-000000000000"
+		m.GPUs[1].ClockReasons = 0x40
+		m.GPUs[1].PCIeGen = 3
+		m.GPUs[0].NVLinks[17].Up = false
+		m.GPUs[1].NVLinks[17].Up = false
+	})
+	n := newNode(t, m)
+	g0 := []string{"gpu", "0", "pci_bus_id", "0000:19:00.0", "uuid", "GPU-aaaaaaaa-0000-0000-0000-000000000000"}
+	g1 := []string{"gpu", "1", "pci_bus_id", "0000:1a:00.0", "uuid", "GPU-bbbbbbbb-0000-0000-0000-000000000000"}
+	info := func(g []string, serial string) string {
+		return labels(append([]string{"compute_capability", "9.0", "cuda_driver_version", "12.4", "driver_version", "550.54.15",
+			"name", "NVIDIA H200 141GB HBM3e", "numa_node", "", "serial", serial, "vbios_version", "96.00.99.00.01"}, g...)...)
+	}
+	want := `
+# HELP gpulink_gpu_info GPU identity; value 1. numa_node is empty where the platform does not say.
+# TYPE gpulink_gpu_info gauge
+gpulink_gpu_info` + info(g0, "1653220000000") + ` 1
+gpulink_gpu_info` + info(g1, "1653220000001") + ` 1
+# HELP gpulink_gpu_pcie_link_generation PCIe link generation now. Idle GPUs lower it to save power: compare under load.
+# TYPE gpulink_gpu_pcie_link_generation gauge
+gpulink_gpu_pcie_link_generation` + labels(g0...) + ` 5
+gpulink_gpu_pcie_link_generation` + labels(g1...) + ` 3
+# HELP gpulink_gpu_pair_info How two GPUs reach each other, as the nvidia-smi topo -m cell (NV#, PIX, PXB, PHB, NODE, SYS); value 1.
+# TYPE gpulink_gpu_pair_info gauge
+gpulink_gpu_pair_info{gpu="0",level="NV17",peer_gpu="1"} 1
+gpulink_gpu_pair_info{gpu="1",level="NV17",peer_gpu="0"} 1
+# HELP gpulink_gpu_nvlinks_active NVLinks that are up.
+# TYPE gpulink_gpu_nvlinks_active gauge
+gpulink_gpu_nvlinks_active` + labels(g0...) + ` 17
+gpulink_gpu_nvlinks_active` + labels(g1...) + ` 17
+# HELP gpulink_gpu_clock_event_reason_active 1 if this reason is holding clocks down now (nvidia-smi's Clocks Event Reasons).
+# TYPE gpulink_gpu_clock_event_reason_active gauge
+`
+	for i, g := range [][]string{g0, g1} {
+		for _, r := range gpu.ClockEventReasons {
+			v := "0"
+			if i == 1 && r.Name == "hw_thermal_slowdown" {
+				v = "1"
+			}
+			want += "gpulink_gpu_clock_event_reason_active" + labels(append([]string{"reason", r.Name}, g...)...) + " " + v + "\n"
+		}
+	}
+	err := testutil.GatherAndCompare(n.reg, strings.NewReader(want), "gpulink_gpu_info", "gpulink_gpu_pcie_link_generation",
+		"gpulink_gpu_pair_info", "gpulink_gpu_nvlinks_active", "gpulink_gpu_clock_event_reason_active")
+	if err != nil {
+		t.Error(err)
+	}
+
+	// Every family the issue asks for is present on a healthy H200.
+	body := n.scrape(t)
+	for _, family := range []string{
+		"gpulink_driver_info", "gpulink_gpu_lost", "gpulink_gpu_performance_state", "gpulink_gpu_clock_hertz",
+		"gpulink_gpu_clock_max_hertz", "gpulink_gpu_clock_event_reason_seconds_total", "gpulink_gpu_temperature_celsius",
+		"gpulink_gpu_power_watts", "gpulink_gpu_power_limit_watts", "gpulink_gpu_energy_joules_total",
+		"gpulink_gpu_utilization_ratio", "gpulink_gpu_memory_utilization_ratio", "gpulink_gpu_memory_used_bytes",
+		"gpulink_gpu_memory_total_bytes", "gpulink_gpu_ecc_errors_volatile_total", "gpulink_gpu_ecc_errors_aggregate_total",
+		"gpulink_gpu_remapped_rows", "gpulink_gpu_row_remap_pending", "gpulink_gpu_row_remap_failed",
+		"gpulink_gpu_pcie_link_max_generation", "gpulink_gpu_pcie_link_gpu_max_generation", "gpulink_gpu_pcie_link_width",
+		"gpulink_gpu_pcie_link_max_width", "gpulink_gpu_pcie_replays_total", "gpulink_gpu_pcie_correctable_errors_total",
+		"gpulink_gpu_pcie_transmit_bytes_total", "gpulink_gpu_pcie_receive_bytes_total", "gpulink_gpu_nvlinks",
+		"gpulink_gpu_nvlink_up", "gpulink_gpu_nvlink_version", "gpulink_gpu_nvlink_speed_bytes_per_second",
+		"gpulink_gpu_nvlink_remote_info", "gpulink_gpu_nvlink_errors_total", "gpulink_gpu_nvlink_transmit_bytes_total",
+		"gpulink_gpu_nvlink_receive_bytes_total", "gpulink_gpu_pair_nvlinks", "gpulink_gpu_pair_p2p_supported",
+		"gpulink_gpu_compute_mode", "gpulink_gpu_mig_enabled",
+		`gpulink_source_up{source="nvml"} 1`, `gpulink_source_last_success_timestamp_seconds{source="nvml"}`,
+	} {
+		if !strings.Contains(body, "\n"+family) {
+			t.Errorf("scrape lacks %s", family)
+		}
+	}
+	if !strings.Contains(body, `gpulink_gpu_nvlink_up`+labels(append([]string{"link", "17"}, g0...)...)+` 0`) {
+		t.Error("the down link is not reported down")
+	}
+	if strings.Contains(body, `link="17",remote_pci_bus_id`) {
+		t.Error("a down link reports a remote end")
+	}
+}
+
+func TestLostGPUIsReported(t *testing.T) {
+	m := nvmlfake.NewH200Pair()
+	n := newNode(t, m)
+	m.Update(func() { m.GPUs[1].Lost = true })
+	m.SendXID(1, 79)
+	n.nvml.SampleOnce(context.Background())
+	waitFor(t, func() bool { return len(n.xid.Counts()) == 1 })
+	body := n.scrape(t)
+	g1 := `gpu="1",pci_bus_id="0000:1a:00.0",uuid="` + m.GPUs[1].UUID + `"`
+	for _, want := range []string{
+		`gpulink_gpu_lost{` + g1 + `} 1`,
+		`gpulink_gpu_xid_errors_total{` + g1 + `,xid="79"} 1`,
+		`gpulink_source_up{source="nvml"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("scrape lacks %s", want)
+		}
+	}
+	if strings.Contains(body, `gpulink_gpu_power_watts{`+g1) {
+		t.Error("a lost GPU still exports readings")
+	}
+	if !strings.Contains(body, `gpulink_gpu_power_watts{gpu="0"`) {
+		t.Error("the healthy GPU lost its readings")
+	}
+}
+
+// A hung NVML call must never hold up /metrics: the scrape answers from the
+// last snapshot and says the source is down and stale.
+func TestHungNVMLDoesNotBlockScrape(t *testing.T) {
+	m := nvmlfake.NewH200Pair()
+	n := newNode(t, m)
+	before := n.nvml.Status().LastSuccess
+
+	hang := make(chan struct{})
+	m.Update(func() { m.GPUs[1].Hang = hang })
+	defer close(hang)
+	n.nvml.SampleOnce(context.Background()) // returns at its 200ms deadline
+
+	done := make(chan string, 1)
+	go func() { done <- n.scrape(t) }()
+	var body string
+	select {
+	case body = <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("scrape blocked behind a hung NVML call")
+	}
+	if !strings.Contains(body, `gpulink_source_up{source="nvml"} 0`) {
+		t.Error("source not reported down while its sample hangs")
+	}
+	if n.nvml.Status().LastSuccess != before {
+		t.Error("last success moved while the source hung")
+	}
+	if !strings.Contains(body, `gpulink_gpu_power_watts{gpu="1"`) {
+		t.Error("the last snapshot's readings were dropped while the source hung")
+	}
+}
+
+func TestNoLibraryServesSelfMetrics(t *testing.T) {
+	m := nvmlfake.NewH200Pair()
+	m.NoLibrary = true
+	n := newNode(t, m)
+	body := n.scrape(t)
+	if !strings.Contains(body, `gpulink_source_up{source="nvml"} 0`) || !strings.Contains(body, `gpulink_source_up{source="xid"} 0`) {
+		t.Error("sources not reported down without a library")
+	}
+	if strings.Contains(body, "gpulink_gpu_") {
+		t.Error("GPU series without a library")
+	}
+}
+
+// TestPromtoolCheckMetrics runs the real promtool over a full scrape of a
+// DGX H100. make test sets PROMTOOL; a plain go test skips it.
+func TestPromtoolCheckMetrics(t *testing.T) {
+	promtool := os.Getenv("PROMTOOL")
+	if promtool == "" {
+		t.Skip("PROMTOOL not set (make test sets it)")
+	}
+	m := nvmlfake.NewDGXH100()
+	n := newNode(t, m)
+	m.SendXID(0, 48)
+	waitFor(t, func() bool { return len(n.xid.Counts()) == 1 })
+	body := n.scrape(t)
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(body)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("promtool check metrics: %v\n%s", err, out.String())
+	}
+	if lines := strings.Count(body, "\n"); lines < 1000 {
+		t.Errorf("only %d lines in a DGX H100 scrape; families missing?", lines)
+	}
+}
+
+// labels formats name/value pairs as the text exposition does: sorted.
+func labels(kv ...string) string {
+	var pairs []string
+	for i := 0; i+1 < len(kv); i += 2 {
+		pairs = append(pairs, kv[i]+`="`+kv[i+1]+`"`)
+	}
+	sort.Strings(pairs)
+	return "{" + strings.Join(pairs, ",") + "}"
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

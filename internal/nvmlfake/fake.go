@@ -1,0 +1,473 @@
+// Package nvmlfake builds NVML machines on go-nvml's DGX server mocks,
+// answering every call the gpu package makes with values modelled on real
+// hardware, and lets tests break them: lose a GPU, hang a call, make a
+// field unsupported, deliver XID events. Tests and the simulated node use
+// it; it is never linked against real hardware.
+package nvmlfake
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+
+	"github.com/gpulink/gpulink_exporter/internal/gpu"
+)
+
+// Machine is a fake NVML library with its GPUs.
+type Machine struct {
+	*server.Server
+	GPUs []*GPU
+
+	// NoLibrary makes Init answer LIBRARY_NOT_FOUND, as on a machine
+	// without a driver.
+	NoLibrary bool
+
+	mu     sync.Mutex
+	events chan nvml.EventData
+}
+
+// GPU is one fake GPU. Change its fields with Machine.Update.
+type GPU struct {
+	*server.Device
+	m *Machine
+
+	Lost bool
+	// Unsupported names methods (GetPowerUsage, GetRemappedRows, ...) or
+	// fields ("field:82") that answer NOT_SUPPORTED.
+	Unsupported map[string]bool
+	// Errors names methods that answer with a given error.
+	Errors map[string]nvml.Return
+	// Hang, while non-nil, blocks every call until it is closed.
+	Hang chan struct{}
+
+	Serial, VBIOS             string
+	SMClockMHz, MemClockMHz   uint32
+	SMMaxMHz, MemMaxMHz       uint32
+	PState                    nvml.Pstates
+	ClockReasons              uint64
+	SupportedReasons          uint64
+	TempC, MemTempC           uint32
+	PowerMW, PowerLimitMW     uint32
+	EnergyMJ                  uint64
+	UtilGPU, UtilMem          uint32
+	MemUsed                   uint64
+	ComputeMode               nvml.ComputeMode
+	ECC                       [2][2]uint64 // [corrected, uncorrected][volatile, aggregate]
+	RemapCorr, RemapUnc       int
+	RemapPending, RemapFailed bool
+	PCIeGen, PCIeWidth        int
+	PCIeMaxGen, PCIeMaxWidth  int
+	PCIeGPUMaxGen             int
+	PCIeReplays               int
+	// Fields holds field values by id and scope.
+	Fields map[FieldKey]float64
+	// NVLinks, one entry per link.
+	NVLinks []Link
+	// NUMANode answers GetNumaNodeId; -1 answers NOT_SUPPORTED as on x86.
+	NUMANode int
+	// Topology level to each other GPU by index.
+	Levels map[int]nvml.GpuTopologyLevel
+}
+
+// Link is one fake NVLink.
+type Link struct {
+	Up         bool
+	Version    uint32
+	RemoteBus  string // NVML form, 00000000:18:00.0
+	RemoteType nvml.IntNvLinkDeviceType
+	Errors     [4]uint64 // by nvml.NvLinkErrorCounter up to CRC_DATA
+}
+
+// FieldKey addresses a field value.
+type FieldKey struct {
+	ID, Scope uint32
+}
+
+// DGX H100 bus numbers, as nvidia-smi shows them on such a machine.
+var dgxBuses = []int{0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb}
+
+// NVSwitch bus numbers on a DGX H100.
+var nvswitchBuses = []int{0x05, 0x06, 0x07, 0x08}
+
+// NewDGXH100 models a DGX H100: 8 GPUs, two sockets, every GPU's 18
+// NVLinks on the four NVSwitches.
+func NewDGXH100() *Machine {
+	m := newMachine(dgxh100.New())
+	for i, g := range m.GPUs {
+		g.setBus(dgxBuses[i])
+		g.PowerLimitMW = 700000
+		for l := range g.NVLinks {
+			g.NVLinks[l] = Link{Up: true, Version: 4, RemoteType: nvml.NVLINK_DEVICE_TYPE_SWITCH,
+				RemoteBus: fmt.Sprintf("00000000:%02X:00.0", nvswitchBuses[l%4])}
+		}
+	}
+	for i, a := range m.GPUs {
+		for j := range m.GPUs {
+			if i/4 == j/4 {
+				a.Levels[j] = nvml.TOPOLOGY_NODE
+			} else {
+				a.Levels[j] = nvml.TOPOLOGY_SYSTEM
+			}
+		}
+	}
+	return m
+}
+
+// NewH200Pair models the borrowed 2x H200 machine: one NUMA node, both GPUs
+// on the root bus, all 18 NVLinks of each going straight to the other.
+func NewH200Pair() *Machine {
+	s := dgxh200.New()
+	s.Devices = s.Devices[:2]
+	m := newMachine(s)
+	m.GPUs[0].setBus(0x19)
+	m.GPUs[1].setBus(0x1a)
+	for i, g := range m.GPUs {
+		peer := m.GPUs[1-i]
+		for l := range g.NVLinks {
+			g.NVLinks[l] = Link{Up: true, Version: 4, RemoteType: nvml.NVLINK_DEVICE_TYPE_GPU,
+				RemoteBus: nvmlBusID(peer.PciBusID)}
+		}
+		g.Levels[1-i] = nvml.TOPOLOGY_HOSTBRIDGE
+	}
+	return m
+}
+
+func newMachine(s *server.Server) *Machine {
+	m := &Machine{Server: s, events: make(chan nvml.EventData, 64)}
+	for i, d := range s.Devices {
+		g := &GPU{
+			Device: d.(*server.Device), m: m,
+			Unsupported: map[string]bool{}, Errors: map[string]nvml.Return{},
+			Serial: fmt.Sprintf("165322000%04d", i), VBIOS: "96.00.99.00.01",
+			SMClockMHz: 1980, MemClockMHz: 2619, SMMaxMHz: 1980, MemMaxMHz: 2619,
+			PState: nvml.PSTATE_0, SupportedReasons: 0x1ff,
+			TempC: 34, MemTempC: 41, PowerMW: 112000, PowerLimitMW: 700000, EnergyMJ: 8_123_456_789,
+			UtilGPU: 0, UtilMem: 0, MemUsed: 512 << 20,
+			PCIeGen: 5, PCIeWidth: 16, PCIeMaxGen: 5, PCIeMaxWidth: 16, PCIeGPUMaxGen: 5,
+			Fields: map[FieldKey]float64{
+				{nvml.FI_DEV_MEMORY_TEMP, 0}:                                 41,
+				{nvml.FI_DEV_NVLINK_LINK_COUNT, 0}:                           18,
+				{nvml.FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP, 0}:            1.5e9,
+				{nvml.FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST, 0}:              0,
+				{nvml.FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN, 0}:       0,
+				{nvml.FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN, 0}:       0,
+				{nvml.FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN, 0}: 0,
+				{nvml.FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS, 0}:               0,
+				{nvml.FI_DEV_PCIE_COUNT_TX_BYTES, 0}:                         1 << 30,
+				{nvml.FI_DEV_PCIE_COUNT_RX_BYTES, 0}:                         2 << 30,
+			},
+			NVLinks:  make([]Link, 18),
+			NUMANode: -1,
+			Levels:   map[int]nvml.GpuTopologyLevel{},
+		}
+		for l := 0; l < 18; l++ {
+			g.Fields[FieldKey{nvml.FI_DEV_NVLINK_GET_SPEED, uint32(l)}] = 26562
+			g.Fields[FieldKey{nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, uint32(l)}] = float64(1000 * (l + 1))
+			g.Fields[FieldKey{nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, uint32(l)}] = float64(2000 * (l + 1))
+		}
+		m.GPUs = append(m.GPUs, g)
+	}
+	m.setLibraryFuncs()
+	for _, g := range m.GPUs {
+		g.setDeviceFuncs()
+	}
+	return m
+}
+
+func (g *GPU) setBus(bus int) {
+	g.PciBusID = fmt.Sprintf("0000:%02x:00.0", bus)
+}
+
+// nvmlBusID turns sysfs's 0000:18:00.0 into NVML's 00000000:18:00.0.
+func nvmlBusID(sysfs string) string {
+	return strings.ToUpper("0000" + sysfs)
+}
+
+// Update changes machine state under its lock, so a running sampler never
+// sees half of a change.
+func (m *Machine) Update(f func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f()
+}
+
+// SendXID delivers an XID event for GPU i (-1: no device).
+func (m *Machine) SendXID(i int, xid uint64) {
+	ev := nvml.EventData{EventType: nvml.EventTypeXidCriticalError, EventData: xid}
+	if i >= 0 {
+		ev.Device = m.GPUs[i].Device
+	}
+	m.events <- ev
+}
+
+func (m *Machine) setLibraryFuncs() {
+	s := m.Server
+	s.InitFunc = func() nvml.Return {
+		if m.NoLibrary {
+			return nvml.ERROR_LIBRARY_NOT_FOUND
+		}
+		return nvml.SUCCESS
+	}
+	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
+		return &mock.EventSet{
+			FreeFunc: func() nvml.Return { return nvml.SUCCESS },
+			WaitFunc: func(ms uint32) (nvml.EventData, nvml.Return) {
+				select {
+				case ev := <-m.events:
+					return ev, nvml.SUCCESS
+				case <-time.After(time.Duration(ms) * time.Millisecond):
+					return nvml.EventData{}, nvml.ERROR_TIMEOUT
+				}
+			},
+		}, nvml.SUCCESS
+	}
+}
+
+// call is how every fake device method starts: it hangs if asked to, and
+// otherwise says what the method should answer.
+func (g *GPU) call(name string) nvml.Return {
+	g.m.mu.Lock()
+	hang := g.Hang
+	g.m.mu.Unlock()
+	if hang != nil {
+		<-hang
+	}
+	g.m.mu.Lock()
+	defer g.m.mu.Unlock()
+	switch {
+	case g.Lost:
+		return nvml.ERROR_GPU_IS_LOST
+	case g.Unsupported[name]:
+		return nvml.ERROR_NOT_SUPPORTED
+	case g.Errors[name] != 0:
+		return g.Errors[name]
+	}
+	return nvml.SUCCESS
+}
+
+// locked runs f under the machine lock and returns ret, for readers of state.
+func (g *GPU) locked(ret nvml.Return, f func()) nvml.Return {
+	if ret == nvml.SUCCESS {
+		g.m.mu.Lock()
+		f()
+		g.m.mu.Unlock()
+	}
+	return ret
+}
+
+func cChars(s string) (out [32]int8) {
+	for i := 0; i < len(s) && i < len(out)-1; i++ {
+		out[i] = int8(s[i])
+	}
+	return out
+}
+
+func (g *GPU) setDeviceFuncs() {
+	d := &g.Device.Device
+	m := g.m
+	d.GetUUIDFunc = func() (string, nvml.Return) {
+		var v string
+		return v, g.locked(g.call("GetUUID"), func() { v = g.UUID })
+	}
+	d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
+		var p nvml.PciInfo
+		return p, g.locked(g.call("GetPciInfo"), func() {
+			p.BusId = cChars(nvmlBusID(g.PciBusID))
+			p.PciDeviceId = g.Config.PciDeviceId
+		})
+	}
+	d.GetSerialFunc = func() (string, nvml.Return) {
+		var v string
+		return v, g.locked(g.call("GetSerial"), func() { v = g.Serial })
+	}
+	d.GetVbiosVersionFunc = func() (string, nvml.Return) {
+		var v string
+		return v, g.locked(g.call("GetVbiosVersion"), func() { v = g.VBIOS })
+	}
+	d.GetNumaNodeIdFunc = func() (int, nvml.Return) {
+		var v int
+		ret := g.locked(g.call("GetNumaNodeId"), func() { v = g.NUMANode })
+		if ret == nvml.SUCCESS && v < 0 {
+			return 0, nvml.ERROR_NOT_SUPPORTED
+		}
+		return v, ret
+	}
+	d.GetSupportedClocksEventReasonsFunc = func() (uint64, nvml.Return) {
+		var v uint64
+		return v, g.locked(g.call("GetSupportedClocksEventReasons"), func() { v = g.SupportedReasons })
+	}
+	d.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) {
+		var v uint64
+		return v, g.locked(g.call("GetCurrentClocksEventReasons"), func() { v = g.ClockReasons })
+	}
+	d.GetPerformanceStateFunc = func() (nvml.Pstates, nvml.Return) {
+		var v nvml.Pstates
+		return v, g.locked(g.call("GetPerformanceState"), func() { v = g.PState })
+	}
+	d.GetClockInfoFunc = func(t nvml.ClockType) (uint32, nvml.Return) {
+		var v uint32
+		return v, g.locked(g.call("GetClockInfo"), func() {
+			v = map[nvml.ClockType]uint32{nvml.CLOCK_SM: g.SMClockMHz, nvml.CLOCK_MEM: g.MemClockMHz}[t]
+		})
+	}
+	d.GetMaxClockInfoFunc = func(t nvml.ClockType) (uint32, nvml.Return) {
+		var v uint32
+		return v, g.locked(g.call("GetMaxClockInfo"), func() {
+			v = map[nvml.ClockType]uint32{nvml.CLOCK_SM: g.SMMaxMHz, nvml.CLOCK_MEM: g.MemMaxMHz}[t]
+		})
+	}
+	d.GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) {
+		var v uint32
+		return v, g.locked(g.call("GetTemperature"), func() { v = g.TempC })
+	}
+	d.GetPowerUsageFunc = func() (uint32, nvml.Return) {
+		var v uint32
+		return v, g.locked(g.call("GetPowerUsage"), func() { v = g.PowerMW })
+	}
+	d.GetEnforcedPowerLimitFunc = func() (uint32, nvml.Return) {
+		var v uint32
+		return v, g.locked(g.call("GetEnforcedPowerLimit"), func() { v = g.PowerLimitMW })
+	}
+	d.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) {
+		var v uint64
+		return v, g.locked(g.call("GetTotalEnergyConsumption"), func() { v = g.EnergyMJ })
+	}
+	d.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
+		var v nvml.Utilization
+		return v, g.locked(g.call("GetUtilizationRates"), func() { v = nvml.Utilization{Gpu: g.UtilGPU, Memory: g.UtilMem} })
+	}
+	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
+		var v nvml.Memory
+		return v, g.locked(g.call("GetMemoryInfo"), func() {
+			v = nvml.Memory{Total: g.MemoryInfo.Total, Used: g.MemUsed, Free: g.MemoryInfo.Total - g.MemUsed}
+		})
+	}
+	d.GetComputeModeFunc = func() (nvml.ComputeMode, nvml.Return) {
+		var v nvml.ComputeMode
+		return v, g.locked(g.call("GetComputeMode"), func() { v = g.ComputeMode })
+	}
+	prevMig := d.GetMigModeFunc
+	d.GetMigModeFunc = func() (int, int, nvml.Return) {
+		if ret := g.call("GetMigMode"); ret != nvml.SUCCESS {
+			return 0, 0, ret
+		}
+		return prevMig()
+	}
+	d.GetTotalEccErrorsFunc = func(t nvml.MemoryErrorType, c nvml.EccCounterType) (uint64, nvml.Return) {
+		var v uint64
+		return v, g.locked(g.call("GetTotalEccErrors"), func() { v = g.ECC[t][c] })
+	}
+	d.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) {
+		var c, u int
+		var p, f bool
+		return c, u, p, f, g.locked(g.call("GetRemappedRows"), func() {
+			c, u, p, f = g.RemapCorr, g.RemapUnc, g.RemapPending, g.RemapFailed
+		})
+	}
+	// Hopper retires no pages: it remaps rows.
+	d.GetRetiredPagesFunc = func(nvml.PageRetirementCause) ([]uint64, nvml.Return) {
+		if ret := g.call("GetRetiredPages"); ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		return nil, nvml.ERROR_NOT_SUPPORTED
+	}
+	d.GetRetiredPagesPendingStatusFunc = func() (nvml.EnableState, nvml.Return) {
+		if ret := g.call("GetRetiredPagesPendingStatus"); ret != nvml.SUCCESS {
+			return 0, ret
+		}
+		return 0, nvml.ERROR_NOT_SUPPORTED
+	}
+	intGetter := func(name string, p *int) func() (int, nvml.Return) {
+		return func() (int, nvml.Return) {
+			var v int
+			return v, g.locked(g.call(name), func() { v = *p })
+		}
+	}
+	d.GetCurrPcieLinkGenerationFunc = intGetter("GetCurrPcieLinkGeneration", &g.PCIeGen)
+	d.GetCurrPcieLinkWidthFunc = intGetter("GetCurrPcieLinkWidth", &g.PCIeWidth)
+	d.GetMaxPcieLinkGenerationFunc = intGetter("GetMaxPcieLinkGeneration", &g.PCIeMaxGen)
+	d.GetMaxPcieLinkWidthFunc = intGetter("GetMaxPcieLinkWidth", &g.PCIeMaxWidth)
+	d.GetGpuMaxPcieLinkGenerationFunc = intGetter("GetGpuMaxPcieLinkGeneration", &g.PCIeGPUMaxGen)
+	d.GetPcieReplayCounterFunc = intGetter("GetPcieReplayCounter", &g.PCIeReplays)
+
+	link := func(name string, l int, f func(*Link)) nvml.Return {
+		ret := g.call(name)
+		if ret != nvml.SUCCESS {
+			return ret
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if l < 0 || l >= len(g.NVLinks) {
+			return nvml.ERROR_INVALID_ARGUMENT
+		}
+		f(&g.NVLinks[l])
+		return nvml.SUCCESS
+	}
+	d.GetNvLinkStateFunc = func(l int) (nvml.EnableState, nvml.Return) {
+		var v nvml.EnableState
+		return v, link("GetNvLinkState", l, func(k *Link) {
+			if k.Up {
+				v = nvml.FEATURE_ENABLED
+			}
+		})
+	}
+	d.GetNvLinkVersionFunc = func(l int) (uint32, nvml.Return) {
+		var v uint32
+		return v, link("GetNvLinkVersion", l, func(k *Link) { v = k.Version })
+	}
+	d.GetNvLinkErrorCounterFunc = func(l int, c nvml.NvLinkErrorCounter) (uint64, nvml.Return) {
+		var v uint64
+		ret := link("GetNvLinkErrorCounter", l, func(k *Link) {
+			if int(c) < len(k.Errors) {
+				v = k.Errors[c]
+			}
+		})
+		return v, ret
+	}
+	d.GetNvLinkRemotePciInfoFunc = func(l int) (nvml.PciInfo, nvml.Return) {
+		var p nvml.PciInfo
+		return p, link("GetNvLinkRemotePciInfo", l, func(k *Link) { p.BusId = cChars(k.RemoteBus) })
+	}
+	d.GetNvLinkRemoteDeviceTypeFunc = func(l int) (nvml.IntNvLinkDeviceType, nvml.Return) {
+		var v nvml.IntNvLinkDeviceType
+		return v, link("GetNvLinkRemoteDeviceType", l, func(k *Link) { v = k.RemoteType })
+	}
+	d.GetFieldValuesFunc = func(fv []nvml.FieldValue) nvml.Return {
+		return g.locked(g.call("GetFieldValues"), func() {
+			for i := range fv {
+				k := FieldKey{fv[i].FieldId, fv[i].ScopeId}
+				v, ok := g.Fields[k]
+				switch {
+				case g.Unsupported[fmt.Sprintf("field:%d", k.ID)] || !ok:
+					fv[i].NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
+				default:
+					fv[i] = gpu.FieldValueOf(k.ID, k.Scope, nvml.VALUE_TYPE_UNSIGNED_LONG_LONG, v)
+					fv[i].NvmlReturn = uint32(nvml.SUCCESS)
+				}
+			}
+		})
+	}
+	d.GetViolationStatusFunc = func(nvml.PerfPolicyType) (nvml.ViolationTime, nvml.Return) {
+		if ret := g.call("GetViolationStatus"); ret != nvml.SUCCESS {
+			return nvml.ViolationTime{}, ret
+		}
+		return nvml.ViolationTime{}, nvml.ERROR_NOT_SUPPORTED
+	}
+	d.GetTopologyCommonAncestorFunc = func(other nvml.Device) (nvml.GpuTopologyLevel, nvml.Return) {
+		var v nvml.GpuTopologyLevel
+		return v, g.locked(g.call("GetTopologyCommonAncestor"), func() { v = g.Levels[other.(*server.Device).Index] })
+	}
+	d.GetP2PStatusFunc = func(nvml.Device, nvml.GpuP2PCapsIndex) (nvml.GpuP2PStatus, nvml.Return) {
+		return nvml.P2P_STATUS_OK, g.call("GetP2PStatus")
+	}
+	d.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return {
+		return g.call("RegisterEvents")
+	}
+}

@@ -1,0 +1,143 @@
+package sampler
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// scripted is a source whose next answer the test sets.
+type scripted struct {
+	calls atomic.Int32
+	next  func(ctx context.Context) (int, error)
+}
+
+func (s *scripted) Sample(ctx context.Context) (int, error) {
+	s.calls.Add(1)
+	return s.next(ctx)
+}
+
+func TestSamplePublishesSnapshot(t *testing.T) {
+	src := &scripted{next: func(context.Context) (int, error) { return 42, nil }}
+	s := New[int]("test", src, Options{Interval: time.Second})
+	if s.Latest() != nil {
+		t.Fatal("snapshot before the first sample")
+	}
+	s.SampleOnce(context.Background())
+	snap := s.Latest()
+	if snap == nil || snap.Data != 42 {
+		t.Fatalf("snapshot = %+v, want data 42", snap)
+	}
+	st := s.Status()
+	if !st.Up || st.Errors != 0 || st.LastSuccess.IsZero() || st.Stalled {
+		t.Fatalf("status = %+v, want up, no errors, a last success", st)
+	}
+}
+
+func TestFailedSampleKeepsLastSnapshot(t *testing.T) {
+	src := &scripted{next: func(context.Context) (int, error) { return 1, nil }}
+	s := New[int]("test", src, Options{Interval: time.Second})
+	s.SampleOnce(context.Background())
+	first := s.Latest()
+
+	src.next = func(context.Context) (int, error) { return 0, errors.New("broken") }
+	s.SampleOnce(context.Background())
+	if s.Latest() != first {
+		t.Fatal("a failed sample replaced the snapshot")
+	}
+	st := s.Status()
+	if st.Up || st.Errors != 1 || !st.LastSuccess.Equal(first.Taken) {
+		t.Fatalf("status = %+v, want down, 1 error, last success at the first sample", st)
+	}
+}
+
+func TestPartialErrorCountsDroppedValues(t *testing.T) {
+	src := &scripted{next: func(context.Context) (int, error) {
+		return 7, &PartialError{Count: 3, First: errors.New("one field")}
+	}}
+	s := New[int]("test", src, Options{Interval: time.Second})
+	s.SampleOnce(context.Background())
+	st := s.Status()
+	if !st.Up || st.Errors != 3 {
+		t.Fatalf("status = %+v, want up with 3 errors", st)
+	}
+	if s.Latest() == nil || s.Latest().Data != 7 {
+		t.Fatal("partial sample was not published")
+	}
+}
+
+func TestHungSampleReportsStaleAndDoesNotPileUp(t *testing.T) {
+	release := make(chan struct{})
+	src := &scripted{next: func(context.Context) (int, error) { return 1, nil }}
+	s := New[int]("test", src, Options{Interval: time.Second, Timeout: 50 * time.Millisecond})
+	s.SampleOnce(context.Background())
+	good := s.Latest()
+
+	// The source ignores its context, as a hung C call does.
+	src.next = func(context.Context) (int, error) { <-release; return 2, nil }
+	done := make(chan struct{})
+	go func() { s.SampleOnce(context.Background()); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("SampleOnce waited on a hung source past its deadline")
+	}
+	st := s.Status()
+	if st.Up || !st.Stalled || st.Errors != 1 {
+		t.Fatalf("status while hung = %+v, want down, stalled, 1 error", st)
+	}
+	if s.Latest() != good {
+		t.Fatal("snapshot changed while the source hung")
+	}
+
+	// Ticks while the first call hangs start nothing new.
+	s.SampleOnce(context.Background())
+	s.SampleOnce(context.Background())
+	if n := src.calls.Load(); n != 2 {
+		t.Fatalf("source called %d times, want 2 (no new call while one hangs)", n)
+	}
+	if st := s.Status(); st.Errors != 3 {
+		t.Fatalf("errors = %d, want 3 (each skipped tick counts)", st.Errors)
+	}
+
+	// The late answer is real data, but the source is not up until a
+	// sample finishes in time.
+	close(release)
+	waitFor(t, func() bool { return !s.Status().Stalled })
+	if s.Latest().Data != 2 || s.Status().Up {
+		t.Fatalf("after late return: data %d up %v, want 2 and down", s.Latest().Data, s.Status().Up)
+	}
+	src.next = func(context.Context) (int, error) { return 3, nil }
+	s.SampleOnce(context.Background())
+	if st := s.Status(); !st.Up || s.Latest().Data != 3 {
+		t.Fatalf("after recovery: %+v data %d, want up with 3", st, s.Latest().Data)
+	}
+}
+
+func TestRunStopsWithContext(t *testing.T) {
+	src := &scripted{next: func(context.Context) (int, error) { return 1, nil }}
+	s := New[int]("test", src, Options{Interval: 10 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	waitFor(t, func() bool { return src.calls.Load() >= 3 })
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
