@@ -10,14 +10,15 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/promslog"
 	"github.com/prometheus/common/promslog/flag"
 	"github.com/prometheus/common/version"
@@ -27,6 +28,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/collector"
 	"github.com/gpulink/gpulink_exporter/internal/gpu"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/internal/scrape"
 )
 
 // defaultAddress avoids node_exporter (9100), dcgm-exporter (9400) and
@@ -36,13 +38,15 @@ const defaultAddress = ":9849"
 func main() {
 	app := kingpin.New("gpulink_exporter", "Prometheus exporter for GPU links: PCIe, NVLink, NICs and NUMA placement.")
 	var (
-		metricsPath = app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").String()
-		maxRequests = app.Flag("web.max-requests", "Maximum number of parallel scrape requests; 0 disables the limit.").Default("10").Int()
-		sysfsRoot   = app.Flag("path.sysfs", "sysfs mount point.").Default("/sys").String()
-		nvmlLib     = app.Flag("nvml.library", "Path or name of the NVML library to load.").Default("libnvidia-ml.so.1").String()
-		nvmlEvery   = app.Flag("nvml.interval", "How often to sample NVML.").Default("5s").Duration()
-		nvmlTimeout = app.Flag("nvml.timeout", "Deadline of one NVML sample; past it the source is reported down and stale.").Default("4s").Duration()
-		webConfig   = kingpinflag.AddFlags(app, defaultAddress)
+		metricsPath       = app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").String()
+		maxRequests       = app.Flag("web.max-requests", "Maximum number of parallel scrape requests; 0 disables the limit.").Default("10").Int()
+		sysfsRoot         = app.Flag("path.sysfs", "sysfs mount point.").Default("/sys").String()
+		nvmlLib           = app.Flag("nvml.library", "Path or name of the NVML library to load.").Default("libnvidia-ml.so.1").String()
+		nvmlEvery         = app.Flag("nvml.interval", "How often to sample NVML.").Default("5s").Duration()
+		nvmlTimeout       = app.Flag("nvml.timeout", "Deadline of one NVML sample; past it the source is reported down and stale.").Default("4s").Duration()
+		noExporterMetrics = app.Flag("web.disable-exporter-metrics", "Exclude the exporter's own go_* and process_* metrics.").Bool()
+		maxProcs          = app.Flag("runtime.gomaxprocs", "The target number of CPUs Go will run on (GOMAXPROCS).").Envar("GOMAXPROCS").Default("1").Int()
+		webConfig         = kingpinflag.AddFlags(app, defaultAddress)
 	)
 	switches := collector.RegisterSwitches(app)
 	logConfig := &promslog.Config{}
@@ -54,13 +58,21 @@ func main() {
 	logger := promslog.New(logConfig)
 	logger.Info("starting gpulink_exporter", "version", version.Info(), "collectors", switches.Names())
 	logger.Info("build context", "build_context", version.BuildContext())
+	// An exporter needs little parallelism; more Ps only cost memory and GC
+	// work (node_exporter defaults to 1 for the same reason). NVML calls are
+	// cgo calls and do not hold a P while they block.
+	runtime.GOMAXPROCS(*maxProcs)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(versioncollector.NewCollector("gpulink_exporter"))
+	if !*noExporterMetrics {
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
 	var statuses []sampler.StatusReporter
+	var versions []scrape.Versioned
 
 	if switches.Enabled("nvml") || switches.Enabled("xid") {
 		reader := gpu.NewReader(nvml.New(nvml.WithLibraryPath(*nvmlLib)), *sysfsRoot, logger)
@@ -76,31 +88,28 @@ func main() {
 			go s.Run(ctx)
 			reg.MustRegister(collector.NewNVMLCollector(s))
 			statuses = append(statuses, s)
+			versions = append(versions, s)
 		}
 		if switches.Enabled("xid") {
 			w := gpu.NewXIDWatcher(reader, logger)
 			go w.Run(ctx, *nvmlEvery)
 			reg.MustRegister(collector.NewXIDCollector(w, reader))
 			statuses = append(statuses, w)
+			versions = append(versions, w)
 		}
 	}
 	reg.MustRegister(collector.NewExporterCollector(statuses...))
 
-	if err := serve(ctx, logger, reg, webConfig, *metricsPath, *maxRequests); err != nil {
+	metrics := scrape.NewHandler(reg, versions, *maxRequests, logger)
+	if err := serve(ctx, logger, metrics, webConfig, *metricsPath); err != nil {
 		logger.Error("server failed", "err", err)
 		os.Exit(1)
 	}
 }
 
-func serve(ctx context.Context, logger *slog.Logger, reg *prometheus.Registry, webConfig *web.FlagConfig,
-	metricsPath string, maxRequests int) error {
+func serve(ctx context.Context, logger *slog.Logger, metrics http.Handler, webConfig *web.FlagConfig, metricsPath string) error {
 	mux := http.NewServeMux()
-	mux.Handle(metricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog:            slog.NewLogLogger(logger.Handler(), slog.LevelError),
-		ErrorHandling:       promhttp.ContinueOnError,
-		MaxRequestsInFlight: maxRequests,
-		Registry:            reg,
-	}))
+	mux.Handle(metricsPath, metrics)
 	if metricsPath != "/" {
 		landing, err := web.NewLandingPage(web.LandingConfig{
 			Name:        "gpulink_exporter",

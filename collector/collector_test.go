@@ -153,7 +153,7 @@ gpulink_gpu_nvlinks_active` + labels(g1...) + ` 17
 		"gpulink_gpu_remapped_rows", "gpulink_gpu_row_remap_pending", "gpulink_gpu_row_remap_failed",
 		"gpulink_gpu_pcie_link_max_generation", "gpulink_gpu_pcie_link_gpu_max_generation", "gpulink_gpu_pcie_link_width",
 		"gpulink_gpu_pcie_link_max_width", "gpulink_gpu_pcie_replays_total", "gpulink_gpu_pcie_correctable_errors_total",
-		"gpulink_gpu_pcie_transmit_bytes_total", "gpulink_gpu_pcie_receive_bytes_total", "gpulink_gpu_nvlinks",
+		"gpulink_gpu_memory_reserved_bytes", "gpulink_gpu_nvlinks",
 		"gpulink_gpu_nvlink_up", "gpulink_gpu_nvlink_version", "gpulink_gpu_nvlink_speed_bytes_per_second",
 		"gpulink_gpu_nvlink_remote_info", "gpulink_gpu_nvlink_errors_total", "gpulink_gpu_nvlink_transmit_bytes_total",
 		"gpulink_gpu_nvlink_receive_bytes_total", "gpulink_gpu_pair_nvlinks", "gpulink_gpu_pair_p2p_supported",

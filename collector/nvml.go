@@ -33,19 +33,19 @@ type NVMLCollector struct {
 }
 
 type nvmlDescs struct {
-	driverInfo, info, lost, pstate                     *prometheus.Desc
-	clock, clockMax, reasonActive, reasonSeconds       *prometheus.Desc
-	temperature, power, powerLimit, energy             *prometheus.Desc
-	utilization, memUtilization, memUsed, memTotal     *prometheus.Desc
-	computeMode, migEnabled                            *prometheus.Desc
-	eccVolatile, eccAggregate, remapped, remapPending  *prometheus.Desc
-	remapFailed, retired, retiredPending               *prometheus.Desc
-	pcieGen, pcieMaxGen, pcieGPUMaxGen, pcieWidth      *prometheus.Desc
-	pcieMaxWidth, pcieReplays, pcieCorrectable, pcieTX *prometheus.Desc
-	pcieRX                                             *prometheus.Desc
-	nvlinks, nvlinksActive, nvlinkUp, nvlinkVersion    *prometheus.Desc
-	nvlinkSpeed, nvlinkRemote, nvlinkErrors, nvlinkTX  *prometheus.Desc
-	nvlinkRX, pairInfo, pairNVLinks, pairP2P           *prometheus.Desc
+	driverInfo, info, lost, pstate                    *prometheus.Desc
+	clock, clockMax, reasonActive, reasonSeconds      *prometheus.Desc
+	temperature, power, powerLimit, energy            *prometheus.Desc
+	utilization, memUtilization, memUsed, memTotal    *prometheus.Desc
+	computeMode, migEnabled                           *prometheus.Desc
+	eccVolatile, eccAggregate, remapped, remapPending *prometheus.Desc
+	remapFailed, retired, retiredPending              *prometheus.Desc
+	pcieGen, pcieMaxGen, pcieGPUMaxGen, pcieWidth     *prometheus.Desc
+	pcieMaxWidth, pcieReplays, pcieCorrectable        *prometheus.Desc
+	memReserved                                       *prometheus.Desc
+	nvlinks, nvlinksActive, nvlinkUp, nvlinkVersion   *prometheus.Desc
+	nvlinkSpeed, nvlinkRemote, nvlinkErrors, nvlinkTX *prometheus.Desc
+	nvlinkRX, pairInfo, pairNVLinks, pairP2P          *prometheus.Desc
 }
 
 // NewNVMLCollector renders the snapshots of src.
@@ -73,6 +73,7 @@ func NewNVMLCollector(src interface {
 			"Fraction of the last sample period device memory was being read or written."),
 		memUsed:      gpuDesc("gpu", "memory_used_bytes", "Device memory in use."),
 		memTotal:     gpuDesc("gpu", "memory_total_bytes", "Device memory in total."),
+		memReserved:  gpuDesc("gpu", "memory_reserved_bytes", "Device memory the driver keeps for itself; not counted as used."),
 		computeMode:  gpuDesc("gpu", "compute_mode", "1 for the GPU's compute mode.", "mode"),
 		migEnabled:   gpuDesc("gpu", "mig_enabled", "1 if MIG mode is on."),
 		eccVolatile:  gpuDesc("gpu", "ecc_errors_volatile_total", "ECC memory errors since the driver loaded.", "type"),
@@ -91,8 +92,6 @@ func NewNVMLCollector(src interface {
 		pcieMaxWidth:    gpuDesc("gpu", "pcie_link_max_width", "Widest PCIe link GPU and slot together allow, in lanes."),
 		pcieReplays:     gpuDesc("gpu", "pcie_replays_total", "PCIe replays (link-level retransmissions)."),
 		pcieCorrectable: gpuDesc("gpu", "pcie_correctable_errors_total", "PCIe correctable errors."),
-		pcieTX:          gpuDesc("gpu", "pcie_transmit_bytes_total", "Bytes the GPU sent over PCIe; NVML lets it wrap, seen as a counter reset."),
-		pcieRX:          gpuDesc("gpu", "pcie_receive_bytes_total", "Bytes the GPU received over PCIe; NVML lets it wrap, seen as a counter reset."),
 		nvlinks:         gpuDesc("gpu", "nvlinks", "NVLinks the GPU has."),
 		nvlinksActive:   gpuDesc("gpu", "nvlinks_active", "NVLinks that are up."),
 		nvlinkUp:        gpuDesc("gpu", "nvlink_up", "1 if the NVLink is up.", "link"),
@@ -124,7 +123,7 @@ func (d *nvmlDescs) all() []*prometheus.Desc {
 		d.reasonSeconds, d.temperature, d.power, d.powerLimit, d.energy, d.utilization, d.memUtilization,
 		d.memUsed, d.memTotal, d.computeMode, d.migEnabled, d.eccVolatile, d.eccAggregate, d.remapped,
 		d.remapPending, d.remapFailed, d.retired, d.retiredPending, d.pcieGen, d.pcieMaxGen, d.pcieGPUMaxGen,
-		d.pcieWidth, d.pcieMaxWidth, d.pcieReplays, d.pcieCorrectable, d.pcieTX, d.pcieRX, d.nvlinks,
+		d.pcieWidth, d.pcieMaxWidth, d.pcieReplays, d.pcieCorrectable, d.memReserved, d.nvlinks,
 		d.nvlinksActive, d.nvlinkUp, d.nvlinkVersion, d.nvlinkSpeed, d.nvlinkRemote, d.nvlinkErrors,
 		d.nvlinkTX, d.nvlinkRX, d.pairInfo, d.pairNVLinks, d.pairP2P}
 }
@@ -253,6 +252,7 @@ func (c *NVMLCollector) renderGPU(o *out, g *gpu.GPUState) {
 	o.optGauge(d.memUtilization, g.MemoryUtilization)
 	o.optGauge(d.memUsed, g.MemoryUsed)
 	o.optGauge(d.memTotal, g.MemoryTotal)
+	o.optGauge(d.memReserved, g.MemoryReserved)
 	if g.ComputeMode.Valid {
 		o.gauge(d.computeMode, 1, g.ComputeMode.V)
 	}
@@ -281,8 +281,6 @@ func (c *NVMLCollector) renderPCIe(o *out, p *gpu.PCIeLink) {
 	o.optInt(d.pcieMaxWidth, p.MaxWidth)
 	o.optCounter(d.pcieReplays, p.Replays)
 	o.optCounter(d.pcieCorrectable, p.CorrectableErrors)
-	o.optCounter(d.pcieTX, p.TransmitBytes)
-	o.optCounter(d.pcieRX, p.ReceiveBytes)
 }
 
 var nvlinkErrorTypes = []string{"crc_flit", "crc_data", "replay", "recovery"}

@@ -26,12 +26,17 @@ var throttleFields = []struct {
 	{"hw_power_brake_slowdown", nvml.FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN, -1},
 }
 
-// nvlinkErrorFields stand in for GetNvLinkErrorCounter where a driver
-// answers that call NOT_SUPPORTED.
-var nvlinkErrorFields = map[string]uint32{
-	"replay":   nvml.FI_DEV_NVLINK_ERROR_DL_REPLAY,
-	"recovery": nvml.FI_DEV_NVLINK_ERROR_DL_RECOVERY,
-	"crc_flit": nvml.FI_DEV_NVLINK_ERROR_DL_CRC,
+// nvlinkErrorFields are the per-link error counters as field values, scope
+// the link. Batched they cost a quarter of one GetNvLinkErrorCounter call
+// each; readNVLinkErrorCalls fills in what a driver lacks.
+var nvlinkErrorFields = []struct {
+	name string
+	id   uint32
+}{
+	{"crc_flit", nvml.FI_DEV_NVLINK_ERROR_DL_CRC},
+	{"crc_data", nvml.FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L0},
+	{"replay", nvml.FI_DEV_NVLINK_ERROR_DL_REPLAY},
+	{"recovery", nvml.FI_DEV_NVLINK_ERROR_DL_RECOVERY},
 }
 
 // maxFieldsPerCall keeps each GetFieldValues request small; NVML documents
@@ -58,8 +63,6 @@ func readFields(rd *read, h nvml.Device, g *GPUState) {
 		add(t.field, 0, "clock event time "+reason, func(v float64) { g.Throttle.Seconds[reason] = v / 1e9 })
 	}
 	add(nvml.FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS, 0, "PCIe correctable errors", func(v float64) { g.PCIe.CorrectableErrors = Some(v) })
-	add(nvml.FI_DEV_PCIE_COUNT_TX_BYTES, 0, "PCIe TX bytes", func(v float64) { g.PCIe.TransmitBytes = Some(v) })
-	add(nvml.FI_DEV_PCIE_COUNT_RX_BYTES, 0, "PCIe RX bytes", func(v float64) { g.PCIe.ReceiveBytes = Some(v) })
 	for i := range g.NVLinks {
 		link := &g.NVLinks[i]
 		scope := uint32(link.Link)
@@ -70,11 +73,9 @@ func readFields(rd *read, h nvml.Device, g *GPUState) {
 		})
 		add(nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, scope, "NVLink TX bytes", func(v float64) { link.TransmitBytes = Some(v * 1024) })
 		add(nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, scope, "NVLink RX bytes", func(v float64) { link.ReceiveBytes = Some(v * 1024) })
-		for name, id := range nvlinkErrorFields {
-			if _, have := link.Errors[name]; have {
-				continue
-			}
-			add(id, scope, "NVLink "+name+" errors (field)", func(v float64) { link.Errors[name] = v })
+		for _, f := range nvlinkErrorFields {
+			name := f.name
+			add(f.id, scope, "NVLink "+name+" errors (field)", func(v float64) { link.Errors[name] = v })
 		}
 	}
 

@@ -102,7 +102,8 @@ func TestReadingsInBaseUnits(t *testing.T) {
 		{"remapped correctable", g.ECC.RemappedCorrectable.V, 2, g.ECC.RemappedCorrectable.Valid},
 		{"PCIe replays", g.PCIe.Replays.V, 11, g.PCIe.Replays.Valid},
 		{"PCIe correctable", g.PCIe.CorrectableErrors.V, 4, g.PCIe.CorrectableErrors.Valid},
-		{"PCIe TX bytes", g.PCIe.TransmitBytes.V, 1 << 30, g.PCIe.TransmitBytes.Valid},
+		{"memory used", g.MemoryUsed.V, 512 << 20, g.MemoryUsed.Valid},
+		{"memory reserved", g.MemoryReserved.V, 615 << 20, g.MemoryReserved.Valid},
 		{"hw thermal seconds", g.Throttle.Seconds["hw_thermal_slowdown"], 2.5, true},
 		{"sw power cap seconds", g.Throttle.Seconds["sw_power_cap"], 1.5, true},
 		{"NVLink speed B/s", g.NVLinks[0].SpeedBytes.V, 26562e6, g.NVLinks[0].SpeedBytes.Valid},
@@ -179,6 +180,54 @@ func TestPairsAsNvidiaSmiTopo(t *testing.T) {
 			}
 		}
 	})
+}
+
+func TestNVLinkErrorsFromFieldsOrCalls(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		unsupported []string
+	}{
+		{"fields, no per-link calls", []string{"GetNvLinkErrorCounter"}},
+		{"calls where fields are missing", []string{"field:161", "field:162", "field:163", "field:39"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := nvmlfake.NewH200Pair()
+			m.Update(func() {
+				m.GPUs[0].NVLinks[4].Errors = [4]uint64{nvml.NVLINK_ERROR_DL_REPLAY: 3, nvml.NVLINK_ERROR_DL_RECOVERY: 1,
+					nvml.NVLINK_ERROR_DL_CRC_FLIT: 250, nvml.NVLINK_ERROR_DL_CRC_DATA: 7}
+				for _, u := range tc.unsupported {
+					m.GPUs[0].Unsupported[u] = true
+				}
+			})
+			snap, err := gpu.NewReader(m, "", nil).Sample(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := snap.GPUs[0].NVLinks[4].Errors
+			want := map[string]float64{"replay": 3, "recovery": 1, "crc_flit": 250, "crc_data": 7}
+			for k, v := range want {
+				if got[k] != v {
+					t.Errorf("%s = %v, want %v (all: %v)", k, got[k], v, got)
+				}
+			}
+		})
+	}
+}
+
+func TestNVLinkRetrainedToAnotherPeer(t *testing.T) {
+	m := nvmlfake.NewH200Pair()
+	r := gpu.NewReader(m, "", nil)
+	sample(t, r)
+	m.Update(func() { m.GPUs[0].NVLinks[2].Up = false })
+	if l := sample(t, r).GPUs[0].NVLinks[2]; l.Active || l.RemotePCIBusID != "" {
+		t.Fatalf("down link: active %v remote %q, want down with no remote", l.Active, l.RemotePCIBusID)
+	}
+	m.Update(func() {
+		m.GPUs[0].NVLinks[2] = nvmlfake.Link{Up: true, Version: 4, RemoteBus: "00000000:05:00.0", RemoteType: nvml.NVLINK_DEVICE_TYPE_SWITCH}
+	})
+	if l := sample(t, r).GPUs[0].NVLinks[2]; !l.Active || l.RemotePCIBusID != "0000:05:00.0" || l.RemoteType != "switch" {
+		t.Fatalf("retrained link: %+v, want up to the switch at 0000:05:00.0", l)
+	}
 }
 
 func TestUnsupportedIsSkippedQuietly(t *testing.T) {

@@ -84,7 +84,6 @@ type PCIeLink struct {
 	// GPUMaxGeneration is what the GPU alone supports.
 	MaxGeneration, MaxWidth, GPUMaxGeneration Opt[int]
 	Replays, CorrectableErrors                Opt[float64]
-	TransmitBytes, ReceiveBytes               Opt[float64]
 }
 
 // NVLink is one NVLink of a GPU.
@@ -118,6 +117,7 @@ type GPUState struct {
 	Energy                            Opt[float64] // joules since driver load
 	Utilization, MemoryUtilization    Opt[float64] // 0..1
 	MemoryUsed, MemoryTotal           Opt[float64] // bytes
+	MemoryReserved                    Opt[float64] // bytes the driver keeps
 
 	ECC     ECC
 	PCIe    PCIeLink

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -22,6 +23,10 @@ type XIDWatcher struct {
 	// three times over marks the watcher down.
 	Wait time.Duration
 	now  func() time.Time
+
+	// version moves with every change to what the watcher reports, except
+	// staleness, which follows the clock.
+	version atomic.Uint64
 
 	mu      sync.Mutex
 	counts  map[xidKey]*XIDCount
@@ -61,6 +66,9 @@ func (w *XIDWatcher) Counts() []XIDCount {
 	})
 	return out
 }
+
+// Version changes whenever the counts or the watcher's state change.
+func (w *XIDWatcher) Version() uint64 { return w.version.Load() }
 
 // Status implements sampler.StatusReporter.
 func (w *XIDWatcher) Status() sampler.Status {
@@ -115,10 +123,12 @@ func (w *XIDWatcher) Run(ctx context.Context, retry time.Duration) {
 	w.running = true
 	w.lastOK = w.now()
 	w.mu.Unlock()
+	w.version.Add(1)
 	defer func() {
 		w.mu.Lock()
 		w.running = false
 		w.mu.Unlock()
+		w.version.Add(1)
 	}()
 	if registered == 0 {
 		w.logger.Warn("no GPU accepts XID event registration; XIDs are not counted")
@@ -156,6 +166,7 @@ func (w *XIDWatcher) fail(what string, ret nvml.Return) {
 	w.mu.Lock()
 	w.errors++
 	w.mu.Unlock()
+	w.version.Add(1)
 	w.logger.Debug(what, "nvml", ret)
 }
 
@@ -168,6 +179,7 @@ func (w *XIDWatcher) record(ev nvml.EventData, handles []nvml.Device) {
 	now := w.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	defer w.version.Add(1)
 	w.lastOK = now
 	k := xidKey{gpu, ev.EventData}
 	c := w.counts[k]

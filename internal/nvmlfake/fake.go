@@ -57,7 +57,7 @@ type GPU struct {
 	PowerMW, PowerLimitMW     uint32
 	EnergyMJ                  uint64
 	UtilGPU, UtilMem          uint32
-	MemUsed                   uint64
+	MemUsed, MemReserved      uint64
 	ComputeMode               nvml.ComputeMode
 	ECC                       [2][2]uint64 // [corrected, uncorrected][volatile, aggregate]
 	RemapCorr, RemapUnc       int
@@ -83,6 +83,14 @@ type Link struct {
 	RemoteBus  string // NVML form, 00000000:18:00.0
 	RemoteType nvml.IntNvLinkDeviceType
 	Errors     [4]uint64 // by nvml.NvLinkErrorCounter up to CRC_DATA
+}
+
+// linkErrorFields serve Link.Errors as field values too, as the driver does.
+var linkErrorFields = map[uint32]nvml.NvLinkErrorCounter{
+	nvml.FI_DEV_NVLINK_ERROR_DL_REPLAY:         nvml.NVLINK_ERROR_DL_REPLAY,
+	nvml.FI_DEV_NVLINK_ERROR_DL_RECOVERY:       nvml.NVLINK_ERROR_DL_RECOVERY,
+	nvml.FI_DEV_NVLINK_ERROR_DL_CRC:            nvml.NVLINK_ERROR_DL_CRC_FLIT,
+	nvml.FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L0: nvml.NVLINK_ERROR_DL_CRC_DATA,
 }
 
 // FieldKey addresses a field value.
@@ -149,7 +157,7 @@ func newMachine(s *server.Server) *Machine {
 			SMClockMHz: 1980, MemClockMHz: 2619, SMMaxMHz: 1980, MemMaxMHz: 2619,
 			PState: nvml.PSTATE_0, SupportedReasons: 0x1ff,
 			TempC: 34, MemTempC: 41, PowerMW: 112000, PowerLimitMW: 700000, EnergyMJ: 8_123_456_789,
-			UtilGPU: 0, UtilMem: 0, MemUsed: 512 << 20,
+			UtilGPU: 0, UtilMem: 0, MemUsed: 512 << 20, MemReserved: 615 << 20,
 			PCIeGen: 5, PCIeWidth: 16, PCIeMaxGen: 5, PCIeMaxWidth: 16, PCIeGPUMaxGen: 5,
 			Fields: map[FieldKey]float64{
 				{nvml.FI_DEV_MEMORY_TEMP, 0}:                                 41,
@@ -160,8 +168,6 @@ func newMachine(s *server.Server) *Machine {
 				{nvml.FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN, 0}:       0,
 				{nvml.FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN, 0}: 0,
 				{nvml.FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS, 0}:               0,
-				{nvml.FI_DEV_PCIE_COUNT_TX_BYTES, 0}:                         1 << 30,
-				{nvml.FI_DEV_PCIE_COUNT_RX_BYTES, 0}:                         2 << 30,
 			},
 			NVLinks:  make([]Link, 18),
 			NUMANode: -1,
@@ -349,6 +355,13 @@ func (g *GPU) setDeviceFuncs() {
 			v = nvml.Memory{Total: g.MemoryInfo.Total, Used: g.MemUsed, Free: g.MemoryInfo.Total - g.MemUsed}
 		})
 	}
+	d.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
+		var v nvml.Memory_v2
+		return v, g.locked(g.call("GetMemoryInfo_v2"), func() {
+			v = nvml.Memory_v2{Total: g.MemoryInfo.Total, Reserved: g.MemReserved, Used: g.MemUsed,
+				Free: g.MemoryInfo.Total - g.MemUsed - g.MemReserved}
+		})
+	}
 	d.GetComputeModeFunc = func() (nvml.ComputeMode, nvml.Return) {
 		var v nvml.ComputeMode
 		return v, g.locked(g.call("GetComputeMode"), func() { v = g.ComputeMode })
@@ -444,6 +457,9 @@ func (g *GPU) setDeviceFuncs() {
 			for i := range fv {
 				k := FieldKey{fv[i].FieldId, fv[i].ScopeId}
 				v, ok := g.Fields[k]
+				if c, isErr := linkErrorFields[k.ID]; isErr && int(k.Scope) < len(g.NVLinks) {
+					v, ok = float64(g.NVLinks[k.Scope].Errors[c]), true
+				}
 				switch {
 				case g.Unsupported[fmt.Sprintf("field:%d", k.ID)] || !ok:
 					fv[i].NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)

@@ -80,6 +80,9 @@ type Sampler[T any] struct {
 	now      func() time.Time
 
 	latest atomic.Pointer[Snapshot[T]]
+	// version counts finished, failed and stalled samples: whatever the
+	// exporter says of this source can only change when it moves.
+	version atomic.Uint64
 
 	mu     sync.Mutex
 	status Status
@@ -123,6 +126,9 @@ func (s *Sampler[T]) Name() string { return s.name }
 // Latest returns the newest usable snapshot, or nil before the first one.
 func (s *Sampler[T]) Latest() *Snapshot[T] { return s.latest.Load() }
 
+// Version changes whenever the snapshot or the status may have changed.
+func (s *Sampler[T]) Version() uint64 { return s.version.Load() }
+
 // Status reports the source's health.
 func (s *Sampler[T]) Status() Status {
 	s.mu.Lock()
@@ -164,6 +170,7 @@ func (s *Sampler[T]) SampleOnce(ctx context.Context) {
 		s.status.Stalled = true
 		s.status.Errors++
 		s.mu.Unlock()
+		s.version.Add(1)
 		s.logger.Debug("previous sample still running, skipping this one")
 		return
 	}
@@ -191,6 +198,7 @@ func (s *Sampler[T]) SampleOnce(ctx context.Context) {
 				s.status.Errors++
 			}
 			s.mu.Unlock()
+			s.version.Add(1)
 			s.logger.Warn("sample exceeded its deadline; source reported down until it returns", "timeout", s.timeout)
 		}
 	}
@@ -207,6 +215,7 @@ func (s *Sampler[T]) sample(ctx context.Context) {
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.version.Add(1)
 	s.busy = nil
 	s.status.Stalled = false
 	s.status.LastDuration = took

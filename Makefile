@@ -1,0 +1,93 @@
+# Build, test and benchmark gpulink_exporter. GNU make.
+
+GO        ?= go
+GOFMT     ?= gofmt
+BINARY    := gpulink_exporter
+TOOLS_BIN := $(CURDIR)/.tools/bin
+PROMTOOL  := $(TOOLS_BIN)/promtool
+DEVICE    := .device
+ARGS      ?=
+
+# Version stamping, as promu does for Prometheus projects. git may have no
+# commits yet (or not be a repository at all): fall back to "unknown".
+VERSION    := $(shell cat VERSION)
+REVISION   := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+BRANCH     := $(shell git symbolic-ref --short -q HEAD 2>/dev/null || echo unknown)
+BUILD_USER := $(shell id -un 2>/dev/null || echo unknown)@$(shell uname -n)
+BUILD_DATE := $(shell date -u +%Y%m%d-%H:%M:%S)
+VPKG       := github.com/prometheus/common/version
+LDFLAGS    := -X $(VPKG).Version=$(VERSION) \
+              -X $(VPKG).Revision=$(REVISION) \
+              -X $(VPKG).Branch=$(BRANCH) \
+              -X $(VPKG).BuildUser=$(BUILD_USER) \
+              -X $(VPKG).BuildDate=$(BUILD_DATE)
+# No -extldflags "-z now" / bindnow: go-nvml links with NVML's symbols left
+# unresolved and dlopens libnvidia-ml at run time; with immediate binding the
+# binary would not even start on a machine without the driver.
+
+# cgo is on for go-nvml. The tests use -race, which needs cgo too.
+export CGO_ENABLED := 1
+# go-nvml's bindings call many functions nvml.h marks deprecated; without
+# this every cgo compile of it prints screens of warnings.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
+
+.PHONY: all build run tools test vet fmt-check lint bench scrapebench device-build clean
+
+all: build
+
+build:
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BINARY) .
+
+run: build
+	./$(BINARY) $(ARGS)
+
+# Real promtool/prometheus/alertmanager from Debian packages (idempotent).
+tools:
+	scripts/fetch-prom-tools.sh $(TOOLS_BIN)
+
+vet:
+	$(GO) vet ./...
+
+# Fails listing the files gofmt would change. Checks tracked and untracked
+# (not ignored) files, so it also works before the first commit.
+fmt-check:
+	@files=$$(git ls-files -co --exclude-standard -- '*.go' 2>/dev/null || \
+		find . -name '*.go' -not -path './.*'); \
+	[ -z "$$files" ] && exit 0; \
+	bad=$$($(GOFMT) -l $$files); \
+	if [ -n "$$bad" ]; then echo "gofmt needed on:"; echo "$$bad"; exit 1; fi
+
+lint: fmt-check vet
+
+# Tests find promtool through $PROMTOOL. -race makes them slow: go test runs
+# GOMAXPROCS packages at once, which on a small CI machine is about right.
+test: tools vet fmt-check
+	PROMTOOL=$(PROMTOOL) $(GO) test -count=1 -race -timeout 15m ./...
+
+# Standalone, static (stdlib only) so it also runs where there is no Go.
+scrapebench:
+	@mkdir -p $(TOOLS_BIN)
+	CGO_ENABLED=0 $(GO) build -ldflags '-s -w' -o $(TOOLS_BIN)/scrapebench ./bench/scrapebench
+
+# Scrape cost of a local build. Exporter flags via ARGS; N, IDLE, ADDR,
+# WAIT_METRIC and BENCH_OUT (output directory) are passed through.
+bench: build scrapebench
+	bench/scrape.sh -b ./$(BINARY) -s $(TOOLS_BIN)/scrapebench $(if $(BENCH_OUT),-o $(BENCH_OUT)) -- $(ARGS)
+
+# Everything to carry to a GPU machine (which has no Go): there, run
+# .device/scrape.sh [-o DIR] [-- EXPORTER_ARGS]. promtool goes in gzipped
+# (48 MB -> 13 MB) to keep the carried tree under its 64 MiB limit; unpack
+# it there with `gunzip -k .device/promtool.gz`.
+device-build: tools
+	@mkdir -p $(DEVICE)
+	$(GO) build -ldflags '$(LDFLAGS) -s -w' -o $(DEVICE)/$(BINARY) .
+	CGO_ENABLED=0 $(GO) build -ldflags '-s -w' -o $(DEVICE)/scrapebench ./bench/scrapebench
+	$(GO) test -c -tags gpu -ldflags '-s -w' -o $(DEVICE)/gpu.test ./internal/gpu
+	$(GO) test -c -ldflags '-s -w' -o $(DEVICE)/collector.test ./collector
+	cp bench/*.sh bench/*.py $(DEVICE)/
+	gzip -9 -c $(PROMTOOL) >$(DEVICE)/promtool.gz
+	@du -sh $(DEVICE)
+
+clean:
+	rm -rf $(BINARY) $(DEVICE) dist
+	rm -f $(TOOLS_BIN)/scrapebench

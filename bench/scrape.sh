@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Start the exporter, measure its scrape cost with scrapebench, stop it.
+#
+# Usage: bench/scrape.sh [-b BINARY] [-s SCRAPEBENCH] [-o OUTDIR] [-- EXPORTER_ARGS...]
+#
+#   -b  exporter binary   (default: gpulink_exporter next to this script, in
+#                          <repo>/.device, in the current directory, in <repo>)
+#   -s  scrapebench binary (looked up the same way)
+#   -o  output directory for exporter.log, result.txt, result.json and
+#       metrics.txt (default: a new directory under ${TMPDIR:-/tmp})
+#
+# Environment:
+#   ADDR         listen address (default 127.0.0.1:9849)
+#   N            number of scrapes (default 1000)
+#   IDLE         idle baseline window (default 10s)
+#   WAIT_METRIC  substring to wait for (up to 60 s) before measuring.
+#                Default: where an NVIDIA driver is loaded (/dev/nvidiactl),
+#                'gpulink_source_up{source="nvml"} 1', so the first NVML
+#                sample is in; elsewhere the same metric with either value
+#                (without a GPU it stays 0). '' only waits until the exporter
+#                answers.
+#
+# Needs only bash and the two binaries (no Go), so it runs as is on a GPU
+# machine from the bundle that `make device-build` puts into .device/.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+
+usage() {
+	sed -n '3,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	exit 2
+}
+
+# find NAME: first executable NAME in the default places.
+find_bin() {
+	local d
+	for d in "$here" "$repo/.device" "$PWD" "$repo"; do
+		if [[ -f $d/$1 && -x $d/$1 ]]; then
+			echo "$d/$1"
+			return 0
+		fi
+	done
+	return 1
+}
+
+bin="" sb="" out=""
+while getopts "b:s:o:h" opt; do
+	case $opt in
+	b) bin=$OPTARG ;;
+	s) sb=$OPTARG ;;
+	o) out=$OPTARG ;;
+	*) usage ;;
+	esac
+done
+shift $((OPTIND - 1)) # getopts also consumes a "--"; the rest go to the exporter
+
+[[ -n $bin ]] || bin=$(find_bin gpulink_exporter) || { echo "scrape.sh: no gpulink_exporter found; use -b" >&2; exit 1; }
+[[ -n $sb ]] || sb=$(find_bin scrapebench) || { echo "scrape.sh: no scrapebench found; use -s" >&2; exit 1; }
+for f in "$bin" "$sb"; do
+	[[ -x $f ]] || { echo "scrape.sh: $f is not an executable file" >&2; exit 1; }
+done
+[[ -n $out ]] || out=$(mktemp -d "${TMPDIR:-/tmp}/scrape.XXXXXX")
+mkdir -p "$out"
+
+addr=${ADDR:-127.0.0.1:9849}
+nvml_up='gpulink_source_up{source="nvml"}'
+if [[ -e /dev/nvidiactl ]]; then
+	wait_metric=${WAIT_METRIC-"$nvml_up 1"}
+else
+	wait_metric=${WAIT_METRIC-"$nvml_up"}
+fi
+
+# Refuse to measure some other process that already holds the port.
+if (exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}") 2>/dev/null; then
+	echo "scrape.sh: something already listens on $addr; stop it or set ADDR" >&2
+	exit 1
+fi
+
+pid="" sbpid=""
+cleanup() { # stop scrapebench (if running) and the exporter
+	[[ -n $sbpid ]] && kill -TERM "$sbpid" 2>/dev/null || true
+	[[ -n $pid ]] || return 0
+	if kill -0 "$pid" 2>/dev/null; then
+		kill -TERM "$pid" 2>/dev/null || true
+		# Give it 5 s to shut down cleanly, then SIGKILL.
+		for _ in $(seq 50); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -KILL "$pid" 2>/dev/null || true
+	fi
+	wait "$pid" 2>/dev/null || true
+	pid=""
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+echo "exporter:    $bin --web.listen-address=$addr $*"
+echo "output:      $out"
+echo "waiting for: ${wait_metric:-(exporter answering)}"
+"$bin" "--web.listen-address=$addr" "$@" >"$out/exporter.log" 2>&1 &
+pid=$!
+
+# scrapebench runs in the background and we wait for it, so that a signal
+# to this script runs the traps at once instead of after scrapebench ends.
+"$sb" -url "http://$addr/metrics" -pid "$pid" -n "${N:-1000}" -idle "${IDLE:-10s}" \
+	-wait-metric "$wait_metric" -json "$out/result.json" -save-body "$out/metrics.txt" \
+	>"$out/result.txt" &
+sbpid=$!
+rc=0
+wait "$sbpid" || rc=$?
+sbpid=""
+cleanup
+
+cat "$out/result.txt"
+if [[ $rc -ne 0 ]]; then
+	echo "scrape.sh: scrapebench failed (rc $rc); last lines of $out/exporter.log:" >&2
+	tail -n 20 "$out/exporter.log" >&2 || true
+	exit "$rc"
+fi
+
+# On a machine with an NVIDIA driver, a measurement without NVML is most
+# likely not what was wanted: say so loudly.
+if [[ -e /dev/nvidiactl ]] && grep -q '^gpulink_source_up{source="nvml"} 0' "$out/metrics.txt"; then
+	echo "WARNING: /dev/nvidiactl exists but gpulink_source_up{source=\"nvml\"} is 0: NVML was not used" >&2
+fi
+echo "results in $out"

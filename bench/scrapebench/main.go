@@ -1,0 +1,393 @@
+// Command scrapebench measures what a Prometheus exporter costs per scrape.
+//
+// It waits for the exporter to come up (optionally for a given metric line),
+// measures the exporter's idle CPU use, then scrapes it n times back to back
+// the way Prometheus does (OpenMetrics preferred, gzip) and reports latency
+// percentiles, CPU time per scrape (net of the idle rate), memory and the
+// size of one scrape. CPU and memory are read from /proc/PID, so -pid must
+// name the exporter process and it must run on the same Linux host.
+//
+// It uses the standard library only, so it builds into a static binary that
+// can be carried to a machine without Go (see bench/scrape.sh).
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Prometheus 2.x/3.x style scrape request headers.
+const (
+	acceptScrape = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
+	acceptText   = "text/plain;version=0.0.4"
+)
+
+// clkTck is USER_HZ, the unit of utime/stime in /proc/PID/stat. It is 100 on
+// every Linux architecture Go supports; reading it via sysconf would need cgo.
+const clkTck = 100
+
+// Result is what gets printed and written as JSON.
+type Result struct {
+	URL               string  `json:"url"`
+	PID               int     `json:"pid,omitempty"`
+	Scrapes           int     `json:"scrapes"`
+	Errors            int     `json:"errors"`
+	P50Ms             float64 `json:"p50_ms"`
+	P90Ms             float64 `json:"p90_ms"`
+	P99Ms             float64 `json:"p99_ms"`
+	MaxMs             float64 `json:"max_ms"`
+	MeanMs            float64 `json:"mean_ms"`
+	ScrapeWindowS     float64 `json:"scrape_window_s"`
+	IdleWindowS       float64 `json:"idle_window_s"`
+	IdleCPURate       float64 `json:"idle_cpu_rate"`         // CPU seconds per wall second while idle
+	CPUMsPerScrape    float64 `json:"cpu_ms_per_scrape"`     // net of the idle rate
+	RawCPUMsPerScrape float64 `json:"raw_cpu_ms_per_scrape"` // not subtracted
+	RSSMiB            float64 `json:"rss_mib"`
+	HWMMiB            float64 `json:"hwm_mib"`
+	Series            int     `json:"series"`
+	TextBodyBytes     int64   `json:"text_body_bytes"`   // one uncompressed text-format scrape
+	ScrapeBodyBytes   int64   `json:"scrape_body_bytes"` // one scrape as measured, decompressed
+	ScrapeWireBytes   int64   `json:"scrape_wire_bytes"` // the same on the wire (gzip)
+	ContentType       string  `json:"content_type"`
+	WaitedFor         string  `json:"waited_for,omitempty"` // the line that matched -wait-metric
+}
+
+func main() {
+	url := flag.String("url", "http://127.0.0.1:9849/metrics", "exporter metrics URL")
+	pid := flag.Int("pid", 0, "exporter PID, for CPU and memory from /proc (0: skip)")
+	n := flag.Int("n", 1000, "number of sequential scrapes to measure")
+	idle := flag.Duration("idle", 10*time.Second, "idle window (no scrapes) for the baseline CPU rate")
+	waitMetric := flag.String("wait-metric", "", "substring to wait for in the scrape output before measuring (empty: only wait until reachable)")
+	jsonOut := flag.String("json", "", "also write the result as JSON to this file")
+	saveBody := flag.String("save-body", "", "write one uncompressed text-format scrape to this file")
+	timeout := flag.Duration("timeout", 10*time.Second, "per-scrape timeout")
+	waitLimit := flag.Duration("wait-timeout", 60*time.Second, "how long to wait for the exporter (and -wait-metric)")
+	flag.Parse()
+
+	if err := run(*url, *pid, *n, *idle, *waitMetric, *waitLimit, *jsonOut, *saveBody, *timeout); err != nil {
+		fmt.Fprintln(os.Stderr, "scrapebench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(url string, pid, n int, idle time.Duration, waitMetric string, waitLimit time.Duration, jsonOut, saveBody string, timeout time.Duration) error {
+	if n < 1 {
+		return errors.New("-n must be at least 1")
+	}
+	// One client with keep-alive, as Prometheus reuses its connection.
+	// DisableCompression: we set Accept-Encoding ourselves and gunzip
+	// explicitly, so the wire size is visible.
+	client := &http.Client{
+		Timeout:   timeout,
+		Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 1},
+	}
+	res := Result{URL: url, PID: pid, Scrapes: n}
+
+	text, err := waitReady(client, url, pid, waitMetric, waitLimit)
+	if err != nil {
+		return err
+	}
+	res.TextBodyBytes = int64(len(text))
+	res.Series = countSeries(text)
+	res.WaitedFor = matchingLine(text, waitMetric)
+	if saveBody != "" {
+		if err := os.WriteFile(saveBody, text, 0o644); err != nil {
+			return err
+		}
+	}
+
+	var cpuIdle0, cpuIdle1, cpuScr0, cpuScr1 float64
+	if pid > 0 {
+		if cpuIdle0, err = procCPU(pid); err != nil {
+			return err
+		}
+	}
+	idleStart := time.Now()
+	time.Sleep(idle)
+	res.IdleWindowS = time.Since(idleStart).Seconds()
+	if pid > 0 {
+		if cpuIdle1, err = procCPU(pid); err != nil {
+			return err
+		}
+		res.IdleCPURate = (cpuIdle1 - cpuIdle0) / res.IdleWindowS
+		cpuScr0 = cpuIdle1
+	}
+
+	lat := make([]time.Duration, 0, n)
+	var lastErr error
+	scrStart := time.Now()
+	for i := 0; i < n; i++ {
+		t0 := time.Now()
+		body, wire, ctype, err := scrape(client, url, acceptScrape, true)
+		d := time.Since(t0)
+		if err != nil {
+			res.Errors++
+			lastErr = err
+			continue
+		}
+		lat = append(lat, d)
+		res.ScrapeBodyBytes, res.ScrapeWireBytes, res.ContentType = body, wire, ctype
+	}
+	res.ScrapeWindowS = time.Since(scrStart).Seconds()
+	if pid > 0 {
+		if cpuScr1, err = procCPU(pid); err != nil {
+			return err
+		}
+		raw := cpuScr1 - cpuScr0
+		res.RawCPUMsPerScrape = raw / float64(n) * 1e3
+		res.CPUMsPerScrape = (raw - res.IdleCPURate*res.ScrapeWindowS) / float64(n) * 1e3
+		if res.RSSMiB, res.HWMMiB, err = procMem(pid); err != nil {
+			return err
+		}
+	}
+
+	if len(lat) > 0 {
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		var sum time.Duration
+		for _, d := range lat {
+			sum += d
+		}
+		res.P50Ms = ms(percentile(lat, 0.50))
+		res.P90Ms = ms(percentile(lat, 0.90))
+		res.P99Ms = ms(percentile(lat, 0.99))
+		res.MaxMs = ms(lat[len(lat)-1])
+		res.MeanMs = ms(sum / time.Duration(len(lat)))
+	}
+
+	printTable(os.Stdout, &res)
+	if jsonOut != "" {
+		b, _ := json.MarshalIndent(&res, "", "  ")
+		if err := os.WriteFile(jsonOut, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	if res.Errors > 0 {
+		return fmt.Errorf("%d of %d scrapes failed, last error: %v", res.Errors, n, lastErr)
+	}
+	return nil
+}
+
+// waitReady polls the exporter until it answers (and, if waitMetric is set,
+// until its text output contains waitMetric), for up to waitLimit. It returns
+// the last uncompressed text-format body.
+func waitReady(client *http.Client, url string, pid int, waitMetric string, waitLimit time.Duration) ([]byte, error) {
+	deadline := time.Now().Add(waitLimit)
+	for {
+		body, err := scrapeBody(client, url, acceptText)
+		if err == nil && (waitMetric == "" || bytes.Contains(body, []byte(waitMetric))) {
+			return body, nil
+		}
+		if pid > 0 && !alive(pid) {
+			return nil, fmt.Errorf("exporter process %d exited (see its log)", pid)
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				return nil, fmt.Errorf("exporter unreachable at %s after %s: %v", url, waitLimit, err)
+			}
+			return nil, fmt.Errorf("exporter at %s did not expose %q within %s", url, waitMetric, waitLimit)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// alive reports whether pid exists and is not a zombie (exited, not reaped).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
+}
+
+// scrape does one GET, reads (and if needed gunzips) the whole body and
+// returns its decompressed and wire sizes and content type.
+func scrape(client *http.Client, url, accept string, gz bool) (body, wire int64, ctype string, err error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0, 0, "", err
+	}
+	req.Header.Set("Accept", accept)
+	if gz {
+		req.Header.Set("Accept-Encoding", "gzip")
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, 0, "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		io.Copy(io.Discard, resp.Body)
+		return 0, 0, "", fmt.Errorf("HTTP %s", resp.Status)
+	}
+	cr := &countReader{r: resp.Body}
+	var r io.Reader = cr
+	if resp.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(cr)
+		if err != nil {
+			return 0, 0, "", err
+		}
+		r = zr
+	}
+	body, err = io.Copy(io.Discard, r)
+	if err != nil {
+		return 0, 0, "", err
+	}
+	io.Copy(io.Discard, resp.Body) // drain any trailer so the connection is reused
+	return body, cr.n, resp.Header.Get("Content-Type"), nil
+}
+
+// scrapeBody fetches one uncompressed body.
+func scrapeBody(client *http.Client, url, accept string) ([]byte, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", accept)
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("HTTP %s", resp.Status)
+	}
+	return b, nil
+}
+
+type countReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// countSeries counts sample lines: not empty, not a # comment.
+func countSeries(text []byte) int {
+	n := 0
+	sc := bufio.NewScanner(bytes.NewReader(text))
+	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
+	for sc.Scan() {
+		l := bytes.TrimSpace(sc.Bytes())
+		if len(l) > 0 && l[0] != '#' {
+			n++
+		}
+	}
+	return n
+}
+
+// matchingLine returns the first line of text containing sub ("" if sub is "").
+func matchingLine(text []byte, sub string) string {
+	if sub == "" {
+		return ""
+	}
+	for _, l := range bytes.Split(text, []byte("\n")) {
+		if bytes.Contains(l, []byte(sub)) {
+			return string(l)
+		}
+	}
+	return ""
+}
+
+// procCPU returns utime+stime of pid in seconds.
+func procCPU(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("exporter process %d: %v", pid, err)
+	}
+	// comm (field 2) may contain spaces and parentheses: split after the
+	// last ')'. The rest starts at field 3 (state); utime and stime are
+	// fields 14 and 15.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	ut, err1 := strconv.ParseUint(f[14-3], 10, 64)
+	st, err2 := strconv.ParseUint(f[15-3], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	return float64(ut+st) / clkTck, nil
+}
+
+// procMem returns VmRSS and VmHWM of pid in MiB.
+func procMem(pid int) (rss, hwm float64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, fmt.Errorf("exporter process %d: %v", pid, err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		kb, err := strconv.ParseFloat(f[1], 64)
+		if err != nil {
+			continue
+		}
+		switch f[0] {
+		case "VmRSS:":
+			rss = kb / 1024
+		case "VmHWM:":
+			hwm = kb / 1024
+		}
+	}
+	return rss, hwm, nil
+}
+
+// percentile is the nearest-rank percentile of sorted durations.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	if i < 0 {
+		i = 0
+	}
+	return sorted[i]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func printTable(w io.Writer, r *Result) {
+	fmt.Fprintf(w, "url               %s\n", r.URL)
+	if r.WaitedFor != "" {
+		fmt.Fprintf(w, "waited for        %s\n", r.WaitedFor)
+	}
+	fmt.Fprintf(w, "scrapes           %d (errors %d) in %.2f s\n", r.Scrapes, r.Errors, r.ScrapeWindowS)
+	fmt.Fprintf(w, "latency ms        p50 %.3f  p90 %.3f  p99 %.3f  max %.3f  mean %.3f\n",
+		r.P50Ms, r.P90Ms, r.P99Ms, r.MaxMs, r.MeanMs)
+	if r.PID > 0 {
+		fmt.Fprintf(w, "cpu ms/scrape     %.3f net (raw %.3f)\n", r.CPUMsPerScrape, r.RawCPUMsPerScrape)
+		fmt.Fprintf(w, "idle cpu          %.4f cpu-s/s (%.2f ms/s over %.1f s)\n",
+			r.IdleCPURate, r.IdleCPURate*1e3, r.IdleWindowS)
+		fmt.Fprintf(w, "rss MiB           %.1f (hwm %.1f)\n", r.RSSMiB, r.HWMMiB)
+	} else {
+		fmt.Fprintf(w, "cpu, memory       n/a (no -pid)\n")
+	}
+	fmt.Fprintf(w, "series            %d\n", r.Series)
+	fmt.Fprintf(w, "body bytes        %d text; %d as scraped (%s), %d on the wire\n",
+		r.TextBodyBytes, r.ScrapeBodyBytes, r.ContentType, r.ScrapeWireBytes)
+}
