@@ -38,7 +38,7 @@ echo "== promtool check metrics (real GPU scrape)"
 "$here/promtool" check metrics <"$out/metrics-idle.txt" && echo "promtool: clean"
 
 echo "== exporter vs nvidia-smi (idle)"
-python3 "$here/nvsmi_compare.py" "$out/metrics-idle.txt" "$out/nvsmi.xml" "$out/topo.txt" "$out/nvlink-s.txt" | tee "$out/compare-idle.txt" | tail -n 60
+python3 "$here/nvsmi_compare.py" "$out/metrics-idle.txt" "$out/nvsmi.xml" "$out/topo.txt" "$out/nvlink-s.txt" "$out/nvlink-e.txt" | tee "$out/compare-idle.txt" | tail -n 60
 
 metric() { # file name labels-regex -> value (sum over matches)
   awk -v n="$2" -v re="$3" '$1 ~ "^"n"\\{" && $1 ~ re {s+=$2} END {printf "%.0f", s}' "$1"
@@ -58,7 +58,6 @@ cat "$out/load-h2d.json"
 echo "PCIe during H2D: gen $(metric "$out/during-h2d.txt" gpulink_gpu_pcie_link_generation 'gpu="0"') width $(metric "$out/during-h2d.txt" gpulink_gpu_pcie_link_width 'gpu="0"'); nvidia-smi during: $(python3 -c "
 import xml.etree.ElementTree as E;g=E.parse('$out/nvsmi-during-h2d.xml').getroot().find('gpu/pci/pci_gpu_link_info');print('gen',g.findtext('pcie_gen/current_link_gen'),'width',g.findtext('link_widths/current_link_width'))")"
 echo "PCIe when idle: gen $(metric "$out/metrics-idle.txt" gpulink_gpu_pcie_link_generation 'gpu="0"')"
-echo "PCIe receive throughput on GPU 0 during H2D (exporter, 20 ms window): $(metric "$out/during-h2d.txt" gpulink_gpu_pcie_throughput_bytes_per_second 'direction="receive".*gpu="0"') B/s; PyTorch average: $(python3 -c "import json;print(round(json.load(open('$out/load-h2d.json'))['gbps']*1e9))") B/s"
 
 echo "== under load: D2H on GPU 0"
 python3 "$here/load.py" d2h 5 >"$out/load-d2h.json" &
@@ -67,7 +66,7 @@ sleep 3
 scrape during-d2h.txt
 wait $lp
 cat "$out/load-d2h.json"
-echo "PCIe transmit throughput on GPU 0 during D2H (exporter, 20 ms window): $(metric "$out/during-d2h.txt" gpulink_gpu_pcie_throughput_bytes_per_second 'direction="transmit".*gpu="0"') B/s; PyTorch average: $(python3 -c "import json;print(round(json.load(open('$out/load-d2h.json'))['gbps']*1e9))") B/s"
+echo "PCIe during D2H: gen $(metric "$out/during-d2h.txt" gpulink_gpu_pcie_link_generation 'gpu="0"') width $(metric "$out/during-d2h.txt" gpulink_gpu_pcie_link_width 'gpu="0"')"
 
 if [ "$ngpu" -ge 2 ]; then
   echo "== under load: GPU 0 -> GPU 1 over NVLink"
@@ -92,6 +91,11 @@ grep '^# TYPE' "$out/metrics-idle.txt" | awk '{print $3}' | sort >"$out/families
 wc -l <"$out/families.txt"
 echo "== unsupported on this GPU (exporter debug log, first time each)"
 grep 'not supported' "$out/exporter.log" | sed 's/.*gpu=\([0-9]*\) what="\{0,1\}\([^"]*\)"\{0,1\} nvml=\(.*\)/gpu \1: \2 (\3)/' | sort -u | head -40
+
+echo "== memory: exporter RSS by mapping, Go's share"
+grep -E '^(process_resident_memory_bytes|go_memstats_(heap_inuse|sys)_bytes)' "$out/after-h2d.txt"
+grep -E 'VmRSS|RssAnon|RssFile' /proc/$pid/status
+awk '/^[0-9a-f]+-/{name=$6; if(name=="") name="[anon]"} /^Rss:/{r[name]+=$2} END{for(n in r) if (r[n]>500) print r[n]" kB", n}' /proc/$pid/smaps | sort -rn | head -6
 
 echo "== GPU tests (real NVML seam)"
 "$here/gpu.test" -test.v -test.count=1 2>&1 | tee "$out/gpu-test.log" | grep -vE '^=== RUN'

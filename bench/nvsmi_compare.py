@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compare a gpulink_exporter scrape with nvidia-smi taken in the same run.
 
-Usage: nvsmi_compare.py METRICS.txt NVSMI.xml TOPO.txt NVLINK_S.txt
+Usage: nvsmi_compare.py METRICS.txt NVSMI.xml TOPO.txt NVLINK_S.txt [NVLINK_E.txt]
 
 Prints one row per checked value: what nvidia-smi says, what the exporter
 says, and whether they agree (exactly for identity and topology, within a
@@ -160,6 +160,20 @@ def main():
         if m and gpu is not None:
             _, v = get(s, 'gpulink_gpu_nvlink_up', gpu=gpu, link=m.group(1))
             close(f'GPU {gpu} NVLink {m.group(1)} up', 0, v, 0)
+
+    # nvidia-smi nvlink -e: "\t Link 0: Replay Errors: 0" (Recovery, CRC).
+    if len(sys.argv) > 5:
+        kinds = {'Replay Errors': 'replay', 'Recovery Errors': 'recovery', 'CRC Errors': 'crc_flit'}
+        gpu = None
+        for line in open(sys.argv[5]):
+            m = re.match(r'GPU (\d+):', line)
+            if m:
+                gpu = int(m.group(1))
+                continue
+            m = re.match(r'\s*Link (\d+): ([A-Za-z ]+): (\d+)', line)
+            if m and gpu is not None and m.group(2) in kinds:
+                _, v = get(s, 'gpulink_gpu_nvlink_errors_total', gpu=gpu, link=m.group(1), type=kinds[m.group(2)])
+                close(f'GPU {gpu} NVLink {m.group(1)} {kinds[m.group(2)]} errors', float(m.group(3)), v, 0)
 
     # nvidia-smi topo -m: header "GPU0 GPU1 ...", rows "GPU0 X NV18 ...".
     header = None

@@ -184,6 +184,8 @@ func TestLostGPUIsReported(t *testing.T) {
 	for _, want := range []string{
 		`gpulink_gpu_lost{` + g1 + `} 1`,
 		`gpulink_gpu_xid_errors_total{` + g1 + `,xid="79"} 1`,
+		`gpulink_gpu_xid_events_total{` + g1 + `} 1`,
+		`gpulink_gpu_xid_events_total{gpu="0",pci_bus_id="0000:19:00.0",uuid="` + m.GPUs[0].UUID + `"} 0`,
 		`gpulink_source_up{source="nvml"} 1`,
 	} {
 		if !strings.Contains(body, want) {

@@ -15,13 +15,15 @@ type XIDCollector struct {
 	ids    interface {
 		Identities() []gpu.Identity
 	}
-	total, last *prometheus.Desc
+	events, total, last *prometheus.Desc
 }
 
 // NewXIDCollector renders w's counts, labelled with the GPUs the reader
 // found.
 func NewXIDCollector(w interface{ Counts() []gpu.XIDCount }, ids interface{ Identities() []gpu.Identity }) *XIDCollector {
 	return &XIDCollector{counts: w, ids: ids,
+		events: gpuDesc("gpu", "xid_events_total",
+			"XID errors of any code; present from 0 for every GPU, so increase() sees the first one."),
 		total: gpuDesc("gpu", "xid_errors_total", "XID errors reported by the driver, by XID code.", "xid"),
 		last:  gpuDesc("gpu", "xid_last_seen_timestamp_seconds", "Unix time this XID was last seen.", "xid"),
 	}
@@ -29,6 +31,7 @@ func NewXIDCollector(w interface{ Counts() []gpu.XIDCount }, ids interface{ Iden
 
 // Describe implements prometheus.Collector.
 func (c *XIDCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.events
 	ch <- c.total
 	ch <- c.last
 }
@@ -36,10 +39,17 @@ func (c *XIDCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *XIDCollector) Collect(ch chan<- prometheus.Metric) {
 	counts := c.counts.Counts()
-	if len(counts) == 0 {
-		return
-	}
 	ids := c.ids.Identities()
+	perGPU := make([]uint64, len(ids))
+	for _, x := range counts {
+		if x.GPU >= 0 && x.GPU < len(ids) {
+			perGPU[x.GPU] += x.Count
+		}
+	}
+	for i, id := range ids {
+		ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(perGPU[i]),
+			itoa(id.Index), id.UUID, id.PCIBusID)
+	}
 	for _, x := range counts {
 		// An event NVML could not tie to a GPU keeps empty GPU labels.
 		labels := []string{"", "", ""}
