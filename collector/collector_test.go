@@ -21,6 +21,8 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/gpu"
 	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+
+	"github.com/gpulink/gpulink_exporter/internal/testwait"
 )
 
 // node is the daemon's NVML wiring over a fake machine.
@@ -74,7 +76,7 @@ func (n *node) scrape(t *testing.T) string {
 func TestCollectorsLint(t *testing.T) {
 	n := newNode(t, nvmlfake.NewDGXH100())
 	n.m.SendXID(2, 79)
-	waitFor(t, func() bool { return len(n.xid.Counts()) == 1 })
+	testwait.Until(t, func() bool { return len(n.xid.Counts()) == 1 })
 	for name, c := range map[string]prometheus.Collector{
 		"nvml":     n.metrics,
 		"xid":      collector.NewXIDCollector(n.xid, n.reader),
@@ -178,7 +180,7 @@ func TestLostGPUIsReported(t *testing.T) {
 	m.Update(func() { m.GPUs[1].Lost = true })
 	m.SendXID(1, 79)
 	n.nvml.SampleOnce(context.Background())
-	waitFor(t, func() bool { return len(n.xid.Counts()) == 1 })
+	testwait.Until(t, func() bool { return len(n.xid.Counts()) == 1 })
 	body := n.scrape(t)
 	g1 := `gpu="1",pci_bus_id="0000:1a:00.0",uuid="` + m.GPUs[1].UUID + `"`
 	for _, want := range []string{
@@ -254,7 +256,7 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 	m := nvmlfake.NewDGXH100()
 	n := newNode(t, m)
 	m.SendXID(0, 48)
-	waitFor(t, func() bool { return len(n.xid.Counts()) == 1 })
+	testwait.Until(t, func() bool { return len(n.xid.Counts()) == 1 })
 	body := n.scrape(t)
 	cmd := exec.Command(promtool, "check", "metrics")
 	cmd.Stdin = strings.NewReader(body)
@@ -276,15 +278,4 @@ func labels(kv ...string) string {
 	}
 	sort.Strings(pairs)
 	return "{" + strings.Join(pairs, ",") + "}"
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 10s")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }

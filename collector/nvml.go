@@ -214,7 +214,7 @@ func (c *NVMLCollector) render(s *gpu.Snapshot) []prometheus.Metric {
 		a, b := itoa(p.GPU), itoa(p.Peer)
 		o.gauge(d.pairInfo, 1, a, b, p.Level)
 		o.gauge(d.pairNVLinks, float64(p.NVLinks), a, b)
-		for _, cp := range []string{"read", "write", "nvlink", "atomics"} {
+		for _, cp := range gpu.P2PCapabilities {
 			if ok, known := p.P2P[cp]; known {
 				o.gauge(d.pairP2P, boolFloat(ok), a, b, cp)
 			}
@@ -283,8 +283,6 @@ func (c *NVMLCollector) renderPCIe(o *out, p *gpu.PCIeLink) {
 	o.optCounter(d.pcieCorrectable, p.CorrectableErrors)
 }
 
-var nvlinkErrorTypes = []string{"crc_flit", "crc_data", "replay", "recovery"}
-
 func (c *NVMLCollector) renderNVLinks(o *out, g *gpu.GPUState) {
 	d := &c.d
 	o.gauge(d.nvlinks, float64(g.NVLinkCount))
@@ -300,7 +298,7 @@ func (c *NVMLCollector) renderNVLinks(o *out, g *gpu.GPUState) {
 		if l.Active && l.RemotePCIBusID != "" {
 			o.gauge(d.nvlinkRemote, 1, link, l.RemotePCIBusID, l.RemoteType)
 		}
-		for _, t := range nvlinkErrorTypes {
+		for _, t := range gpu.NVLinkErrorTypes {
 			if v, ok := l.Errors[t]; ok {
 				o.add(d.nvlinkErrors, prometheus.CounterValue, v, link, t)
 			}

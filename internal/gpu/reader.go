@@ -507,6 +507,12 @@ func readPCIe(rd *read, h nvml.Device, g *GPUState) {
 	// on an H200 moving 55 GB/s (and blocks 20 ms per direction).
 }
 
+// NVLinkErrorTypes are the NVLink error counters, in export order.
+var NVLinkErrorTypes = []string{"crc_flit", "crc_data", "replay", "recovery"}
+
+// P2PCapabilities are the peer-to-peer capabilities read per GPU pair.
+var P2PCapabilities = []string{"read", "write", "nvlink", "atomics"}
+
 var nvlinkErrorCounters = []struct {
 	name    string
 	counter nvml.NvLinkErrorCounter

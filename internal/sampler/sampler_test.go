@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gpulink/gpulink_exporter/internal/testwait"
 )
 
 // scripted is a source whose next answer the test sets.
@@ -105,7 +107,7 @@ func TestHungSampleReportsStaleAndDoesNotPileUp(t *testing.T) {
 	// The late answer is real data, but the source is not up until a
 	// sample finishes in time.
 	close(release)
-	waitFor(t, func() bool { return !s.Status().Stalled })
+	testwait.Until(t, func() bool { return !s.Status().Stalled })
 	if s.Latest().Data != 2 || s.Status().Up {
 		t.Fatalf("after late return: data %d up %v, want 2 and down", s.Latest().Data, s.Status().Up)
 	}
@@ -122,22 +124,11 @@ func TestRunStopsWithContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { s.Run(ctx); close(done) }()
-	waitFor(t, func() bool { return src.calls.Load() >= 3 })
+	testwait.Until(t, func() bool { return src.calls.Load() >= 3 })
 	cancel()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return after cancel")
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 10s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
