@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -171,6 +172,30 @@ gpulink_gpu_nvlinks_active` + labels(g1...) + ` 17
 	}
 	if strings.Contains(body, `link="17",remote_pci_bus_id`) {
 		t.Error("a down link reports a remote end")
+	}
+}
+
+// Page retirement exists on GPUs before A100 only; model one.
+func TestRetiredPages(t *testing.T) {
+	m := nvmlfake.NewH200Pair()
+	m.Update(func() {
+		m.GPUs[0].RetiredPages = map[nvml.PageRetirementCause]int{
+			nvml.PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS: 2, nvml.PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR: 1}
+		m.GPUs[0].RetiredPending = true
+	})
+	body := newNode(t, m).scrape(t)
+	g0 := `gpu="0",pci_bus_id="0000:19:00.0",uuid="` + m.GPUs[0].UUID + `"`
+	for _, want := range []string{
+		`gpulink_gpu_retired_pages{cause="double_bit_ecc",` + g0 + `} 1`,
+		`gpulink_gpu_retired_pages{cause="multiple_single_bit_ecc",` + g0 + `} 2`,
+		`gpulink_gpu_retired_pages_pending{` + g0 + `} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("scrape lacks %s", want)
+		}
+	}
+	if strings.Contains(body, `gpulink_gpu_retired_pages{cause="double_bit_ecc",gpu="1"`) {
+		t.Error("retired pages reported for a GPU that does not support them")
 	}
 }
 

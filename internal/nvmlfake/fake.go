@@ -62,10 +62,13 @@ type GPU struct {
 	ECC                       [2][2]uint64 // [corrected, uncorrected][volatile, aggregate]
 	RemapCorr, RemapUnc       int
 	RemapPending, RemapFailed bool
-	PCIeGen, PCIeWidth        int
-	PCIeMaxGen, PCIeMaxWidth  int
-	PCIeGPUMaxGen             int
-	PCIeReplays               int
+	// RetiredPages by cause; nil means page retirement is not supported.
+	RetiredPages             map[nvml.PageRetirementCause]int
+	RetiredPending           bool
+	PCIeGen, PCIeWidth       int
+	PCIeMaxGen, PCIeMaxWidth int
+	PCIeGPUMaxGen            int
+	PCIeReplays              int
 	// Fields holds field values by id and scope.
 	Fields map[FieldKey]float64
 	// NVLinks, one entry per link.
@@ -384,18 +387,33 @@ func (g *GPU) setDeviceFuncs() {
 			c, u, p, f = g.RemapCorr, g.RemapUnc, g.RemapPending, g.RemapFailed
 		})
 	}
-	// Hopper retires no pages: it remaps rows.
-	d.GetRetiredPagesFunc = func(nvml.PageRetirementCause) ([]uint64, nvml.Return) {
-		if ret := g.call("GetRetiredPages"); ret != nvml.SUCCESS {
-			return nil, ret
+	// Hopper retires no pages (it remaps rows): RetiredPages nil answers
+	// NOT_SUPPORTED, as there; set it to model an older GPU.
+	d.GetRetiredPagesFunc = func(c nvml.PageRetirementCause) ([]uint64, nvml.Return) {
+		var v []uint64
+		ret := g.locked(g.call("GetRetiredPages"), func() {
+			if g.RetiredPages != nil {
+				v = make([]uint64, g.RetiredPages[c])
+			}
+		})
+		if ret == nvml.SUCCESS && v == nil {
+			ret = nvml.ERROR_NOT_SUPPORTED
 		}
-		return nil, nvml.ERROR_NOT_SUPPORTED
+		return v, ret
 	}
 	d.GetRetiredPagesPendingStatusFunc = func() (nvml.EnableState, nvml.Return) {
-		if ret := g.call("GetRetiredPagesPendingStatus"); ret != nvml.SUCCESS {
-			return 0, ret
+		var v nvml.EnableState
+		supported := false
+		ret := g.locked(g.call("GetRetiredPagesPendingStatus"), func() {
+			supported = g.RetiredPages != nil
+			if g.RetiredPending {
+				v = nvml.FEATURE_ENABLED
+			}
+		})
+		if ret == nvml.SUCCESS && !supported {
+			ret = nvml.ERROR_NOT_SUPPORTED
 		}
-		return 0, nvml.ERROR_NOT_SUPPORTED
+		return v, ret
 	}
 	intGetter := func(name string, p *int) func() (int, nvml.Return) {
 		return func() (int, nvml.Return) {
