@@ -563,6 +563,7 @@ type linkStatic struct {
 
 func readLinkStatic(rd *read, h nvml.Device, l int, active bool) linkStatic {
 	c := linkStatic{read: true, active: active}
+	errsBefore := rd.errs.count
 	if v, ret := h.GetNvLinkVersion(l); rd.ok("NVLink version", ret) {
 		c.version = Some(int(v))
 	}
@@ -575,8 +576,8 @@ func readLinkStatic(rd *read, h nvml.Device, l int, active bool) linkStatic {
 	if t, ret := h.GetNvLinkRemoteDeviceType(l); rd.ok("NVLink remote device type", ret) {
 		c.remoteType = remoteTypeName(t)
 	}
-	if rd.lost || rd.errs.count > 0 {
-		c.read = false // try again next sample
+	if rd.lost || rd.errs.count > errsBefore {
+		c.read = false // one of these reads failed: try again next sample
 	}
 	return c
 }

@@ -230,6 +230,23 @@ func TestNVLinkRetrainedToAnotherPeer(t *testing.T) {
 	}
 }
 
+// A failure elsewhere in the sample must not make every link re-read what
+// it keeps between state changes (that costs ~55 ms a GPU on an H200).
+func TestLinkStaticsNotReReadAfterUnrelatedError(t *testing.T) {
+	m := nvmlfake.NewH200Pair()
+	r := gpu.NewReader(m, "", nil)
+	// GPU 0's temperature is read before its links, in the same sample.
+	m.Update(func() { m.GPUs[0].Errors["GetTemperature"] = nvml.ERROR_UNKNOWN })
+	r.Sample(context.Background())
+	// Were link 0's remote end re-read, this error would be counted.
+	m.Update(func() { m.GPUs[0].Errors["GetNvLinkRemotePciInfo"] = nvml.ERROR_UNKNOWN })
+	_, err := r.Sample(context.Background())
+	var partial *sampler.PartialError
+	if !errors.As(err, &partial) || partial.Count != 1 {
+		t.Fatalf("err = %v, want only the temperature error (link statics kept from the first sample)", err)
+	}
+}
+
 func TestUnsupportedIsSkippedQuietly(t *testing.T) {
 	m := nvmlfake.NewH200Pair()
 	m.Update(func() {
