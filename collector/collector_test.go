@@ -167,6 +167,10 @@ gpulink_gpu_nvlinks_active` + labels(g1...) + ` 17
 			t.Errorf("scrape lacks %s", family)
 		}
 	}
+	if !strings.Contains(body, `gpulink_source_sample_duration_seconds{source="nvml"}`) ||
+		strings.Contains(body, `gpulink_source_sample_duration_seconds{source="xid"}`) {
+		t.Error("sample duration must be there for the nvml sampler and absent for the XID watcher")
+	}
 	if !strings.Contains(body, `gpulink_gpu_nvlink_up`+labels(append([]string{"link", "17"}, g0...)...)+` 0`) {
 		t.Error("the down link is not reported down")
 	}

@@ -24,7 +24,7 @@ func NewExporterCollector(sources ...sampler.StatusReporter) *ExporterCollector 
 		lastSuccess: newDesc("source", "last_success_timestamp_seconds",
 			"Unix time the source's newest usable snapshot was taken; stale while the source hangs.", "source"),
 		duration: newDesc("source", "sample_duration_seconds",
-			"How long the source's last finished sample took.", "source"),
+			"How long the source's last finished sample took; absent for event-driven sources.", "source"),
 		errors: newDesc("source", "errors_total",
 			"Failed or late samples plus values dropped from samples because they could not be read.", "source"),
 	}
@@ -47,7 +47,11 @@ func (c *ExporterCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.lastSuccess, prometheus.GaugeValue,
 				float64(st.LastSuccess.UnixNano())/1e9, st.Name)
 		}
-		ch <- prometheus.MustNewConstMetric(c.duration, prometheus.GaugeValue, st.LastDuration.Seconds(), st.Name)
+		// Event-driven sources (the XID watcher) never take a sample: no
+		// duration rather than a constant 0.
+		if st.LastDuration > 0 {
+			ch <- prometheus.MustNewConstMetric(c.duration, prometheus.GaugeValue, st.LastDuration.Seconds(), st.Name)
+		}
 		ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(st.Errors), st.Name)
 	}
 }
