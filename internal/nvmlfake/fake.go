@@ -261,6 +261,13 @@ func (g *GPU) call(name string) nvml.Return {
 	return nvml.SUCCESS
 }
 
+// answer is a getter's whole body: the call's verdict, and on success the
+// value read under the machine lock.
+func answer[T any](g *GPU, name string, read func() T) (T, nvml.Return) {
+	var v T
+	return v, g.locked(g.call(name), func() { v = read() })
+}
+
 // locked runs f under the machine lock and returns ret, for readers of state.
 func (g *GPU) locked(ret nvml.Return, f func()) nvml.Return {
 	if ret == nvml.SUCCESS {
@@ -282,8 +289,7 @@ func (g *GPU) setDeviceFuncs() {
 	d := &g.Device.Device
 	m := g.m
 	d.GetUUIDFunc = func() (string, nvml.Return) {
-		var v string
-		return v, g.locked(g.call("GetUUID"), func() { v = g.UUID })
+		return answer(g, "GetUUID", func() string { return g.UUID })
 	}
 	d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
 		var p nvml.PciInfo
@@ -293,12 +299,10 @@ func (g *GPU) setDeviceFuncs() {
 		})
 	}
 	d.GetSerialFunc = func() (string, nvml.Return) {
-		var v string
-		return v, g.locked(g.call("GetSerial"), func() { v = g.Serial })
+		return answer(g, "GetSerial", func() string { return g.Serial })
 	}
 	d.GetVbiosVersionFunc = func() (string, nvml.Return) {
-		var v string
-		return v, g.locked(g.call("GetVbiosVersion"), func() { v = g.VBIOS })
+		return answer(g, "GetVbiosVersion", func() string { return g.VBIOS })
 	}
 	d.GetNumaNodeIdFunc = func() (int, nvml.Return) {
 		var v int
@@ -309,53 +313,42 @@ func (g *GPU) setDeviceFuncs() {
 		return v, ret
 	}
 	d.GetSupportedClocksEventReasonsFunc = func() (uint64, nvml.Return) {
-		var v uint64
-		return v, g.locked(g.call("GetSupportedClocksEventReasons"), func() { v = g.SupportedReasons })
+		return answer(g, "GetSupportedClocksEventReasons", func() uint64 { return g.SupportedReasons })
 	}
 	d.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) {
-		var v uint64
-		return v, g.locked(g.call("GetCurrentClocksEventReasons"), func() { v = g.ClockReasons })
+		return answer(g, "GetCurrentClocksEventReasons", func() uint64 { return g.ClockReasons })
 	}
 	d.GetPerformanceStateFunc = func() (nvml.Pstates, nvml.Return) {
-		var v nvml.Pstates
-		return v, g.locked(g.call("GetPerformanceState"), func() { v = g.PState })
+		return answer(g, "GetPerformanceState", func() nvml.Pstates { return g.PState })
 	}
 	d.GetClockInfoFunc = func(t nvml.ClockType) (uint32, nvml.Return) {
-		var v uint32
-		return v, g.locked(g.call("GetClockInfo"), func() {
-			v = map[nvml.ClockType]uint32{nvml.CLOCK_SM: g.SMClockMHz, nvml.CLOCK_MEM: g.MemClockMHz}[t]
+		return answer(g, "GetClockInfo", func() uint32 {
+			return map[nvml.ClockType]uint32{nvml.CLOCK_SM: g.SMClockMHz, nvml.CLOCK_MEM: g.MemClockMHz}[t]
 		})
 	}
 	d.GetMaxClockInfoFunc = func(t nvml.ClockType) (uint32, nvml.Return) {
-		var v uint32
-		return v, g.locked(g.call("GetMaxClockInfo"), func() {
-			v = map[nvml.ClockType]uint32{nvml.CLOCK_SM: g.SMMaxMHz, nvml.CLOCK_MEM: g.MemMaxMHz}[t]
+		return answer(g, "GetMaxClockInfo", func() uint32 {
+			return map[nvml.ClockType]uint32{nvml.CLOCK_SM: g.SMMaxMHz, nvml.CLOCK_MEM: g.MemMaxMHz}[t]
 		})
 	}
 	d.GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) {
-		var v uint32
-		return v, g.locked(g.call("GetTemperature"), func() { v = g.TempC })
+		return answer(g, "GetTemperature", func() uint32 { return g.TempC })
 	}
 	d.GetPowerUsageFunc = func() (uint32, nvml.Return) {
-		var v uint32
-		return v, g.locked(g.call("GetPowerUsage"), func() { v = g.PowerMW })
+		return answer(g, "GetPowerUsage", func() uint32 { return g.PowerMW })
 	}
 	d.GetEnforcedPowerLimitFunc = func() (uint32, nvml.Return) {
-		var v uint32
-		return v, g.locked(g.call("GetEnforcedPowerLimit"), func() { v = g.PowerLimitMW })
+		return answer(g, "GetEnforcedPowerLimit", func() uint32 { return g.PowerLimitMW })
 	}
 	d.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) {
-		var v uint64
-		return v, g.locked(g.call("GetTotalEnergyConsumption"), func() { v = g.EnergyMJ })
+		return answer(g, "GetTotalEnergyConsumption", func() uint64 { return g.EnergyMJ })
 	}
 	d.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
-		var v nvml.Utilization
-		return v, g.locked(g.call("GetUtilizationRates"), func() { v = nvml.Utilization{Gpu: g.UtilGPU, Memory: g.UtilMem} })
+		return answer(g, "GetUtilizationRates", func() nvml.Utilization { return nvml.Utilization{Gpu: g.UtilGPU, Memory: g.UtilMem} })
 	}
 	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
-		var v nvml.Memory
-		return v, g.locked(g.call("GetMemoryInfo"), func() {
-			v = nvml.Memory{Total: g.MemoryInfo.Total, Used: g.MemUsed, Free: g.MemoryInfo.Total - g.MemUsed}
+		return answer(g, "GetMemoryInfo", func() nvml.Memory {
+			return nvml.Memory{Total: g.MemoryInfo.Total, Used: g.MemUsed, Free: g.MemoryInfo.Total - g.MemUsed}
 		})
 	}
 	d.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
@@ -366,8 +359,7 @@ func (g *GPU) setDeviceFuncs() {
 		})
 	}
 	d.GetComputeModeFunc = func() (nvml.ComputeMode, nvml.Return) {
-		var v nvml.ComputeMode
-		return v, g.locked(g.call("GetComputeMode"), func() { v = g.ComputeMode })
+		return answer(g, "GetComputeMode", func() nvml.ComputeMode { return g.ComputeMode })
 	}
 	prevMig := d.GetMigModeFunc
 	d.GetMigModeFunc = func() (int, int, nvml.Return) {
@@ -377,8 +369,7 @@ func (g *GPU) setDeviceFuncs() {
 		return prevMig()
 	}
 	d.GetTotalEccErrorsFunc = func(t nvml.MemoryErrorType, c nvml.EccCounterType) (uint64, nvml.Return) {
-		var v uint64
-		return v, g.locked(g.call("GetTotalEccErrors"), func() { v = g.ECC[t][c] })
+		return answer(g, "GetTotalEccErrors", func() uint64 { return g.ECC[t][c] })
 	}
 	d.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) {
 		var c, u int
@@ -416,10 +407,7 @@ func (g *GPU) setDeviceFuncs() {
 		return v, ret
 	}
 	intGetter := func(name string, p *int) func() (int, nvml.Return) {
-		return func() (int, nvml.Return) {
-			var v int
-			return v, g.locked(g.call(name), func() { v = *p })
-		}
+		return func() (int, nvml.Return) { return answer(g, name, func() int { return *p }) }
 	}
 	d.GetCurrPcieLinkGenerationFunc = intGetter("GetCurrPcieLinkGeneration", &g.PCIeGen)
 	d.GetCurrPcieLinkWidthFunc = intGetter("GetCurrPcieLinkWidth", &g.PCIeWidth)
@@ -495,8 +483,7 @@ func (g *GPU) setDeviceFuncs() {
 		return nvml.ViolationTime{}, nvml.ERROR_NOT_SUPPORTED
 	}
 	d.GetTopologyCommonAncestorFunc = func(other nvml.Device) (nvml.GpuTopologyLevel, nvml.Return) {
-		var v nvml.GpuTopologyLevel
-		return v, g.locked(g.call("GetTopologyCommonAncestor"), func() { v = g.Levels[other.(*server.Device).Index] })
+		return answer(g, "GetTopologyCommonAncestor", func() nvml.GpuTopologyLevel { return g.Levels[other.(*server.Device).Index] })
 	}
 	d.GetP2PStatusFunc = func(nvml.Device, nvml.GpuP2PCapsIndex) (nvml.GpuP2PStatus, nvml.Return) {
 		return nvml.P2P_STATUS_OK, g.call("GetP2PStatus")
