@@ -1,12 +1,9 @@
 package collector
 
 import (
-	"sync"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpulink/gpulink_exporter/internal/gpu"
-	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
 // gpuLabels join every per-GPU series with dcgm-exporter, node_exporter and
@@ -19,16 +16,7 @@ func gpuDesc(subsystem, name, help string, extra ...string) *prometheus.Desc {
 
 // NVMLCollector renders the NVML source's snapshot.
 type NVMLCollector struct {
-	snapshots interface {
-		Latest() *sampler.Snapshot[*gpu.Snapshot]
-	}
-
-	// A snapshot renders to the same metrics every time: keep them until
-	// the next one arrives, so scrapes between samples cost no rendering.
-	mu       sync.Mutex
-	rendered *sampler.Snapshot[*gpu.Snapshot]
-	metrics  []prometheus.Metric
-
+	snapshotMetrics[*gpu.Snapshot]
 	d nvmlDescs
 }
 
@@ -49,10 +37,8 @@ type nvmlDescs struct {
 }
 
 // NewNVMLCollector renders the snapshots of src.
-func NewNVMLCollector(src interface {
-	Latest() *sampler.Snapshot[*gpu.Snapshot]
-}) *NVMLCollector {
-	return &NVMLCollector{snapshots: src, d: nvmlDescs{
+func NewNVMLCollector(src latester[*gpu.Snapshot]) *NVMLCollector {
+	c := &NVMLCollector{d: nvmlDescs{
 		driverInfo: newDesc("", "driver_info", "NVIDIA driver, CUDA driver API and NVML versions; value 1.",
 			"driver_version", "cuda_driver_version", "nvml_version"),
 		info: gpuDesc("gpu", "info", "GPU identity; value 1. numa_node is empty where the platform does not say.",
@@ -109,6 +95,8 @@ func NewNVMLCollector(src interface {
 		pairP2P: newDesc("gpu", "pair_p2p_supported", "1 if peer-to-peer access of this kind is supported between the GPUs.",
 			"gpu", "peer_gpu", "capability"),
 	}}
+	c.snapshotMetrics = snapshotMetrics[*gpu.Snapshot]{src: src, render: c.render}
+	return c
 }
 
 // Describe implements prometheus.Collector.
@@ -129,22 +117,7 @@ func (d *nvmlDescs) all() []*prometheus.Desc {
 }
 
 // Collect implements prometheus.Collector.
-func (c *NVMLCollector) Collect(ch chan<- prometheus.Metric) {
-	snap := c.snapshots.Latest()
-	if snap == nil {
-		return
-	}
-	c.mu.Lock()
-	if c.rendered != snap {
-		c.metrics = c.render(snap.Data)
-		c.rendered = snap
-	}
-	metrics := c.metrics
-	c.mu.Unlock()
-	for _, m := range metrics {
-		ch <- m
-	}
-}
+func (c *NVMLCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 
 // out collects rendered metrics for one GPU.
 type out struct {
