@@ -31,7 +31,7 @@ export CGO_ENABLED := 1
 # this every cgo compile of it prints screens of warnings.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build run tools test vet fmt-check lint bench scrapebench device-build clean
+.PHONY: all build run tools test fuzz vet fmt-check lint bench scrapebench device-build clean
 
 all: build
 
@@ -63,6 +63,20 @@ lint: fmt-check vet
 # GOMAXPROCS packages at once, which on a small CI machine is about right.
 test: tools vet fmt-check
 	PROMTOOL=$(PROMTOOL) $(GO) test -count=1 -race -timeout 15m ./...
+	$(MAKE) fuzz
+
+# A short run of every fuzz target (go test allows one -fuzz target per
+# run). The seed corpus always runs as part of go test; this explores
+# beyond it. FUZZTIME=1m for a longer look.
+FUZZTIME ?= 3s
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+		for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+			echo "fuzz $$pkg $$target"; \
+			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$pkg >/dev/null || \
+				{ $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$pkg; exit 1; }; \
+		done; \
+	done
 
 # Standalone, static (stdlib only) so it also runs where there is no Go.
 scrapebench:

@@ -29,6 +29,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/gpu"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/scrape"
+	"github.com/gpulink/gpulink_exporter/numa"
 )
 
 // defaultAddress avoids node_exporter (9100), dcgm-exporter (9400) and
@@ -41,6 +42,8 @@ func main() {
 		metricsPath       = app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").String()
 		maxRequests       = app.Flag("web.max-requests", "Maximum number of parallel scrape requests; 0 disables the limit.").Default("10").Int()
 		sysfsRoot         = app.Flag("path.sysfs", "sysfs mount point.").Default("/sys").String()
+		procfsRoot        = app.Flag("path.procfs", "procfs mount point.").Default("/proc").String()
+		topologyEvery     = app.Flag("topology.interval", "How often to read NUMA nodes and the PCIe tree's link states.").Default("15s").Duration()
 		nvmlLib           = app.Flag("nvml.library", "Path or name of the NVML library to load.").Default("libnvidia-ml.so.1").String()
 		nvmlEvery         = app.Flag("nvml.interval", "How often to sample NVML.").Default("5s").Duration()
 		nvmlTimeout       = app.Flag("nvml.timeout", "Deadline of one NVML sample; past it the source is reported down and stale.").Default("4s").Duration()
@@ -49,13 +52,23 @@ func main() {
 		webConfig         = kingpinflag.AddFlags(app, defaultAddress)
 	)
 	switches := collector.RegisterSwitches(app)
+	app.Command("serve", "Run the exporter (the default).").Default()
+	topologyCmd := app.Command("topology", "Print the GPU and NIC topology matrix as nvidia-smi topo -m does, and exit.")
 	logConfig := &promslog.Config{}
 	flag.AddFlags(app, logConfig)
 	app.Version(version.Print("gpulink_exporter"))
 	app.HelpFlag.Short('h')
-	kingpin.MustParse(app.Parse(os.Args[1:]))
+	command := kingpin.MustParse(app.Parse(os.Args[1:]))
 
 	logger := promslog.New(logConfig)
+	fsys := numa.FS{Sys: *sysfsRoot, Proc: *procfsRoot}
+	if command == topologyCmd.FullCommand() {
+		if err := printTopology(fsys, *nvmlLib, logger); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 	logger.Info("starting gpulink_exporter", "version", version.Info(), "collectors", switches.Names())
 	logger.Info("build context", "build_context", version.BuildContext())
 	// An exporter needs little parallelism; more Ps only cost memory and GC
@@ -73,6 +86,9 @@ func main() {
 	}
 	var statuses []sampler.StatusReporter
 	var versions []scrape.Versioned
+	// Sources that label GPUs by NVML index ask the reader; without it
+	// they know GPUs by PCI address alone.
+	var gpuIDs interface{ Identities() []gpu.Identity }
 
 	if switches.Enabled("nvml") || switches.Enabled("xid") {
 		reader := gpu.NewReader(nvml.New(nvml.WithLibraryPath(*nvmlLib)), *sysfsRoot, logger)
@@ -82,6 +98,7 @@ func main() {
 			// and the sampler keeps trying in case the driver loads later.
 			logger.Warn("NVML unavailable; the nvml source reports down", "err", err)
 		}
+		gpuIDs = reader
 		if switches.Enabled("nvml") {
 			s := sampler.New[*gpu.Snapshot]("nvml", reader, sampler.Options{
 				Interval: *nvmlEvery, Timeout: *nvmlTimeout, Logger: logger})
@@ -98,6 +115,14 @@ func main() {
 			versions = append(versions, w)
 		}
 	}
+	if switches.Enabled("topology") {
+		s := sampler.New[*numa.Topology]("topology", &numa.TopologyReader{FS: fsys}, sampler.Options{
+			Interval: *topologyEvery, Logger: logger})
+		go s.Run(ctx)
+		reg.MustRegister(collector.NewTopologyCollector(s, gpuIDs))
+		statuses = append(statuses, s)
+		versions = append(versions, s)
+	}
 	reg.MustRegister(collector.NewExporterCollector(statuses...))
 
 	metrics := scrape.NewHandler(reg, versions, *maxRequests, logger)
@@ -105,6 +130,40 @@ func main() {
 		logger.Error("server failed", "err", err)
 		os.Exit(1)
 	}
+}
+
+// printTopology is the topology command: one NVML sample for the NVLink
+// counts (none without a driver), the PCIe tree from sysfs.
+func printTopology(fsys numa.FS, nvmlLib string, logger *slog.Logger) error {
+	topo, err := fsys.Topology()
+	if topo == nil {
+		return err
+	}
+	if err != nil {
+		logger.Warn("some topology values could not be read", "err", err)
+	}
+	var gpus []numa.MatrixGPU
+	reader := gpu.NewReader(nvml.New(nvml.WithLibraryPath(nvmlLib)), fsys.Sys, logger)
+	defer reader.Shutdown()
+	if err := reader.Init(); err != nil {
+		logger.Warn("NVML unavailable; GPUs in PCI address order, no NVLinks", "err", err)
+		for _, g := range topo.GPUs {
+			gpus = append(gpus, numa.MatrixGPU{Address: g.Address, NVLinks: make([]int, len(topo.GPUs))})
+		}
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		snap, err := reader.Sample(ctx)
+		if snap == nil {
+			return fmt.Errorf("NVML sample: %w", err)
+		}
+		links := snap.NVLinkCounts()
+		for i, g := range snap.GPUs {
+			gpus = append(gpus, numa.MatrixGPU{Address: g.PCIBusID, NVLinks: links[i]})
+		}
+	}
+	fmt.Print(topo.Matrix(gpus))
+	return nil
 }
 
 func serve(ctx context.Context, logger *slog.Logger, metrics http.Handler, webConfig *web.FlagConfig, metricsPath string) error {

@@ -26,6 +26,7 @@ var switchDefs = []struct {
 }{
 	{"nvml", "GPU identity, clocks and throttling, power, memory, ECC, PCIe and NVLink counters from NVML.", true},
 	{"xid", "XID error events from NVML.", true},
+	{"topology", "NUMA nodes and distances, the PCIe tree's link states, and each GPU's NUMA affinity, path to every NIC and slowest hop to the CPU, from sysfs.", true},
 }
 
 // RegisterSwitches adds --collector.<name> and --no-collector.<name> flags.

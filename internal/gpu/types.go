@@ -165,3 +165,18 @@ type XIDCount struct {
 	Count    uint64
 	LastSeen time.Time
 }
+
+// NVLinkCounts returns, by GPU index (both ways round), how many NVLinks join each pair of
+// GPUs in the snapshot (0 where none do).
+func (s *Snapshot) NVLinkCounts() [][]int {
+	out := make([][]int, len(s.GPUs))
+	for i := range out {
+		out[i] = make([]int, len(s.GPUs))
+	}
+	for _, p := range s.Pairs {
+		if p.GPU >= 0 && p.GPU < len(out) && p.Peer >= 0 && p.Peer < len(out) {
+			out[p.GPU][p.Peer], out[p.Peer][p.GPU] = p.NVLinks, p.NVLinks
+		}
+	}
+	return out
+}

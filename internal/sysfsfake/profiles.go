@@ -1,0 +1,373 @@
+package sysfsfake
+
+import "fmt"
+
+// Profiles returns the profile constructors by name; each tree is
+// committed as numa/testdata/<name>.txtar.
+func Profiles() map[string]func() *Machine {
+	return map[string]func() *Machine{
+		"dgx-h100":        DGXH100,
+		"dgx-h100-faults": DGXH100Faults,
+		"aws-p5":          AWSP5,
+		"aws-p5-faults":   AWSP5Faults,
+		"no-gpu":          NoGPU,
+		"h200-vm":         H200VM,
+	}
+}
+
+// threads returns n tasks of pid with TIDs pid, pid+1, ..., spread evenly
+// over cpus, the main thread on the first.
+func threads(pid, n int, cpus string) []Thread {
+	list := mustList(cpus)
+	step := max(1, len(list)/n)
+	ts := make([]Thread, n)
+	for i := range ts {
+		ts[i] = Thread{TID: pid + i, CPU: list[i*step%len(list)]}
+	}
+	return ts
+}
+
+// Two-socket Sapphire Rapids (Xeon Platinum 8480C) CPU lists, as a DGX
+// H100 numbers them: each socket's first hyperthreads, then their
+// siblings.
+const (
+	dgxNode0CPUs = "0-55,112-167"
+	dgxNode1CPUs = "56-111,168-223"
+)
+
+// Kubernetes cgroup paths of the DGX's two pods, one per cgroup driver.
+const (
+	// systemd driver: burstable pod 1f0e8a2c-5b7d-4c3e-9a41-6f2d8e7b9c10.
+	cgroupK8sSystemd = "/kubepods.slice/kubepods-burstable.slice/" +
+		"kubepods-burstable-pod1f0e8a2c_5b7d_4c3e_9a41_6f2d8e7b9c10.slice/" +
+		"cri-containerd-df0cfd85504aef29aa797130b1f7589d8cc53295524f1a20943e7c8e8bb856ae.scope"
+	// cgroupfs driver: best-effort pod b6dcdec5-de98-5651-abf8-cfee8ab37743.
+	cgroupK8sCgroupfs = "/kubepods/besteffort/podb6dcdec5-de98-5651-abf8-cfee8ab37743/" +
+		"80503d6751646364e15fa5908396591b2fa604a693d9510981c446bf152d0054"
+)
+
+// DGXH100 models an NVIDIA DGX H100 in good health.
+//
+// Two sockets (Xeon 8480C): node0 CPUs 0-55,112-167, node1 56-111,168-223,
+// distances 10/21, about 1 TiB per node. As on Sapphire Rapids, every root
+// port is alone on its own host bridge (pci0000:<bus>, root port
+// <bus>:01.0). Four Broadcom PEX Gen5 switches, each host bridge -> root
+// port -> upstream port -> five downstream ports -> GPU, IB NIC, NVMe, IB
+// NIC, GPU:
+//
+//	switch  node  host bridge  USP      GPUs                        IB NICs (netdev)                        NVMe
+//	A       0     pci0000:15   16:00.0  GPU0 18:00.0, GPU1 2a:00.0  mlx5_0 19:00.0 ibp25s0, mlx5_1 29:00.0 ibp41s0    1a:00.0
+//	B       0     pci0000:37   38:00.0  GPU2 3a:00.0, GPU3 5d:00.0  mlx5_2 3b:00.0 ibp59s0, mlx5_3 5c:00.0 ibp92s0    3c:00.0
+//	C       1     pci0000:97   98:00.0  GPU4 9a:00.0, GPU5 ab:00.0  mlx5_4 9b:00.0 ibp155s0, mlx5_5 aa:00.0 ibp170s0  9c:00.0
+//	D       1     pci0000:b7   b8:00.0  GPU6 ba:00.0, GPU7 db:00.0  mlx5_6 bb:00.0 ibp187s0, mlx5_7 da:00.0 ibp218s0  bc:00.0
+//
+// GPUs are H100 SXM (10de:2330), Gen5 x16 at both ends; the GPU bus ids
+// match nvmlfake.NewDGXH100. IB NICs are ConnectX-7 (15b3:1021), port 1
+// ACTIVE, LinkUp, 400 Gb/sec (4X NDR), link layer InfiniBand, Gen5 x16;
+// IPoIB interfaces up at 400000. NVMe drives are Gen4 x4. Two more
+// ConnectX-7 in Ethernet mode sit directly behind their own root ports:
+// mlx5_8 at 6c:00.0 (pci0000:6b, node 0, enp108s0f0np0) and mlx5_9 at
+// e4:00.0 (pci0000:e3, node 1, enp228s0f0np0), RoCE at 200 Gb/sec (4X
+// HDR), interfaces at 200000. Every function's numa_node is its socket.
+// Virtual: lo.
+//
+// GPU to NIC path classes: a GPU and the two NICs of its switch are PIX,
+// the other NICs of its socket (other switch or the Ethernet port) NODE,
+// those of the other socket SYS.
+//
+// Processes:
+//   - 4242 python on GPU0, allowed and running on node0 CPUs, 2,000,000
+//     pages on N0 and 12,000 on N1; Kubernetes, systemd driver
+//     (pod 1f0e8a2c-5b7d-4c3e-9a41-6f2d8e7b9c10).
+//   - 5151 python on GPU4, allowed and running on node1 CPUs, 9,000 pages
+//     on N0 and 1,800,000 on N1; Kubernetes, cgroupfs driver
+//     (pod b6dcdec5-de98-5651-abf8-cfee8ab37743).
+//   - 6161 nvidia-cuda-mps (the MPS server) on GPU2, not pinned (0-223),
+//     threads on both nodes, 55,000 pages on N0 and 45,000 on N1; a
+//     login session, not Kubernetes.
+func DGXH100() *Machine {
+	m := &Machine{
+		Name: "dgx-h100",
+		Nodes: []Node{
+			bigNode(0, dgxNode0CPUs, 1056592740, 980123456),
+			bigNode(1, dgxNode1CPUs, 1056964608, 991234560),
+		},
+		Distances: [][]int{{10, 21}, {21, 10}},
+		NetOnly:   []NetDev{loopback()},
+	}
+	spr := func(bus int, child *Device) *HostBridge { return ownBridge(sprRootPort, bus, child) }
+	m.HostBridges = append(onNode(0,
+		spr(0x15, pexSwitch(0x16, gpu(h100SXM, 0x18), ibHCA(0x19, "mlx5_0"), nvme(0x1a), ibHCA(0x29, "mlx5_1"), gpu(h100SXM, 0x2a))),
+		spr(0x37, pexSwitch(0x38, gpu(h100SXM, 0x3a), ibHCA(0x3b, "mlx5_2"), nvme(0x3c), ibHCA(0x5c, "mlx5_3"), gpu(h100SXM, 0x5d))),
+		spr(0x6b, ethHCA(0x6c, "mlx5_8")),
+	), onNode(1,
+		spr(0x97, pexSwitch(0x98, gpu(h100SXM, 0x9a), ibHCA(0x9b, "mlx5_4"), nvme(0x9c), ibHCA(0xaa, "mlx5_5"), gpu(h100SXM, 0xab))),
+		spr(0xb7, pexSwitch(0xb8, gpu(h100SXM, 0xba), ibHCA(0xbb, "mlx5_6"), nvme(0xbc), ibHCA(0xda, "mlx5_7"), gpu(h100SXM, 0xdb))),
+		spr(0xe3, ethHCA(0xe4, "mlx5_9")),
+	)...)
+	m.Processes = []Process{
+		{PID: 4242, PPID: 4200, Comm: "python", Exe: "/usr/bin/python3.12", GPUs: []string{"0000:18:00.0"},
+			CPUsAllowed: dgxNode0CPUs, Threads: threads(4242, 16, dgxNode0CPUs),
+			Pages: []uint64{2_000_000, 12_000}, Cgroup: cgroupK8sSystemd},
+		{PID: 5151, PPID: 5100, Comm: "python", Exe: "/usr/bin/python3.12", GPUs: []string{"0000:9a:00.0"},
+			CPUsAllowed: dgxNode1CPUs, Threads: threads(5151, 16, dgxNode1CPUs),
+			Pages: []uint64{9_000, 1_800_000}, Cgroup: cgroupK8sCgroupfs},
+		{PID: 6161, PPID: 1, Comm: "nvidia-cuda-mps", Exe: "/usr/bin/nvidia-cuda-mps-server", GPUs: []string{"0000:3a:00.0"},
+			CPUsAllowed: "0-223", Threads: threads(6161, 12, "0-223"),
+			Pages: []uint64{55_000, 45_000}, Cgroup: "/user.slice/user-1000.slice/session-3.scope"},
+	}
+	return m
+}
+
+// bigNode is one socket's memory: about 1 TiB, mostly free, and the
+// numastat of a machine that has run for a while with most allocations
+// local.
+func bigNode(id int, cpus string, totalKB, freeKB uint64) Node {
+	hit := uint64(1_834_567_890) + uint64(id)*123_456_789
+	other := uint64(2_580_470) + uint64(id)*97_531
+	return Node{ID: id, CPUs: cpus, MemTotalKB: totalKB, MemFreeKB: freeKB, NUMAStat: map[string]uint64{
+		"numa_hit": hit, "numa_miss": 1_234_567 + uint64(id)*1_111_111, "numa_foreign": 2_345_678 - uint64(id)*1_111_111,
+		"interleave_hit": 98_765, "local_node": hit - other, "other_node": other,
+	}}
+}
+
+// DGX H100 faults, in the order DGXH100Faults applies them.
+var dgxFaults = []Fault{
+	{"switch-b-uplink-x8", "switch B's upstream port 0000:38:00.0 trained x8 of x16: its current_link_width 8 and max 16, and the root port 0000:37:01.0 above it shows current 8, max 16; GPU2 and GPU3 keep Gen5 x16 to the switch"},
+	{"mlx5_2-half-rate", "mlx5_2 port 1 ACTIVE at 200 Gb/sec (4X HDR) instead of NDR 400; its interface ibp59s0 shows speed 200000"},
+	{"mlx5_3-down", "mlx5_3 port 1 1: DOWN, 3: Disabled, rate 10 Gb/sec (4X SDR), lid 0xffff; ibp92s0 operstate down, carrier 0, speed -1"},
+	{"nics-far-from-gpus", "switches C and D (node 1) carry no NICs and mlx5_9 is gone; mlx5_4..mlx5_7 sit behind a fifth switch E on node 0 (pci0000:70), so GPUs 4-7 reach every NIC across the socket (SYS)"},
+	{"pid-4242-remote", "pid 4242 uses GPU0 (node 0) but is pinned to node1 CPUs 56-111,168-223, its threads last ran there and 90% of its pages are on N1"},
+	{"mlx5_1-symbol-error-garbage", "mlx5_1 port 1 counters/symbol_error reads \"N/A\": that one value is unreadable, every other file is fine"},
+}
+
+// DGXH100Faults models the DGX H100 of DGXH100 with one instance of each
+// defect the exporter must report (see Machine.Faults for the list):
+//
+//   - switch B's uplink trained at x8 of x16;
+//   - mlx5_2 ACTIVE at half rate, 200 Gb/sec (4X HDR);
+//   - mlx5_3 down: DOWN, Disabled, interface ibp92s0 down without carrier;
+//   - NICs on the wrong socket: switches C and D keep their GPUs and NVMe
+//     but carry no NICs, mlx5_9 and its host bridge are gone, and
+//     mlx5_4..mlx5_7 sit on node 0 behind a fifth switch E: host bridge
+//     pci0000:70, root port 70:01.0, USP 71:00.0, NICs 73:00.0 (mlx5_4,
+//     ibp115s0), 74:00.0 (mlx5_5, ibp116s0), 75:00.0 (mlx5_6, ibp117s0),
+//     76:00.0 (mlx5_7, ibp118s0). GPUs 4-7 are SYS to every NIC; GPUs 0-3
+//     are NODE to mlx5_4..mlx5_7;
+//   - pid 4242 on GPU0 (node 0) pinned to node1 CPUs, threads there, 90%
+//     of its pages (1,800,000 of 2,000,000) on N1;
+//   - mlx5_1's counters/symbol_error holds "N/A": one dropped value.
+func DGXH100Faults() *Machine {
+	m := DGXH100()
+	m.Name = "dgx-h100-faults"
+	m.Faults = dgxFaults
+
+	m.Device("0000:38:00.0").Width = 8
+
+	m.IBPort("mlx5_2", 1).Rate = RateHDR200
+	m.Net("ibp59s0").Speed = 200000
+
+	portDown(m, "mlx5_3", "ibp92s0")
+
+	for _, nic := range []string{"0000:9b:00.0", "0000:aa:00.0", "0000:bb:00.0", "0000:da:00.0"} {
+		m.RemoveDevice(m.Parent(nic).Addr) // the downstream port goes with its NIC
+	}
+	m.RemoveDevice("0000:e3:01.0")
+	m.HostBridges = append(m.HostBridges, onNode(0, ownBridge(sprRootPort, 0x70,
+		pexSwitch(0x71, ibHCA(0x73, "mlx5_4"), ibHCA(0x74, "mlx5_5"), ibHCA(0x75, "mlx5_6"), ibHCA(0x76, "mlx5_7"))))...)
+
+	p := m.Process(4242)
+	p.CPUsAllowed = dgxNode1CPUs
+	p.Threads = threads(p.PID, len(p.Threads), dgxNode1CPUs)
+	p.Pages = []uint64{200_000, 1_800_000}
+
+	m.Overrides = map[string]string{m.IBPortDir("mlx5_1", 1) + "/counters/symbol_error": "N/A\n"}
+	return m
+}
+
+// EPYC 7R13 CPU lists of a p5.48xlarge.
+const (
+	p5Node0CPUs = "0-47,96-143"
+	p5Node1CPUs = "48-95,144-191"
+)
+
+// p5Base is the host bridge bus of the p5's GPU tray i.
+func p5Base(i int) int { return 0x47 + 0x11*i }
+
+// AWSP5 models an AWS p5.48xlarge in good health.
+//
+// Two sockets (AMD EPYC 7R13): node0 CPUs 0-47,96-143, node1
+// 48-95,144-191, distances 10/32. Eight trays, GPUs 0-3 on node 0 and
+// 4-7 on node 1. Tray i has base bus b = 0x47 + 0x11*i (47, 58, 69, 7a,
+// 8b, 9c, ad, be) and is a two-level switch tree on its own host bridge:
+//
+//	pci0000:<b>  root port <b>:01.0 (max Gen4 x8)
+//	  L1 USP <b+1>:00.0 (max Gen5 x16, trained Gen4 x8)
+//	    L1 DSP <b+2>:00.0 -> L2 USP <b+3>:00.0 -> DSPs <b+4>:00.0-04.0
+//	        -> 4 EFA <b+5>..<b+8>:00.0 (Gen4 x16), NVMe <b+9>:00.0 (Gen4 x4)
+//	    L1 DSP <b+2>:01.0 -> L2 USP <b+10>:00.0 -> DSP <b+11>:00.0
+//	        -> GPU <b+12>:00.0 (H100 10de:2330, Gen5 x16)
+//
+// GPUs: 53, 64, 75, 86 (node 0), 97, a8, b9, ca (node 1), all :00.0.
+// The 32 EFA devices (1d0f:efa1) are rdmap<bus>s0 with bus in decimal:
+// GPU0's are rdmap76s0..rdmap79s0 (4c-4f), GPU1's rdmap93s0..rdmap96s0,
+// GPU2's rdmap110s0..113s0, GPU3's rdmap127s0..130s0, GPU4's
+// rdmap144s0..147s0, GPU5's rdmap161s0..164s0, GPU6's rdmap178s0..181s0,
+// GPU7's rdmap195s0..198s0. Each has one port, ACTIVE, 100 Gb/sec (4X
+// EDR), link layer Unspecified, no counters/ directory and the EFA
+// hw_counters; EFA has no network interface. The EFAs' Gen4 links are an
+// assumption of this model. One ENA (1d0f:ec20) interface, ens32, at
+// 11:00.0 directly behind root port 10:01.0 (pci0000:10, node 0); reading
+// its speed fails, so there is no speed file. Virtual: lo.
+//
+// GPU to NIC path classes: a GPU and the four EFAs of its tray are PXB
+// (they meet at the L1 switch, crossing both L2 switches); the other EFAs
+// of its node, and the ENA for GPUs 0-3, are NODE; the rest SYS.
+//
+// Processes: 3131 python on GPU0 (53:00.0), allowed and running on node0
+// CPUs, 1,500,000 pages on N0 and 8,000 on N1; systemd service
+// train.service.
+func AWSP5() *Machine {
+	m := &Machine{
+		Name: "aws-p5",
+		Nodes: []Node{
+			bigNode(0, p5Node0CPUs, 1056488764, 1001234568),
+			bigNode(1, p5Node1CPUs, 1056964608, 1012345678),
+		},
+		Distances: [][]int{{10, 32}, {32, 10}},
+		NetOnly:   []NetDev{loopback()},
+	}
+	ena := awsENA.endpoint(0x11)
+	ena.Net = []NetDev{physNet("ens32", TypeEther, 0, 9001, mac(0x0a1b2c, 0x11))}
+	ena.Net[0].Duplex = "" // ENA implements no link settings: speed and duplex fail
+	m.HostBridges = onNode(0, ownBridge(milanRootPort, 0x10, ena))
+	for i := range 8 {
+		b := p5Base(i)
+		tray := pexSwitch(b+1,
+			pexSwitch(b+3, efa(b+5), efa(b+6), efa(b+7), efa(b+8), nvme(b+9)),
+			pexSwitch(b+10, gpu(h100SXM, b+12)))
+		m.HostBridges = append(m.HostBridges, onNode(i/4, ownBridge(milanRootPort, b, tray))...)
+	}
+	m.Processes = []Process{
+		{PID: 3131, PPID: 1, Comm: "python", Exe: "/usr/bin/python3.10", GPUs: []string{"0000:53:00.0"},
+			CPUsAllowed: p5Node0CPUs, Threads: threads(3131, 12, p5Node0CPUs),
+			Pages: []uint64{1_500_000, 8_000}, Cgroup: "/system.slice/train.service"},
+	}
+	return m
+}
+
+// AWSP5Faults models the p5.48xlarge of AWSP5 with three defects (see
+// Machine.Faults):
+//
+//   - GPU3's first EFA, rdmap127s0 (7f:00.0), port 1 DOWN and Disabled;
+//   - GPU5 (a8:00.0) trained Gen5 x8 of x16: its current_link_width 8,
+//     max 16, and the same current width on the L2 downstream port
+//     a7:00.0 above it;
+//   - a second process, 3232 python on GPU6 (b9:00.0, node 1), allowed
+//     and running on node1 CPUs but with 80% of its pages (1,200,000 of
+//     1,500,000) on N0.
+func AWSP5Faults() *Machine {
+	m := AWSP5()
+	m.Name = "aws-p5-faults"
+	gpu3EFA := fmt.Sprintf("rdmap%ds0", p5Base(3)+5)
+	gpu5 := pciAddr(p5Base(5)+12, 0)
+	m.Faults = []Fault{
+		{gpu3EFA + "-down", gpu3EFA + " (GPU3's first EFA) port 1 1: DOWN, 3: Disabled"},
+		{"gpu5-x8", "GPU5 " + gpu5 + " trained Gen5 x8 of x16; the downstream port above shows current width 8"},
+		{"pid-3232-remote-memory", "pid 3232 on GPU6 runs on node1 CPUs with 80% of its pages on N0"},
+	}
+
+	p := m.IBPort(gpu3EFA, 1)
+	p.State, p.PhysState = PortDown, PhysDisabled
+
+	m.Device(gpu5).Width = 8
+
+	m.Processes = append(m.Processes, Process{
+		PID: 3232, PPID: 1, Comm: "python", Exe: "/usr/bin/python3.10", GPUs: []string{pciAddr(p5Base(6)+12, 0)},
+		CPUsAllowed: p5Node1CPUs, Threads: threads(3232, 12, p5Node1CPUs),
+		Pages: []uint64{1_200_000, 300_000}, Cgroup: "/system.slice/train-gpu6.service",
+	})
+	return m
+}
+
+// NoGPU models a small one-socket server without GPUs or RDMA.
+//
+// One node, CPUs 0-15, 64 GiB, distance 10. One host bridge, pci0000:40,
+// with two root ports (Ice Lake, Gen4): 40:01.0 above an Intel E810
+// Ethernet NIC at 41:00.0 (8086:1593, Gen4 x16, interface enp65s0f0 up at
+// 25000) and 40:03.0 above an NVMe drive at 42:00.0 (Gen4 x4); the two
+// endpoints are PHB to each other. Virtual: lo. No processes.
+func NoGPU() *Machine {
+	e810 := intelE810.endpoint(0x41)
+	e810.Net = []NetDev{physNet("enp65s0f0", TypeEther, 25000, 1500, mac(0xb49691, 0x41))}
+	return &Machine{
+		Name: "no-gpu",
+		Nodes: []Node{{ID: 0, CPUs: "0-15", MemTotalKB: 65_626_536, MemFreeKB: 52_118_220, NUMAStat: map[string]uint64{
+			"numa_hit": 98_765_432, "interleave_hit": 4_321, "local_node": 98_765_432,
+		}}},
+		Distances: [][]int{{10}},
+		NetOnly:   []NetDev{loopback()},
+		HostBridges: onNode(0, hostBridge(0x40,
+			rootPort(icxRootPort, 0x40, 1, e810),
+			rootPort(icxRootPort, 0x40, 3, nvme(0x42)))),
+	}
+}
+
+// H200VM models the borrowed 2x H200 virtual machine as measured.
+//
+// One node, CPUs 0-31, distance 10; node0 numastat numa_hit 554609,
+// numa_miss 0, numa_foreign 0, interleave_hit 1345, local_node 554609,
+// other_node 0; MemTotal 4812272 kB, MemFree 3381940 kB, MemUsed 1430332
+// kB. Every function sits directly on pci0000:00, with no bridges, and
+// has numa_node -1 and local_cpulist 0-31:
+//
+//	00:00.0  host bridge 8086:0d57, class 0x060000, no link files
+//	00:01.0  virtio block 1af4:1042, class 0x018000, no link files (virtio0)
+//	00:02.0  virtio block 1af4:1042, no link files (virtio1)
+//	00:03.0  virtio net 1af4:1041, class 0x020000, no link files; its
+//	         interface eth0 is at 00:03.0/virtio2/net/eth0 and eth0's
+//	         device link points at ../../../virtio2
+//	00:06.0  H200 10de:2335, driver nvidia, 32.0 GT/s PCIe x16 current and max
+//	00:07.0  H200 10de:2335, likewise
+//
+// eth0: up, speed -1, duplex unknown, carrier 1, carrier_changes 2, mtu
+// 1400. Virtual: lo, and ifb0 and ifb1 down, whose speed file is left out
+// (reading it fails with EINVAL on the real machine), as are carrier and
+// duplex. No RDMA. Process 793 python3 on GPU 00:06.0, cgroup
+// /process_api/98e385b556f11a16e066cff4ff314805, Cpus_allowed_list 0-31,
+// 34 threads.
+func H200VM() *Machine {
+	virtio := func(id pciID, dev int, name string, virtioID int) *Device {
+		d := id.fn(Endpoint, 0, dev)
+		d.Virtio = &Virtio{Name: name, DeviceID: virtioID}
+		return d
+	}
+	eth := virtio(virtioNet, 3, "virtio2", 1)
+	eth.Net = []NetDev{{Name: "eth0", Type: TypeEther, OperState: "up", Carrier: true, Speed: -1, Duplex: "unknown",
+		MTU: 1400, Address: "42:01:0a:80:00:0b", CarrierUp: 1, CarrierDown: 1, Stats: netStats("eth0")}}
+	ifb := func(name, addr string) NetDev {
+		return NetDev{Name: name, Type: TypeEther, OperState: "down", AdminDown: true, MTU: 1500, Address: addr,
+			Stats: counterSet(valuesFor(name), netStatNames, nil)} // never up: all zero
+	}
+	m := &Machine{
+		Name: "h200-vm",
+		Nodes: []Node{{ID: 0, CPUs: "0-31", MemTotalKB: 4812272, MemFreeKB: 3381940, NUMAStat: map[string]uint64{
+			"numa_hit": 554609, "interleave_hit": 1345, "local_node": 554609,
+		}}},
+		Distances: [][]int{{10}},
+		NetOnly:   []NetDev{loopback(), ifb("ifb0", "6e:3c:94:1a:d2:07"), ifb("ifb1", "d6:81:2b:5f:90:4e")},
+		HostBridges: onNode(-1, hostBridge(0x00,
+			vmHostBridge.fn(Endpoint, 0, 0),
+			virtio(virtioBlock, 1, "virtio0", 2),
+			virtio(virtioBlock, 2, "virtio1", 2),
+			eth,
+			h200SXM.fn(Endpoint, 0, 6),
+			h200SXM.fn(Endpoint, 0, 7))),
+		Processes: []Process{
+			{PID: 793, PPID: 1, Comm: "python3", Exe: "/usr/bin/python3.12", GPUs: []string{"0000:00:06.0"},
+				CPUsAllowed: "0-31", Threads: threads(793, 34, "0-31"),
+				Pages: []uint64{210_000}, Cgroup: "/process_api/98e385b556f11a16e066cff4ff314805"},
+		},
+	}
+	return m
+}

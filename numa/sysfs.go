@@ -1,0 +1,144 @@
+// Package numa discovers where things sit in a machine: NUMA nodes and their
+// distances, the PCIe tree from every GPU, NIC and NVMe drive up to its root
+// port, the path class between each GPU and NIC as nvidia-smi topo -m names
+// it, NIC port health, and the CPU and memory placement of GPU processes.
+//
+// Everything is read from a sysfs and a procfs root, so fixture trees stand
+// in for a machine in tests. Parsing is kept apart from metrics: this package
+// returns typed results and knows nothing of Prometheus.
+//
+// prometheus/procfs is used for per-process files. Its sysfs PCI and
+// InfiniBand readers are not: they drop a whole device (or the whole class)
+// when one file is unreadable or holds an unexpected value, which is the
+// failure node_exporter#3265 describes. Here one bad file drops one value and
+// is counted.
+package numa
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
+)
+
+// FS is a sysfs root and a procfs root.
+type FS struct {
+	Sys  string // usually /sys
+	Proc string // usually /proc
+}
+
+func (f FS) sys(parts ...string) string  { return filepath.Join(append([]string{f.Sys}, parts...)...) }
+func (f FS) proc(parts ...string) string { return filepath.Join(append([]string{f.Proc}, parts...)...) }
+
+// Opt is a value that may be absent: the file does not exist on this kernel
+// or device, or it could not be read this time.
+type Opt[T any] struct {
+	V     T
+	Valid bool
+}
+
+// Some returns a present value.
+func Some[T any](v T) Opt[T] { return Opt[T]{V: v, Valid: true} }
+
+// tally counts values dropped during one read, keeping the first error for
+// the log. A missing file is not an error: kernels and drivers differ in
+// what they expose.
+type tally struct {
+	count int
+	first error
+}
+
+func (t *tally) add(err error) {
+	if err == nil {
+		return
+	}
+	t.count++
+	if t.first == nil {
+		t.first = err
+	}
+}
+
+// err returns nil or a *sampler.PartialError for what was dropped.
+func (t *tally) err() error {
+	if t.count == 0 {
+		return nil
+	}
+	return &sampler.PartialError{Count: t.count, First: t.first}
+}
+
+// merge adds a partial error returned by a nested read.
+func (t *tally) merge(err error) {
+	var p *sampler.PartialError
+	if errors.As(err, &p) {
+		t.count += p.Count
+		if t.first == nil {
+			t.first = p.First
+		}
+		return
+	}
+	t.add(err)
+}
+
+// readString returns a sysfs file's content without surrounding space.
+func readString(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// absent reports whether err means the file is not there, or is there but
+// the driver does not implement it (reads of such sysfs attributes fail
+// with EINVAL or EOPNOTSUPP, as /sys/class/net/*/speed does on a virtual
+// interface): nothing to count.
+func absent(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.EINVAL) ||
+		errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.ENODEV)
+}
+
+// optString reads a file that may be missing; other failures are counted.
+func optString(t *tally, path string) Opt[string] {
+	s, err := readString(path)
+	if err != nil {
+		if !absent(err) {
+			t.add(err)
+		}
+		return Opt[string]{}
+	}
+	return Some(s)
+}
+
+// optInt reads a decimal or 0x-prefixed integer file.
+func optInt(t *tally, path string) Opt[int64] {
+	s := optString(t, path)
+	if !s.Valid {
+		return Opt[int64]{}
+	}
+	v, err := strconv.ParseInt(s.V, 0, 64)
+	if err != nil {
+		t.add(fmt.Errorf("%s: %w", path, err))
+		return Opt[int64]{}
+	}
+	return Some(v)
+}
+
+// optUint reads an unsigned counter file.
+func optUint(t *tally, path string) Opt[uint64] {
+	s := optString(t, path)
+	if !s.Valid {
+		return Opt[uint64]{}
+	}
+	v, err := strconv.ParseUint(s.V, 0, 64)
+	if err != nil {
+		t.add(fmt.Errorf("%s: %w", path, err))
+		return Opt[uint64]{}
+	}
+	return Some(v)
+}
