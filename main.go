@@ -44,6 +44,7 @@ func main() {
 		sysfsRoot         = app.Flag("path.sysfs", "sysfs mount point.").Default("/sys").String()
 		procfsRoot        = app.Flag("path.procfs", "procfs mount point.").Default("/proc").String()
 		topologyEvery     = app.Flag("topology.interval", "How often to read NUMA nodes and the PCIe tree's link states.").Default("15s").Duration()
+		nicEvery          = app.Flag("nic.interval", "How often to read NIC port state and counters.").Default("5s").Duration()
 		nvmlLib           = app.Flag("nvml.library", "Path or name of the NVML library to load.").Default("libnvidia-ml.so.1").String()
 		nvmlEvery         = app.Flag("nvml.interval", "How often to sample NVML.").Default("5s").Duration()
 		nvmlTimeout       = app.Flag("nvml.timeout", "Deadline of one NVML sample; past it the source is reported down and stale.").Default("4s").Duration()
@@ -120,6 +121,14 @@ func main() {
 			Interval: *topologyEvery, Logger: logger})
 		go s.Run(ctx)
 		reg.MustRegister(collector.NewTopologyCollector(s, gpuIDs))
+		statuses = append(statuses, s)
+		versions = append(versions, s)
+	}
+	if switches.Enabled("nic") {
+		s := sampler.New[*numa.NICSnapshot]("nic", &numa.NICReader{FS: fsys}, sampler.Options{
+			Interval: *nicEvery, Logger: logger})
+		go s.Run(ctx)
+		reg.MustRegister(collector.NewNICCollector(s))
 		statuses = append(statuses, s)
 		versions = append(versions, s)
 	}
