@@ -45,6 +45,8 @@ func main() {
 		procfsRoot        = app.Flag("path.procfs", "procfs mount point.").Default("/proc").String()
 		topologyEvery     = app.Flag("topology.interval", "How often to read NUMA nodes and the PCIe tree's link states.").Default("15s").Duration()
 		nicEvery          = app.Flag("nic.interval", "How often to read NIC port state and counters.").Default("5s").Duration()
+		processEvery      = app.Flag("process.interval", "How often to read the CPU and memory placement of GPU processes. Reading a process's numa_maps walks its page tables: a few ms per GiB resident.").Default("15s").Duration()
+		perProcess        = app.Flag("process.per-process-metrics", "Export gpulink_process_* series per GPU process; without it only the per-GPU counts.").Default("true").Bool()
 		nvmlLib           = app.Flag("nvml.library", "Path or name of the NVML library to load.").Default("libnvidia-ml.so.1").String()
 		nvmlEvery         = app.Flag("nvml.interval", "How often to sample NVML.").Default("5s").Duration()
 		nvmlTimeout       = app.Flag("nvml.timeout", "Deadline of one NVML sample; past it the source is reported down and stale.").Default("4s").Duration()
@@ -90,9 +92,10 @@ func main() {
 	// Sources that label GPUs by NVML index ask the reader; without it
 	// they know GPUs by PCI address alone.
 	var gpuIDs interface{ Identities() []gpu.Identity }
+	var reader *gpu.Reader
 
-	if switches.Enabled("nvml") || switches.Enabled("xid") {
-		reader := gpu.NewReader(nvml.New(nvml.WithLibraryPath(*nvmlLib)), *sysfsRoot, logger)
+	if switches.Enabled("nvml") || switches.Enabled("xid") || switches.Enabled("process") {
+		reader = gpu.NewReader(nvml.New(nvml.WithLibraryPath(*nvmlLib)), *sysfsRoot, logger)
 		defer reader.Shutdown()
 		if err := reader.Init(); err != nil {
 			// Not fatal: a machine without a driver still serves the rest,
@@ -116,11 +119,28 @@ func main() {
 			versions = append(versions, w)
 		}
 	}
-	if switches.Enabled("topology") {
-		s := sampler.New[*numa.Topology]("topology", &numa.TopologyReader{FS: fsys}, sampler.Options{
+	// The process source judges placement against the topology, so the
+	// topology is sampled when either is on.
+	var topology *sampler.Sampler[*numa.Topology]
+	if switches.Enabled("topology") || switches.Enabled("process") {
+		topology = sampler.New[*numa.Topology]("topology", &numa.TopologyReader{FS: fsys}, sampler.Options{
 			Interval: *topologyEvery, Logger: logger})
+		go topology.Run(ctx)
+		statuses = append(statuses, topology)
+		versions = append(versions, topology)
+		if switches.Enabled("topology") {
+			reg.MustRegister(collector.NewTopologyCollector(topology, gpuIDs))
+		}
+	}
+	if switches.Enabled("process") && reader != nil {
+		s := sampler.New[*numa.PlacementSnapshot]("process", &numa.PlacementReader{
+			FS:        fsys,
+			Processes: reader.ComputeProcesses,
+			Topology:  topology.LatestData,
+			GPUs:      reader.Identities,
+		}, sampler.Options{Interval: *processEvery, Logger: logger})
 		go s.Run(ctx)
-		reg.MustRegister(collector.NewTopologyCollector(s, gpuIDs))
+		reg.MustRegister(collector.NewProcessCollector(s, *perProcess))
 		statuses = append(statuses, s)
 		versions = append(versions, s)
 	}

@@ -27,6 +27,7 @@ var switchDefs = []struct {
 	{"nvml", "GPU identity, clocks and throttling, power, memory, ECC, PCIe and NVLink counters from NVML.", true},
 	{"xid", "XID error events from NVML.", true},
 	{"nic", "InfiniBand, RoCE and EFA port state, rate and counters, and physical Ethernet interfaces, from sysfs.", true},
+	{"process", "CPU and memory placement of every process holding a GPU against the GPU's NUMA node, from NVML and procfs.", true},
 	{"topology", "NUMA nodes and distances, the PCIe tree's link states, and each GPU's NUMA affinity, path to every NIC and slowest hop to the CPU, from sysfs.", true},
 }
 

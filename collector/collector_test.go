@@ -22,6 +22,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/gpu"
 	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/numa"
 
 	"github.com/gpulink/gpulink_exporter/internal/testwait"
 )
@@ -104,8 +105,8 @@ func TestH200PairMetrics(t *testing.T) {
 		m.GPUs[1].NVLinks[17].Up = false
 	})
 	n := newNode(t, m)
-	g0 := []string{"gpu", "0", "pci_bus_id", "0000:19:00.0", "uuid", "GPU-aaaaaaaa-0000-0000-0000-000000000000"}
-	g1 := []string{"gpu", "1", "pci_bus_id", "0000:1a:00.0", "uuid", "GPU-bbbbbbbb-0000-0000-0000-000000000000"}
+	g0 := []string{"gpu", "0", "pci_bus_id", "0000:00:06.0", "uuid", "GPU-aaaaaaaa-0000-0000-0000-000000000000"}
+	g1 := []string{"gpu", "1", "pci_bus_id", "0000:00:07.0", "uuid", "GPU-bbbbbbbb-0000-0000-0000-000000000000"}
 	info := func(g []string, serial string) string {
 		return labels(append([]string{"compute_capability", "9.0", "cuda_driver_version", "12.4", "driver_version", "550.54.15",
 			"name", "NVIDIA H200 141GB HBM3e", "numa_node", "", "serial", serial, "vbios_version", "96.00.99.00.01"}, g...)...)
@@ -188,7 +189,7 @@ func TestRetiredPages(t *testing.T) {
 		m.GPUs[0].RetiredPending = true
 	})
 	body := newNode(t, m).scrape(t)
-	g0 := `gpu="0",pci_bus_id="0000:19:00.0",uuid="` + m.GPUs[0].UUID + `"`
+	g0 := `gpu="0",pci_bus_id="0000:00:06.0",uuid="` + m.GPUs[0].UUID + `"`
 	for _, want := range []string{
 		`gpulink_gpu_retired_pages{cause="double_bit_ecc",` + g0 + `} 1`,
 		`gpulink_gpu_retired_pages{cause="multiple_single_bit_ecc",` + g0 + `} 2`,
@@ -211,12 +212,12 @@ func TestLostGPUIsReported(t *testing.T) {
 	n.nvml.SampleOnce(context.Background())
 	testwait.Until(t, func() bool { return len(n.xid.Counts()) == 1 })
 	body := n.scrape(t)
-	g1 := `gpu="1",pci_bus_id="0000:1a:00.0",uuid="` + m.GPUs[1].UUID + `"`
+	g1 := `gpu="1",pci_bus_id="0000:00:07.0",uuid="` + m.GPUs[1].UUID + `"`
 	for _, want := range []string{
 		`gpulink_gpu_lost{` + g1 + `} 1`,
 		`gpulink_gpu_xid_errors_total{` + g1 + `,xid="79"} 1`,
 		`gpulink_gpu_xid_events_total{` + g1 + `} 1`,
-		`gpulink_gpu_xid_events_total{gpu="0",pci_bus_id="0000:19:00.0",uuid="` + m.GPUs[0].UUID + `"} 0`,
+		`gpulink_gpu_xid_events_total{gpu="0",pci_bus_id="0000:00:06.0",uuid="` + m.GPUs[0].UUID + `"} 0`,
 		`gpulink_source_up{source="nvml"} 1`,
 	} {
 		if !strings.Contains(body, want) {
@@ -276,15 +277,30 @@ func TestNoLibraryServesSelfMetrics(t *testing.T) {
 }
 
 // TestPromtoolCheckMetrics runs the real promtool over a full scrape of a
-// DGX H100. make test sets PROMTOOL; a plain go test skips it.
+// DGX H100 with every source on: NVML and XIDs from the fake, topology, NICs
+// and process placement from the faulted fixture tree. make test sets
+// PROMTOOL; a plain go test skips it.
 func TestPromtoolCheckMetrics(t *testing.T) {
 	promtool := os.Getenv("PROMTOOL")
 	if promtool == "" {
 		t.Skip("PROMTOOL not set (make test sets it)")
 	}
-	m := nvmlfake.NewDGXH100()
-	n := newNode(t, m)
-	m.SendXID(0, 48)
+	pn := newPlacementNode(t, "dgx-h100-faults")
+	n := &node{m: pn.m, reader: pn.reader}
+	n.nvml = sampler.New[*gpu.Snapshot]("nvml", n.reader, sampler.Options{Interval: time.Hour})
+	n.nvml.SampleOnce(context.Background())
+	n.xid = gpu.NewXIDWatcher(n.reader, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go n.xid.Run(ctx, 10*time.Millisecond)
+	nic := sampler.New[*numa.NICSnapshot]("nic", &numa.NICReader{FS: pn.fs}, sampler.Options{Interval: time.Hour})
+	nic.SampleOnce(context.Background())
+	n.reg = prometheus.NewRegistry()
+	n.reg.MustRegister(collector.NewNVMLCollector(n.nvml), collector.NewXIDCollector(n.xid, n.reader),
+		collector.NewTopologyCollector(pn.topo, n.reader), collector.NewNICCollector(nic),
+		collector.NewProcessCollector(pn.place, true),
+		collector.NewExporterCollector(n.nvml, n.xid, pn.topo, nic, pn.place))
+	n.m.SendXID(0, 48)
 	testwait.Until(t, func() bool { return len(n.xid.Counts()) == 1 })
 	body := n.scrape(t)
 	cmd := exec.Command(promtool, "check", "metrics")
@@ -294,7 +310,13 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("promtool check metrics: %v\n%s", err, out.String())
 	}
-	if lines := strings.Count(body, "\n"); lines < 1000 {
+	for _, family := range []string{"gpulink_gpu_info", "gpulink_topology_gpu_nic_path", "gpulink_nic_port_up",
+		"gpulink_net_interface_up", "gpulink_process_misaffine", "gpulink_numa_node_distance", "gpulink_pcie_link_width"} {
+		if !strings.Contains(body, "\n"+family+"{") {
+			t.Errorf("family %s missing from the scrape", family)
+		}
+	}
+	if lines := strings.Count(body, "\n"); lines < 2000 {
 		t.Errorf("only %d lines in a DGX H100 scrape; families missing?", lines)
 	}
 }

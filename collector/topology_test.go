@@ -97,17 +97,6 @@ gpulink_topology_uplink_gpus{uplink_pci_bus_id="0000:00:07.0"} 1
 	lintClean(t, c)
 }
 
-func lintClean(t *testing.T, c prometheus.Collector) {
-	t.Helper()
-	problems, err := testutil.CollectAndLint(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		t.Errorf("lint: %s: %s", p.Metric, p.Text)
-	}
-}
-
 // The faults a dashboard must show: switch B's uplink at x8 of x16 (and
 // the two GPUs behind it at half host bandwidth), and GPUs 4-7 with every
 // NIC across the socket interconnect.

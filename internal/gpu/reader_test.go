@@ -141,8 +141,8 @@ func TestPairsAsNvidiaSmiTopo(t *testing.T) {
 				t.Errorf("pair %+v, want NV18 with P2P", p)
 			}
 		}
-		if l := snap.GPUs[0].NVLinks[0]; l.RemotePCIBusID != "0000:1a:00.0" || l.RemoteType != "gpu" {
-			t.Errorf("GPU 0 link 0 remote %q %q, want GPU 1 at 0000:1a:00.0", l.RemotePCIBusID, l.RemoteType)
+		if l := snap.GPUs[0].NVLinks[0]; l.RemotePCIBusID != "0000:00:07.0" || l.RemoteType != "gpu" {
+			t.Errorf("GPU 0 link 0 remote %q %q, want GPU 1 at 0000:00:07.0", l.RemotePCIBusID, l.RemoteType)
 		}
 
 		// A link going down shows in the next sample's cell.

@@ -77,6 +77,9 @@ type GPU struct {
 	NUMANode int
 	// Topology level to each other GPU by index.
 	Levels map[int]nvml.GpuTopologyLevel
+	// Processes answers GetComputeRunningProcesses, MPSProcesses
+	// GetMPSComputeRunningProcesses; nil answers an empty list.
+	Processes, MPSProcesses []nvml.ProcessInfo
 }
 
 // Link is one fake NVLink.
@@ -132,13 +135,15 @@ func NewDGXH100() *Machine {
 }
 
 // NewH200Pair models the borrowed 2x H200 machine: one NUMA node, both GPUs
-// on the root bus, all 18 NVLinks of each going straight to the other.
+// on the root bus at the addresses they have there (00:06.0 and 00:07.0, as
+// in sysfsfake's h200-vm tree), all 18 NVLinks of each going straight to
+// the other.
 func NewH200Pair() *Machine {
 	s := dgxh200.New()
 	s.Devices = s.Devices[:2]
 	m := newMachine(s)
-	m.GPUs[0].setBus(0x19)
-	m.GPUs[1].setBus(0x1a)
+	m.GPUs[0].PciBusID = "0000:00:06.0"
+	m.GPUs[1].PciBusID = "0000:00:07.0"
 	for i, g := range m.GPUs {
 		peer := m.GPUs[1-i]
 		for l := range g.NVLinks {
@@ -491,4 +496,29 @@ func (g *GPU) setDeviceFuncs() {
 	d.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return {
 		return g.call("RegisterEvents")
 	}
+	g.setProcessFuncs()
+}
+
+// setProcessFuncs answers the process lists with copies of GPU.Processes
+// and GPU.MPSProcesses.
+func (g *GPU) setProcessFuncs() {
+	d := &g.Device.Device
+	d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+		return answer(g, "GetComputeRunningProcesses", func() []nvml.ProcessInfo { return append([]nvml.ProcessInfo{}, g.Processes...) })
+	}
+	d.GetMPSComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+		return answer(g, "GetMPSComputeRunningProcesses", func() []nvml.ProcessInfo { return append([]nvml.ProcessInfo{}, g.MPSProcesses...) })
+	}
+}
+
+// SetProcesses puts compute processes with these PIDs on GPU i, each
+// holding usedBytes of device memory.
+func (m *Machine) SetProcesses(i int, usedBytes uint64, pids ...int) {
+	m.Update(func() {
+		g := m.GPUs[i]
+		g.Processes = nil
+		for _, pid := range pids {
+			g.Processes = append(g.Processes, nvml.ProcessInfo{Pid: uint32(pid), UsedGpuMemory: usedBytes})
+		}
+	})
 }

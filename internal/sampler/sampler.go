@@ -126,6 +126,16 @@ func (s *Sampler[T]) Name() string { return s.name }
 // Latest returns the newest usable snapshot, or nil before the first one.
 func (s *Sampler[T]) Latest() *Snapshot[T] { return s.latest.Load() }
 
+// LatestData is the data of the latest snapshot, the zero T before the
+// first: for a source that reads another's results.
+func (s *Sampler[T]) LatestData() T {
+	if snap := s.latest.Load(); snap != nil {
+		return snap.Data
+	}
+	var zero T
+	return zero
+}
+
 // Version changes whenever the snapshot or the status may have changed.
 func (s *Sampler[T]) Version() uint64 { return s.version.Load() }
 

@@ -1,0 +1,640 @@
+package numa
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/prometheus/procfs"
+)
+
+// ErrProcessGone is what ReadProcess returns (wrapped) when the process
+// exited while it was being read: its /proc directory vanished, or the
+// kernel answered ESRCH. It is no failure: a process list is out of date as
+// soon as it is taken.
+var ErrProcessGone = errors.New("process exited")
+
+// maxProcThreads bounds the threads read per process, each one small
+// file read. A PyTorch process has a thread per core for OpenMP (224 on a
+// DGX H100) plus a few dozen of its own, below this. Beyond it the first
+// threads, in the kernel's order (main thread first), stand for the rest.
+const maxProcThreads = 512
+
+// maxNUMANode bounds node numbers read from numa_maps: Linux's
+// CONFIG_NODES_SHIFT tops out at 10.
+const maxNUMANode = 1 << 10
+
+// maxProcFile bounds the small per-process files read whole (status,
+// cgroup, stat): a v1 cgroup file with long paths stays far below it.
+const maxProcFile = 1 << 20
+
+// ProcessPlacement is where a process may run, where its threads last ran
+// and where its resident memory is.
+type ProcessPlacement struct {
+	PID  int
+	Comm string
+	// AllowedCPUs is status's Cpus_allowed_list: the CPUs the scheduler
+	// may put the process's main thread on (taskset, cgroup cpuset).
+	AllowedCPUs Opt[CPUSet]
+	// ThreadCPUs is the CPU each thread last ran on (stat field 39), at
+	// most maxProcThreads of them; empty when none could be read.
+	ThreadCPUs []int
+	// MemoryByNode is resident memory in bytes by NUMA node, summed over
+	// numa_maps: anonymous and file pages the process maps. Absent when
+	// numa_maps may not be read (it needs ptrace access to the process:
+	// root or CAP_SYS_PTRACE).
+	MemoryByNode Opt[map[int]uint64]
+	// PodUID and ContainerID come from the process's cgroup path; empty
+	// when it is not in a Kubernetes pod or a container.
+	PodUID, ContainerID string
+}
+
+// ReadProcess reads one process's placement. When the process exited
+// during the read the error satisfies errors.Is(err, ErrProcessGone) and
+// the placement is to be dropped. Values that could not be read (EACCES on
+// numa_maps without ptrace rights, hidepid) are left out and counted in a
+// *sampler.PartialError returned with the rest.
+func (f FS) ReadProcess(pid int) (ProcessPlacement, error) {
+	p, err := f.readProcessFiles(pid, make([]byte, 0, 4096))
+	if errors.Is(err, ErrProcessGone) {
+		return p, err
+	}
+	mem, merr := f.readProcessMemory(pid, newMapsScratch())
+	if errors.Is(merr, ErrProcessGone) {
+		return p, merr
+	}
+	p.MemoryByNode = mem
+	var t tally
+	t.merge(err)
+	t.merge(merr)
+	return p, t.err()
+}
+
+// procErr sorts a failed read of one of a process's files: the process is
+// gone (the error to stop with is returned), the file is not on this
+// kernel or in this tree (nothing to count), or the value is dropped and
+// counted.
+func procErr(t *tally, pid int, dir string, err error) (gone error) {
+	switch {
+	case err == nil:
+	case errors.Is(err, syscall.ESRCH):
+		return fmt.Errorf("pid %d: %w: %w", pid, ErrProcessGone, err)
+	case errors.Is(err, fs.ErrNotExist):
+		if _, serr := os.Stat(dir); serr != nil {
+			return fmt.Errorf("pid %d: %w: %w", pid, ErrProcessGone, err)
+		}
+	default:
+		t.add(err)
+	}
+	return nil
+}
+
+// readProcessFiles reads everything but numa_maps: comm, status, cgroup
+// and each thread's stat. buf is reused for each file.
+func (f FS) readProcessFiles(pid int, buf []byte) (ProcessPlacement, error) {
+	p := ProcessPlacement{PID: pid}
+	var t tally
+	dir := f.proc(strconv.Itoa(pid))
+
+	// procfs stats the process's directory: a process already gone is
+	// found out before anything is read.
+	pfs, err := procfs.NewFS(f.Proc)
+	if err != nil {
+		return p, err
+	}
+	proc, err := pfs.Proc(pid)
+	if gone := procErr(&t, pid, dir, err); gone != nil {
+		return p, gone
+	}
+	if err != nil {
+		return p, t.err()
+	}
+	comm, err := proc.Comm()
+	if gone := procErr(&t, pid, dir, err); gone != nil {
+		return p, gone
+	}
+	p.Comm = comm
+
+	b, err := readProcFile(dir+"/status", buf)
+	if gone := procErr(&t, pid, dir, err); gone != nil {
+		return p, gone
+	}
+	if err == nil {
+		cpus, found, perr := parseStatusCPUs(b)
+		switch {
+		case perr != nil:
+			t.add(fmt.Errorf("%s/status: %w", dir, perr))
+		case found:
+			p.AllowedCPUs = Some(cpus)
+		}
+	}
+
+	b, err = readProcFile(dir+"/cgroup", b)
+	if gone := procErr(&t, pid, dir, err); gone != nil {
+		return p, gone
+	}
+	if err == nil {
+		p.PodUID, p.ContainerID = parseCgroupFile(b)
+	}
+
+	cpus, err := threadCPUs(dir, b, &t)
+	if gone := procErr(&t, pid, dir, err); gone != nil {
+		return p, gone
+	}
+	p.ThreadCPUs = cpus
+	return p, t.err()
+}
+
+// threadCPUs reads the last CPU of each thread. A thread that exits
+// between listing and reading is skipped; the task directory itself
+// missing means the process is gone.
+func threadCPUs(dir string, buf []byte, t *tally) ([]int, error) {
+	d, err := os.Open(dir + "/task")
+	if err != nil {
+		return nil, err
+	}
+	names, err := d.Readdirnames(maxProcThreads)
+	d.Close()
+	if err != nil && err != io.EOF {
+		return nil, err
+	}
+	cpus := make([]int, 0, len(names))
+	for _, tid := range names {
+		path := dir + "/task/" + tid + "/stat"
+		b, err := readProcFile(path, buf)
+		buf = b
+		switch {
+		case err == nil:
+		case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ESRCH):
+			continue // the thread exited
+		default:
+			t.add(err)
+			continue
+		}
+		cpu, err := parseStatCPU(b)
+		if err != nil {
+			t.add(fmt.Errorf("%s: %w", path, err))
+			continue
+		}
+		cpus = append(cpus, cpu)
+	}
+	return cpus, nil
+}
+
+// mapsScratch is what a numa_maps reader reuses from file to file.
+type mapsScratch struct {
+	buf  []byte
+	numa numaMapsScratch
+}
+
+// numaMapsBuffer is the size of each numa_maps read. The kernel walks
+// the page tables while it fills the buffer, so the read is long (about
+// 7 ms for a PyTorch process of 1.8 GiB resident); a buffer that takes
+// the whole file (650 lines, 70 KB, in that process) makes it one read,
+// not several, each of which must win a scheduler slot back at
+// GOMAXPROCS=1.
+const numaMapsBuffer = 128 << 10
+
+func newMapsScratch() *mapsScratch { return &mapsScratch{buf: make([]byte, numaMapsBuffer)} }
+
+// readProcessMemory reads numa_maps: resident bytes by node. It streams
+// the file through the parser, read once and never held whole.
+func (f FS) readProcessMemory(pid int, s *mapsScratch) (Opt[map[int]uint64], error) {
+	var t tally
+	dir := f.proc(strconv.Itoa(pid))
+	path := dir + "/numa_maps"
+	fd, err := openProcFile(path)
+	if gone := procErr(&t, pid, dir, err); gone != nil || err != nil {
+		return Opt[map[int]uint64]{}, cmp.Or(gone, t.err())
+	}
+	defer syscall.Close(fd)
+	m, err := s.numa.parse(fdReader{fd, path}, s.buf)
+	if err != nil && !errors.As(err, new(*fs.PathError)) {
+		err = fmt.Errorf("%s: %w", path, err) // a parse error
+	}
+	if gone := procErr(&t, pid, dir, err); gone != nil || err != nil {
+		return Opt[map[int]uint64]{}, cmp.Or(gone, t.err())
+	}
+	return Some(m), nil
+}
+
+// openProcFile opens a file to read. Raw calls, not os.Open: that adds a
+// stat to learn the file is not pollable and an *os.File with a
+// finalizer, per thread of every process, every sample.
+func openProcFile(path string) (int, error) {
+	for {
+		fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		switch err {
+		case nil:
+			return fd, nil
+		case syscall.EINTR:
+			continue
+		}
+		return -1, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+}
+
+// fdReader reads a file descriptor opened by openProcFile.
+type fdReader struct {
+	fd   int
+	path string
+}
+
+func (r fdReader) Read(b []byte) (int, error) {
+	for {
+		n, err := syscall.Read(r.fd, b)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err != nil:
+			return 0, &fs.PathError{Op: "read", Path: r.path, Err: err}
+		case n == 0 && len(b) > 0:
+			return 0, io.EOF
+		}
+		return n, nil
+	}
+}
+
+// readProcFile reads a small file whole into buf's storage, growing it
+// up to maxProcFile. Unlike os.ReadFile it does not stat first (proc
+// files have size 0) and allocates nothing once buf is big enough.
+func readProcFile(path string, buf []byte) ([]byte, error) {
+	fd, err := openProcFile(path)
+	if err != nil {
+		return buf[:0], err
+	}
+	defer syscall.Close(fd)
+	r := fdReader{fd, path}
+	buf = buf[:0]
+	for {
+		if len(buf) == cap(buf) {
+			if cap(buf) >= maxProcFile {
+				return buf, fmt.Errorf("%s: longer than %d bytes", path, maxProcFile)
+			}
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
+
+// parseNUMAMaps sums a numa_maps file by node, in bytes: each line's
+// N<node>=<pages> times its kernelpagesize_kB. Hugetlb lines count huge
+// pages and give the huge page size; transparent huge pages are counted
+// in base pages. Lines with no N fields (nothing resident) count nothing.
+// A malformed N or kernelpagesize_kB field is an error.
+func parseNUMAMaps(r io.Reader) (map[int]uint64, error) {
+	var s numaMapsScratch
+	return s.parse(r, make([]byte, 4096))
+}
+
+type nodePages struct {
+	node  int
+	pages uint64
+}
+
+// numaMapsScratch keeps the parser's slices between files.
+type numaMapsScratch struct {
+	byNode []uint64
+	seen   []bool
+	line   []nodePages
+}
+
+func (s *numaMapsScratch) parse(r io.Reader, buf []byte) (map[int]uint64, error) {
+	clear(s.byNode)
+	clear(s.seen)
+	sc := bufio.NewScanner(r)
+	// A line holds at most a path of 4096 bytes, each byte escaped to 4
+	// at worst, and a few dozen fields.
+	sc.Buffer(buf, max(len(buf), 64<<10))
+	lineNo := 0
+	for sc.Scan() {
+		lineNo++
+		if err := s.line1(sc.Bytes()); err != nil {
+			return nil, fmt.Errorf("line %d: %w", lineNo, err)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	out := map[int]uint64{}
+	for n, ok := range s.seen {
+		if ok {
+			out[n] = s.byNode[n]
+		}
+	}
+	return out, nil
+}
+
+var pageSizeKey = []byte("kernelpagesize_kB=")
+
+// line1 adds one numa_maps line, as the kernel writes it:
+//
+//	7f3a1c000000 default anon=8448 dirty=8448 active=0 N0=6144 N1=2304 kernelpagesize_kB=4
+//
+// The policy may hold a space ("prefer (many):0-1"); a file path may not
+// (the kernel escapes it as \040).
+func (s *numaMapsScratch) line1(b []byte) error {
+	s.line = s.line[:0]
+	var pageKB uint64
+	for len(b) > 0 {
+		var tok []byte
+		if i := bytes.IndexByte(b, ' '); i >= 0 {
+			tok, b = b[:i], b[i+1:]
+		} else {
+			tok, b = b, nil
+		}
+		switch {
+		case len(tok) >= 2 && tok[0] == 'N' && tok[1] >= '0' && tok[1] <= '9':
+			eq := bytes.IndexByte(tok, '=')
+			if eq < 0 {
+				return fmt.Errorf("field %q: want N<node>=<pages>", tok)
+			}
+			node, ok1 := parseDecimal(tok[1:eq])
+			pages, ok2 := parseDecimal(tok[eq+1:])
+			if !ok1 || !ok2 || node >= maxNUMANode {
+				return fmt.Errorf("field %q: want N<node>=<pages>", tok)
+			}
+			s.line = append(s.line, nodePages{int(node), pages})
+		case bytes.HasPrefix(tok, pageSizeKey):
+			v, ok := parseDecimal(tok[len(pageSizeKey):])
+			if !ok || v == 0 || v > 1<<30 {
+				return fmt.Errorf("field %q: want a page size in kB", tok)
+			}
+			pageKB = v
+		}
+	}
+	if len(s.line) == 0 {
+		return nil
+	}
+	if pageKB == 0 {
+		return errors.New("N fields without kernelpagesize_kB")
+	}
+	pageBytes := pageKB << 10
+	for _, np := range s.line {
+		if np.pages > math.MaxUint64/pageBytes {
+			return fmt.Errorf("N%d=%d pages of %d kB overflows", np.node, np.pages, pageKB)
+		}
+		for len(s.byNode) <= np.node {
+			s.byNode = append(s.byNode, 0)
+			s.seen = append(s.seen, false)
+		}
+		sum := s.byNode[np.node] + np.pages*pageBytes
+		if sum < s.byNode[np.node] {
+			return fmt.Errorf("node %d total overflows", np.node)
+		}
+		s.byNode[np.node], s.seen[np.node] = sum, true
+	}
+	return nil
+}
+
+// parseDecimal parses an unsigned decimal without allocating.
+func parseDecimal(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 19 { // 19 digits always fit in 64 bits
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	return v, true
+}
+
+// parseStatCPU returns the CPU a task last ran on, field 39 of its stat
+// line. The command name (field 2) may hold spaces and parentheses, so
+// fields are counted from after the last ')'.
+func parseStatCPU(b []byte) (int, error) {
+	r := bytes.LastIndexByte(b, ')')
+	if r < 0 {
+		return 0, errors.New("stat: no ')' closing the command name")
+	}
+	b = b[r+1:]
+	field := 2
+	for len(b) > 0 {
+		var tok []byte
+		if i := bytes.IndexAny(b, " \n"); i >= 0 {
+			tok, b = b[:i], b[i+1:]
+		} else {
+			tok, b = b, nil
+		}
+		if len(tok) == 0 {
+			continue
+		}
+		if field++; field == 39 {
+			v, ok := parseDecimal(tok)
+			if !ok || v >= maxCPU {
+				return 0, fmt.Errorf("stat: processor field %q is not a CPU number", tok)
+			}
+			return int(v), nil
+		}
+	}
+	return 0, fmt.Errorf("stat: %d fields, want at least 39", field)
+}
+
+var allowedListKey = []byte("Cpus_allowed_list:")
+
+// parseStatusCPUs finds Cpus_allowed_list in a status file. found is
+// false when the kernel does not print it. procfs's ProcStatus has it
+// too, but turns a malformed list into CPU 0 and expands ranges without
+// a bound; ParseCPUList does neither.
+func parseStatusCPUs(b []byte) (cpus CPUSet, found bool, err error) {
+	for len(b) > 0 {
+		var line []byte
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			line, b = b, nil
+		}
+		if v, ok := bytes.CutPrefix(line, allowedListKey); ok {
+			cpus, err = ParseCPUList(string(v))
+			return cpus, err == nil, err
+		}
+	}
+	return CPUSet{}, false, nil
+}
+
+// parseCgroupFile takes the pod and container from /proc/<pid>/cgroup:
+// the unified line ("0::/path") on cgroup v2, the first line naming a pod
+// or container on v1, where every controller has its own line.
+func parseCgroupFile(b []byte) (podUID, containerID string) {
+	for len(b) > 0 {
+		var line []byte
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			line, b = b, nil
+		}
+		// hierarchy-ID:controllers:path; the path may hold ':'.
+		_, rest, ok1 := bytes.Cut(line, []byte{':'})
+		_, path, ok2 := bytes.Cut(rest, []byte{':'})
+		if !ok1 || !ok2 {
+			continue
+		}
+		if pod, ctr := parseCgroupPod(string(path)); pod != "" || ctr != "" {
+			return pod, ctr
+		}
+	}
+	return "", ""
+}
+
+// parseCgroupPod reads the Kubernetes pod UID (with dashes) and the
+// container ID from a cgroup path, as the kubelet lays it out:
+//
+//	systemd driver:  /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid, _ for ->.slice/cri-containerd-<id>.scope
+//	                 (docker-<id>.scope, crio-<id>.scope; guaranteed pods sit in kubepods-pod<uid>.slice)
+//	cgroupfs driver: /kubepods/burstable/pod<uid>/<id>, guaranteed pods /kubepods/pod<uid>/<id>
+//
+// Kubelets nested under a service ("/kubelet.slice/kubelet-kubepods..."),
+// containerd's "<pod slice>:cri-containerd:<id>" form and cgroups below
+// the container's (a container running systemd) are read too. A container
+// outside Kubernetes (docker-<id>.scope, /docker/<id>) yields its ID with
+// no pod. Anything else yields "", "".
+func parseCgroupPod(path string) (podUID, containerID string) {
+	comps := strings.Split(strings.Trim(path, "/"), "/")
+	kube := false
+	for i, c := range comps {
+		if strings.Contains(c, "kubepods") {
+			kube = true
+		}
+		if !kube {
+			continue
+		}
+		if pod, ctr, ok := strings.Cut(c, ":"); ok {
+			// containerd: kubepods-<qos>-pod<uid>.slice:cri-containerd:<id>
+			_, id, _ := strings.Cut(ctr, ":")
+			if uid := systemdPodUID(pod); uid != "" {
+				if !isContainerID(id) {
+					id = ""
+				}
+				return uid, id
+			}
+			continue
+		}
+		uid := systemdPodUID(c)
+		if uid == "" {
+			if rest, ok := strings.CutPrefix(c, "pod"); ok && podUIDValid(rest) {
+				uid = rest
+			}
+		}
+		if uid == "" {
+			continue
+		}
+		if i+1 < len(comps) {
+			containerID = containerComponent(comps[i+1])
+		}
+		return uid, containerID
+	}
+	if kube {
+		return "", ""
+	}
+	for i, c := range comps {
+		if strings.HasSuffix(c, ".scope") {
+			if id := containerComponent(c); id != "" {
+				return "", id
+			}
+		}
+		if c == "docker" && i+1 < len(comps) && isContainerID(comps[i+1]) {
+			return "", comps[i+1]
+		}
+	}
+	return "", ""
+}
+
+// systemdPodUID reads "<...>kubepods<...>-pod<uid with _>.slice".
+func systemdPodUID(c string) string {
+	name, ok := strings.CutSuffix(c, ".slice")
+	if !ok {
+		return ""
+	}
+	i := strings.LastIndex(name, "-pod")
+	if i < 0 || !strings.Contains(name[:i], "kubepods") {
+		return ""
+	}
+	uid := strings.ReplaceAll(name[i+len("-pod"):], "_", "-")
+	if !podUIDValid(uid) {
+		return ""
+	}
+	return uid
+}
+
+// containerRuntimePrefixes name the scopes (systemd driver) and cgroups
+// (CRI-O under cgroupfs) that hold a container, by runtime.
+var containerRuntimePrefixes = []string{"cri-containerd-", "docker-", "crio-"}
+
+// containerComponent reads a container ID from the cgroup component below
+// a pod: "<runtime>-<id>.scope", "crio-<id>" or the bare ID. CRI-O's
+// crio-conmon-<id> holds the monitor, not the container.
+func containerComponent(c string) string {
+	c = strings.TrimSuffix(c, ".scope")
+	if isContainerID(c) {
+		return c
+	}
+	for _, p := range containerRuntimePrefixes {
+		if id, ok := strings.CutPrefix(c, p); ok && isContainerID(id) {
+			return id
+		}
+	}
+	return ""
+}
+
+// isContainerID reports whether s is a 64-digit hex ID, as containerd,
+// Docker and CRI-O give.
+func isContainerID(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !isHexDigit(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// podUIDValid accepts a UUID (an API pod's UID) or 32 hex digits (a
+// static pod's, the hash of its manifest).
+func podUIDValid(s string) bool {
+	switch len(s) {
+	case 36:
+		for i := 0; i < len(s); i++ {
+			if i == 8 || i == 13 || i == 18 || i == 23 {
+				if s[i] != '-' {
+					return false
+				}
+			} else if !isHexDigit(s[i]) {
+				return false
+			}
+		}
+		return true
+	case 32:
+		for i := 0; i < len(s); i++ {
+			if !isHexDigit(s[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+func isHexDigit(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
