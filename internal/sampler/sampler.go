@@ -190,8 +190,11 @@ func (s *Sampler[T]) SampleOnce(ctx context.Context) {
 
 	sctx, cancel := context.WithTimeout(ctx, s.timeout)
 	go func() {
-		defer close(done)
+		// done first, then cancel: cancelling first would wake the
+		// select below through sctx.Done for a sample that finished in
+		// time, and report it late.
 		defer cancel()
+		defer close(done)
 		s.sample(sctx)
 	}()
 
@@ -202,14 +205,17 @@ func (s *Sampler[T]) SampleOnce(ctx context.Context) {
 		case <-done: // finished at the deadline
 		default:
 			s.mu.Lock()
-			if s.busy == done {
+			late := s.busy == done // else it ended while we took the lock
+			if late {
 				s.status.Up = false
 				s.status.Stalled = true
 				s.status.Errors++
 			}
 			s.mu.Unlock()
 			s.version.Add(1)
-			s.logger.Warn("sample exceeded its deadline; source reported down until it returns", "timeout", s.timeout)
+			if late {
+				s.logger.Warn("sample exceeded its deadline; source reported down until it returns", "timeout", s.timeout)
+			}
 		}
 	}
 }
