@@ -229,6 +229,20 @@ func TestSlowestHopAndUplinks(t *testing.T) {
 	if len(uplinks) != 8 {
 		t.Errorf("aws-p5: %d distinct uplinks for 8 GPUs, want one each", len(uplinks))
 	}
+
+	// aws-p5-faults: GPU5's own link trained x8 of x16. The link shows
+	// it, but Gen5 x8 (31.5 GB/s) is still faster than the Gen4 x8 uplink,
+	// so the host bandwidth bound does not move: only the link metrics
+	// and a probe under load can tell.
+	p5f := loadTopology(t, "aws-p5-faults")
+	g5 := p5f.Device("0000:a8:00.0")
+	own := p5f.HostPath(g5)[0]
+	if own.Device != g5 || own.Link.Width.V != 8 || own.Link.MaxWidth.V != 16 {
+		t.Errorf("aws-p5-faults GPU5 own link x%d of x%d, want x8 of x16", own.Link.Width.V, own.Link.MaxWidth.V)
+	}
+	if h, _ := p5f.SlowestHop(g5, false); h.Bandwidth(false) != gen4x8 || h.Device != p5f.Uplink(g5) {
+		t.Errorf("aws-p5-faults GPU5 slowest hop %v at %s, want the Gen4 x8 uplink", h.Bandwidth(false), h.Device.Address)
+	}
 }
 
 func TestAWSP5Paths(t *testing.T) {
