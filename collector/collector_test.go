@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
 
 	"github.com/gpulink/gpulink_exporter/collector"
 	"github.com/gpulink/gpulink_exporter/internal/gpu"
@@ -281,8 +282,7 @@ func TestNoLibraryServesSelfMetrics(t *testing.T) {
 // and process placement from the faulted fixture tree. make test sets
 // PROMTOOL; a plain go test skips it.
 func TestPromtoolCheckMetrics(t *testing.T) {
-	promtool := os.Getenv("PROMTOOL")
-	if promtool == "" {
+	if os.Getenv("PROMTOOL") == "" {
 		t.Skip("PROMTOOL not set (make test sets it)")
 	}
 	pn := newPlacementNode(t, "dgx-h100-faults")
@@ -303,13 +303,7 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 	n.m.SendXID(0, 48)
 	testwait.Until(t, func() bool { return len(n.xid.Counts()) == 1 })
 	body := n.scrape(t)
-	cmd := exec.Command(promtool, "check", "metrics")
-	cmd.Stdin = strings.NewReader(body)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("promtool check metrics: %v\n%s", err, out.String())
-	}
+	promtoolCheck(t, "dgx-h100-faults", body)
 	for _, family := range []string{"gpulink_gpu_info", "gpulink_topology_gpu_nic_path", "gpulink_nic_port_up",
 		"gpulink_net_interface_up", "gpulink_process_misaffine", "gpulink_numa_node_distance", "gpulink_pcie_link_width"} {
 		if !strings.Contains(body, "\n"+family+"{") {
@@ -319,6 +313,41 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 	if lines := strings.Count(body, "\n"); lines < 2000 {
 		t.Errorf("only %d lines in a DGX H100 scrape; families missing?", lines)
 	}
+}
+
+// promtoolCheck runs the real promtool check metrics over an exposition.
+// make test sets PROMTOOL; a plain go test skips.
+func promtoolCheck(t *testing.T, name, body string) {
+	t.Helper()
+	promtool := os.Getenv("PROMTOOL")
+	if promtool == "" {
+		t.Skip("PROMTOOL not set (make test sets it)")
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(body)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Errorf("%s: promtool check metrics: %v\n%s", name, err, out.String())
+	}
+}
+
+// exposition gathers collectors into the text format.
+func exposition(t *testing.T, cs ...prometheus.Collector) string {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(cs...)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body bytes.Buffer
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(&body, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return body.String()
 }
 
 // labels formats name/value pairs as the text exposition does: sorted.

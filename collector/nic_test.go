@@ -1,10 +1,8 @@
 package collector_test
 
 import (
-	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -211,10 +209,6 @@ gpulink_net_interface_receive_drops_total{device="eth0"} 3
 // TestNICPromtoolCheckMetrics runs the real promtool over the NIC
 // families. make test sets PROMTOOL; a plain go test skips it.
 func TestNICPromtoolCheckMetrics(t *testing.T) {
-	promtool := os.Getenv("PROMTOOL")
-	if promtool == "" {
-		t.Skip("PROMTOOL not set (make test sets it)")
-	}
 	for name, fs := range map[string]numa.FS{"tree": nicTree(t), "dgx-h100-faults": nicProfileFS(t, "dgx-h100-faults"),
 		"aws-p5": nicProfileFS(t, "aws-p5")} {
 		reg, _ := nicRegistry(t, fs)
@@ -222,18 +216,12 @@ func TestNICPromtoolCheckMetrics(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var body bytes.Buffer
+		var body strings.Builder
 		for _, mf := range mfs {
 			if _, err := expfmt.MetricFamilyToText(&body, mf); err != nil {
 				t.Fatal(err)
 			}
 		}
-		cmd := exec.Command(promtool, "check", "metrics")
-		cmd.Stdin = &body
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			t.Errorf("%s: promtool check metrics: %v\n%s", name, err, out.String())
-		}
+		promtoolCheck(t, name, body.String())
 	}
 }

@@ -1,10 +1,7 @@
 package collector_test
 
 import (
-	"bytes"
 	"context"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,7 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/prometheus/common/expfmt"
 
 	"github.com/gpulink/gpulink_exporter/collector"
 	"github.com/gpulink/gpulink_exporter/internal/gpu"
@@ -296,32 +292,12 @@ func sysfsfakeContainer(t *testing.T, n *placementNode, pid int) string {
 // The full scrape of the DGX fixture's processes passes promtool when
 // PROMTOOL is set (make test sets it).
 func TestProcessMetricsPromtool(t *testing.T) {
-	promtool := os.Getenv("PROMTOOL")
-	if promtool == "" {
-		t.Skip("PROMTOOL not set (make test sets it)")
-	}
-	c := collector.NewProcessCollector(fixedPlacement(placementSnapshot()), true)
 	n := newPlacementNode(t, "dgx-h100-faults")
-	for _, col := range []prometheus.Collector{c, collector.NewProcessCollector(n.place, true)} {
-		reg := prometheus.NewPedanticRegistry()
-		reg.MustRegister(col)
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var body bytes.Buffer
-		for _, mf := range mfs {
-			if _, err := expfmt.MetricFamilyToText(&body, mf); err != nil {
-				t.Fatal(err)
-			}
-		}
-		cmd := exec.Command(promtool, "check", "metrics")
-		cmd.Stdin = &body
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			t.Errorf("promtool check metrics: %v\n%s", err, out.String())
-		}
+	for name, c := range map[string]prometheus.Collector{
+		"fixed snapshot":  collector.NewProcessCollector(fixedPlacement(placementSnapshot()), true),
+		"dgx-h100-faults": collector.NewProcessCollector(n.place, true),
+	} {
+		promtoolCheck(t, name, exposition(t, c))
 	}
 }
 
