@@ -176,7 +176,7 @@ func (r *NICReader) Sample(ctx context.Context) (*NICSnapshot, error) {
 		return nil, err
 	}
 	s.Interfaces = ifs
-	return s, t.err()
+	return s, t.Err()
 }
 
 // classFunction is what a class entry's PCI function says about itself.
@@ -194,7 +194,7 @@ func (f FS) pciFunctionOf(t *tally, entry string) (fn classFunction, ok bool) {
 	rel, err := f.resolveDevicePath(entry)
 	if err != nil {
 		if !absent(err) {
-			t.add(err)
+			t.Add(err)
 		}
 		return fn, false
 	}
@@ -228,7 +228,7 @@ func (f FS) rdmaPorts(ctx context.Context, t *tally) ([]RDMAPort, error) {
 	entries, err := os.ReadDir(class)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
-			t.add(err)
+			t.Add(err)
 		}
 		return nil, nil
 	}
@@ -253,7 +253,7 @@ func (f FS) rdmaDevice(t *tally, dir string) []RDMAPort {
 	var dt tally
 	fn, ok := f.pciFunctionOf(&dt, dir)
 	if !ok {
-		t.merge(dt.err())
+		t.Merge(dt.Err())
 		return nil
 	}
 	name := filepath.Base(dir)
@@ -261,9 +261,9 @@ func (f FS) rdmaDevice(t *tally, dir string) []RDMAPort {
 	entries, err := os.ReadDir(filepath.Join(dir, "ports"))
 	if err != nil {
 		if !absent(err) {
-			dt.add(err)
+			dt.Add(err)
 		}
-		t.merge(dt.err())
+		t.Merge(dt.Err())
 		return nil
 	}
 	var ports []RDMAPort
@@ -282,12 +282,12 @@ func (f FS) rdmaDevice(t *tally, dir string) []RDMAPort {
 		p.PCIAddress, p.NUMANode, p.Driver, p.Link = fn.addr, fn.numaNode, fn.driver, fn.link
 		p.Kind = rdmaKind(name, fn.driver, nodeType.V, p.LinkLayer)
 		ports = append(ports, p)
-		dt.merge(pt.err())
+		dt.Merge(pt.Err())
 	}
 	if vanished(dir) {
 		return nil
 	}
-	t.merge(dt.err())
+	t.Merge(dt.Err())
 	return ports
 }
 
@@ -319,7 +319,7 @@ func readRDMAPort(t *tally, dir string) RDMAPort {
 		}
 		id, label, err := parseIBState(s.V)
 		if err != nil {
-			t.add(fmt.Errorf("%s: %w", path, err))
+			t.Add(fmt.Errorf("%s: %w", path, err))
 			return Opt[int]{}, ""
 		}
 		return Some(id), label
@@ -329,7 +329,7 @@ func readRDMAPort(t *tally, dir string) RDMAPort {
 	if s := optString(t, filepath.Join(dir, "rate")); s.Valid {
 		r, err := parseIBRate(s.V)
 		if err != nil {
-			t.add(fmt.Errorf("%s: %w", filepath.Join(dir, "rate"), err))
+			t.Add(fmt.Errorf("%s: %w", filepath.Join(dir, "rate"), err))
 		} else {
 			p.RateBytes, p.Speed = Some(r.BytesPerSecond), r.Speed
 			if r.Width > 0 {
@@ -356,7 +356,7 @@ func readRDMAPort(t *tally, dir string) RDMAPort {
 			return v
 		}
 		if v.V > math.MaxUint64/4 {
-			t.add(fmt.Errorf("%s: %d words overflow a byte count", path, v.V))
+			t.Add(fmt.Errorf("%s: %d words overflow a byte count", path, v.V))
 			return Opt[uint64]{}
 		}
 		return Some(v.V * 4)
@@ -489,7 +489,7 @@ func (f FS) netInterfaces(ctx context.Context, t *tally) ([]NetInterface, error)
 	entries, err := os.ReadDir(class)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
-			t.add(err)
+			t.Add(err)
 		}
 		return nil, nil
 	}
@@ -504,7 +504,7 @@ func (f FS) netInterfaces(ctx context.Context, t *tally) ([]NetInterface, error)
 		if !ok || fn.addr == "" {
 			// Gone, or virtual (lo, bridges, veth, ifb, tunnels,
 			// VLANs): left out so cardinality stays bounded.
-			t.merge(it.err())
+			t.Merge(it.Err())
 			continue
 		}
 		n := readNetInterface(&it, entry)
@@ -513,7 +513,7 @@ func (f FS) netInterfaces(ctx context.Context, t *tally) ([]NetInterface, error)
 		}
 		n.Name, n.PCIAddress, n.NUMANode, n.Driver, n.Link = e.Name(), fn.addr, fn.numaNode, fn.driver, fn.link
 		ifs = append(ifs, n)
-		t.merge(it.err())
+		t.Merge(it.Err())
 	}
 	slices.SortFunc(ifs, func(a, b NetInterface) int { return strings.Compare(a.Name, b.Name) })
 	return ifs, nil

@@ -50,7 +50,7 @@ func (f FS) NUMANodes() ([]NUMANode, error) {
 	for _, id := range ids {
 		nodes = append(nodes, f.readNode(&t, id, ids))
 	}
-	return nodes, t.err()
+	return nodes, t.Err()
 }
 
 func (f FS) readNode(t *tally, id int, ids []int) NUMANode {
@@ -58,22 +58,22 @@ func (f FS) readNode(t *tally, id int, ids []int) NUMANode {
 	n := NUMANode{ID: id, Distances: map[int]int{}, Stat: map[string]uint64{}}
 	if s := optString(t, filepath.Join(dir, "cpulist")); s.Valid {
 		cpus, err := ParseCPUList(s.V)
-		t.add(wrapPath(dir, "cpulist", err))
+		t.Add(wrapPath(dir, "cpulist", err))
 		n.CPUs = cpus
 	}
 	if s := optString(t, filepath.Join(dir, "distance")); s.Valid {
 		dist, err := parseDistances(s.V, ids)
-		t.add(wrapPath(dir, "distance", err))
+		t.Add(wrapPath(dir, "distance", err))
 		n.Distances = dist
 	}
 	if s := optString(t, filepath.Join(dir, "numastat")); s.Valid {
 		stat, err := parseKeyValues(s.V)
-		t.add(wrapPath(dir, "numastat", err))
+		t.Add(wrapPath(dir, "numastat", err))
 		n.Stat = stat
 	}
 	if s := optString(t, filepath.Join(dir, "meminfo")); s.Valid {
 		mem, err := parseNodeMeminfo(s.V)
-		t.add(wrapPath(dir, "meminfo", err))
+		t.Add(wrapPath(dir, "meminfo", err))
 		if v, ok := mem["MemTotal"]; ok {
 			n.MemTotal = Some(v)
 		}

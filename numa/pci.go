@@ -131,7 +131,7 @@ func readPCIeLink(t *tally, dir string) PCIeLink {
 		}
 		v, err := parseLinkSpeed(s.V)
 		if err != nil {
-			t.add(fmt.Errorf("%s: %w", filepath.Join(dir, name), err))
+			t.Add(fmt.Errorf("%s: %w", filepath.Join(dir, name), err))
 		}
 		return v
 	}
@@ -142,7 +142,7 @@ func readPCIeLink(t *tally, dir string) PCIeLink {
 		}
 		v, err := parseLinkWidth(s.V)
 		if err != nil {
-			t.add(fmt.Errorf("%s: %w", filepath.Join(dir, name), err))
+			t.Add(fmt.Errorf("%s: %w", filepath.Join(dir, name), err))
 		}
 		return v
 	}
@@ -275,7 +275,7 @@ func (f FS) readPCIDevice(t *tally, rel string) *PCIDevice {
 	if s := optString(t, filepath.Join(dir, "local_cpulist")); s.Valid {
 		set, err := ParseCPUList(s.V)
 		if err != nil {
-			t.add(fmt.Errorf("%s: %w", filepath.Join(dir, "local_cpulist"), err))
+			t.Add(fmt.Errorf("%s: %w", filepath.Join(dir, "local_cpulist"), err))
 		} else {
 			d.LocalCPUs = Some(set)
 		}

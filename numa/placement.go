@@ -106,7 +106,7 @@ func (r *PlacementReader) Sample(ctx context.Context) (*PlacementSnapshot, error
 		if !errors.As(err, &partial) {
 			return nil, fmt.Errorf("GPU processes: %w", err)
 		}
-		t.merge(err)
+		t.Merge(err)
 	}
 	var topo *Topology
 	if r.Topology != nil {
@@ -173,7 +173,7 @@ func (r *PlacementReader) Sample(ctx context.Context) (*PlacementSnapshot, error
 		snap.GPUs = append(snap.GPUs, *g)
 	}
 	slices.SortFunc(snap.GPUs, func(a, b GPUPlacement) int { return cmp.Compare(a.GPU, b.GPU) })
-	return snap, t.err()
+	return snap, t.Err()
 }
 
 // mapsPool keeps the numa_maps readers' buffers from sample to sample.
@@ -233,8 +233,8 @@ func (r *PlacementReader) readAll(ctx context.Context, pids []int, t *tally) (ma
 		if errors.Is(fils[i].err, ErrProcessGone) || errors.Is(mems[i].err, ErrProcessGone) {
 			continue
 		}
-		t.merge(fils[i].err)
-		t.merge(mems[i].err)
+		t.Merge(fils[i].err)
+		t.Merge(mems[i].err)
 		p := fils[i].p
 		p.MemoryByNode = mems[i].m
 		out[pid] = &p

@@ -74,9 +74,9 @@ func (f FS) ReadProcess(pid int) (ProcessPlacement, error) {
 	}
 	p.MemoryByNode = mem
 	var t tally
-	t.merge(err)
-	t.merge(merr)
-	return p, t.err()
+	t.Merge(err)
+	t.Merge(merr)
+	return p, t.Err()
 }
 
 // procErr sorts a failed read of one of a process's files: the process is
@@ -93,7 +93,7 @@ func procErr(t *tally, pid int, dir string, err error) (gone error) {
 			return fmt.Errorf("pid %d: %w: %w", pid, ErrProcessGone, err)
 		}
 	default:
-		t.add(err)
+		t.Add(err)
 	}
 	return nil
 }
@@ -116,7 +116,7 @@ func (f FS) readProcessFiles(pid int, buf []byte) (ProcessPlacement, error) {
 		return p, gone
 	}
 	if err != nil {
-		return p, t.err()
+		return p, t.Err()
 	}
 	comm, err := proc.Comm()
 	if gone := procErr(&t, pid, dir, err); gone != nil {
@@ -132,7 +132,7 @@ func (f FS) readProcessFiles(pid int, buf []byte) (ProcessPlacement, error) {
 		cpus, found, perr := parseStatusCPUs(b)
 		switch {
 		case perr != nil:
-			t.add(fmt.Errorf("%s/status: %w", dir, perr))
+			t.Add(fmt.Errorf("%s/status: %w", dir, perr))
 		case found:
 			p.AllowedCPUs = Some(cpus)
 		}
@@ -151,7 +151,7 @@ func (f FS) readProcessFiles(pid int, buf []byte) (ProcessPlacement, error) {
 		return p, gone
 	}
 	p.ThreadCPUs = cpus
-	return p, t.err()
+	return p, t.Err()
 }
 
 // threadCPUs reads the last CPU of each thread. A thread that exits
@@ -177,12 +177,12 @@ func threadCPUs(dir string, buf []byte, t *tally) ([]int, error) {
 		case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ESRCH):
 			continue // the thread exited
 		default:
-			t.add(err)
+			t.Add(err)
 			continue
 		}
 		cpu, err := parseStatCPU(b)
 		if err != nil {
-			t.add(fmt.Errorf("%s: %w", path, err))
+			t.Add(fmt.Errorf("%s: %w", path, err))
 			continue
 		}
 		cpus = append(cpus, cpu)
@@ -214,7 +214,7 @@ func (f FS) readProcessMemory(pid int, s *mapsScratch) (Opt[map[int]uint64], err
 	path := dir + "/numa_maps"
 	fd, err := openProcFile(path)
 	if gone := procErr(&t, pid, dir, err); gone != nil || err != nil {
-		return Opt[map[int]uint64]{}, cmp.Or(gone, t.err())
+		return Opt[map[int]uint64]{}, cmp.Or(gone, t.Err())
 	}
 	defer syscall.Close(fd)
 	m, err := s.numa.parse(fdReader{fd, path}, s.buf)
@@ -222,7 +222,7 @@ func (f FS) readProcessMemory(pid int, s *mapsScratch) (Opt[map[int]uint64], err
 		err = fmt.Errorf("%s: %w", path, err) // a parse error
 	}
 	if gone := procErr(&t, pid, dir, err); gone != nil || err != nil {
-		return Opt[map[int]uint64]{}, cmp.Or(gone, t.err())
+		return Opt[map[int]uint64]{}, cmp.Or(gone, t.Err())
 	}
 	return Some(m), nil
 }

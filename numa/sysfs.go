@@ -46,44 +46,8 @@ type Opt[T any] struct {
 // Some returns a present value.
 func Some[T any](v T) Opt[T] { return Opt[T]{V: v, Valid: true} }
 
-// tally counts values dropped during one read, keeping the first error for
-// the log. A missing file is not an error: kernels and drivers differ in
-// what they expose.
-type tally struct {
-	count int
-	first error
-}
-
-func (t *tally) add(err error) {
-	if err == nil {
-		return
-	}
-	t.count++
-	if t.first == nil {
-		t.first = err
-	}
-}
-
-// err returns nil or a *sampler.PartialError for what was dropped.
-func (t *tally) err() error {
-	if t.count == 0 {
-		return nil
-	}
-	return &sampler.PartialError{Count: t.count, First: t.first}
-}
-
-// merge adds a partial error returned by a nested read.
-func (t *tally) merge(err error) {
-	var p *sampler.PartialError
-	if errors.As(err, &p) {
-		t.count += p.Count
-		if t.first == nil {
-			t.first = p.First
-		}
-		return
-	}
-	t.add(err)
-}
+// tally is the sampler's: one bad file drops one value and is counted.
+type tally = sampler.Tally
 
 // readString returns a sysfs file's content without surrounding space.
 func readString(path string) (string, error) {
@@ -108,7 +72,7 @@ func optString(t *tally, path string) Opt[string] {
 	s, err := readString(path)
 	if err != nil {
 		if !absent(err) {
-			t.add(err)
+			t.Add(err)
 		}
 		return Opt[string]{}
 	}
@@ -123,7 +87,7 @@ func optInt(t *tally, path string) Opt[int64] {
 	}
 	v, err := strconv.ParseInt(s.V, 0, 64)
 	if err != nil {
-		t.add(fmt.Errorf("%s: %w", path, err))
+		t.Add(fmt.Errorf("%s: %w", path, err))
 		return Opt[int64]{}
 	}
 	return Some(v)
@@ -137,7 +101,7 @@ func optUint(t *tally, path string) Opt[uint64] {
 	}
 	v, err := strconv.ParseUint(s.V, 0, 64)
 	if err != nil {
-		t.add(fmt.Errorf("%s: %w", path, err))
+		t.Add(fmt.Errorf("%s: %w", path, err))
 		return Opt[uint64]{}
 	}
 	return Some(v)

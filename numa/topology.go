@@ -25,7 +25,7 @@ type Topology struct {
 func (f FS) Topology() (*Topology, error) {
 	var t tally
 	nodes, err := f.NUMANodes()
-	t.merge(err)
+	t.Merge(err)
 	topo := &Topology{Nodes: nodes, Devices: map[string]*PCIDevice{}}
 
 	busDir := f.sys("bus", "pci", "devices")
@@ -49,12 +49,12 @@ func (f FS) Topology() (*Topology, error) {
 		}
 		rel, err := f.resolveDevicePath(dir)
 		if err != nil {
-			t.add(err)
+			t.Add(err)
 			continue
 		}
 		hb, chain := chainOf(rel)
 		if hb == "" || len(chain) == 0 || chain[len(chain)-1] != e.Name() {
-			t.add(fmt.Errorf("%s: unexpected sysfs path %s", dir, rel))
+			t.Add(fmt.Errorf("%s: unexpected sysfs path %s", dir, rel))
 			continue
 		}
 		// The device and every bridge above it, each read once.
@@ -80,7 +80,7 @@ func (f FS) Topology() (*Topology, error) {
 	slices.SortFunc(topo.GPUs, byAddr)
 	slices.SortFunc(topo.NICs, byAddr)
 	slices.SortFunc(topo.NVMe, byAddr)
-	return topo, t.err()
+	return topo, t.Err()
 }
 
 // Device returns the function at a sysfs-form address, nil if not kept.

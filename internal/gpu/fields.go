@@ -97,7 +97,7 @@ func readFields(rd *read, h nvml.Device, g *GPUState) {
 			}
 			v, ok := fieldFloat(fv[i])
 			if !ok {
-				rd.errs.add(fmt.Errorf("GPU %d %s: unknown value type %d", rd.d.id.Index, q.what, fv[i].ValueType))
+				rd.errs.Add(fmt.Errorf("GPU %d %s: unknown value type %d", rd.d.id.Index, q.what, fv[i].ValueType))
 				continue
 			}
 			q.set(v)

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
 func realReader(t *testing.T) *Reader {
@@ -70,7 +72,7 @@ func TestRealSample(t *testing.T) {
 func TestRealCallCost(t *testing.T) {
 	r := realReader(t)
 	d := r.devices[0]
-	var errs errorTally
+	var errs sampler.Tally
 	rd := &read{r: r, d: d, errs: &errs}
 	h := d.handle
 	g := &GPUState{Identity: d.id}
@@ -97,8 +99,8 @@ func TestRealCallCost(t *testing.T) {
 		sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
 		t.Logf("%-32s median %8.3f ms  max %8.3f ms", grp.name, float64(took[3].Microseconds())/1000, float64(took[6].Microseconds())/1000)
 	}
-	if errs.count > 0 {
-		t.Errorf("%d calls failed, first: %v", errs.count, errs.first)
+	if errs.Count > 0 {
+		t.Errorf("%d calls failed, first: %v", errs.Count, errs.First)
 	}
 }
 

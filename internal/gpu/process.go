@@ -54,7 +54,7 @@ func (r *Reader) ComputeProcesses() ([]Process, error) {
 			return nil, errors.New("no GPU inventory after NVML init")
 		}
 	}
-	var errs errorTally
+	var errs sampler.Tally
 	var out []Process
 	for i, h := range inv.Handles {
 		if h == nil {
@@ -65,16 +65,13 @@ func (r *Reader) ComputeProcesses() ([]Process, error) {
 	slices.SortFunc(out, func(a, b Process) int {
 		return cmp.Or(cmp.Compare(a.GPU, b.GPU), cmp.Compare(a.PID, b.PID))
 	})
-	if errs.count > 0 {
-		return out, &sampler.PartialError{Count: errs.count, First: errs.first}
-	}
-	return out, nil
+	return out, errs.Err()
 }
 
 // deviceProcesses lists one GPU's processes. A lost GPU yields none (the
 // nvml source reports it lost); an unsupported call is skipped; any other
 // failure is counted.
-func deviceProcesses(id Identity, h nvml.Device, errs *errorTally) []Process {
+func deviceProcesses(id Identity, h nvml.Device, errs *sampler.Tally) []Process {
 	var out []Process
 	seen := map[int]int{} // PID -> index in out
 	add := func(infos []nvml.ProcessInfo) {
@@ -109,7 +106,7 @@ func deviceProcesses(id Identity, h nvml.Device, errs *errorTally) []Process {
 		case nvml.ERROR_GPU_IS_LOST:
 			return nil
 		default:
-			errs.add(fmt.Errorf("GPU %d %s: %v", id.Index, list.what, ret))
+			errs.Add(fmt.Errorf("GPU %d %s: %v", id.Index, list.what, ret))
 		}
 	}
 	return out

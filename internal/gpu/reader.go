@@ -281,7 +281,7 @@ func (r *Reader) Sample(ctx context.Context) (*Snapshot, error) {
 		NVMLVersion:       r.system.nvml,
 		GPUs:              make([]GPUState, 0, len(r.devices)),
 	}
-	var errs errorTally
+	var errs sampler.Tally
 	for _, d := range r.devices {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("sample abandoned at GPU %d: %w", d.id.Index, ctx.Err())
@@ -289,23 +289,7 @@ func (r *Reader) Sample(ctx context.Context) (*Snapshot, error) {
 		snap.GPUs = append(snap.GPUs, r.readGPU(d, &errs))
 	}
 	snap.Pairs = pairs(r.pairs, snap.GPUs)
-	if errs.count > 0 {
-		return snap, &sampler.PartialError{Count: errs.count, First: errs.first}
-	}
-	return snap, nil
-}
-
-// errorTally counts the values a sample had to drop.
-type errorTally struct {
-	count int
-	first error
-}
-
-func (t *errorTally) add(err error) {
-	if t.first == nil {
-		t.first = err
-	}
-	t.count++
+	return snap, errs.Err()
 }
 
 // read is one GPU's read in one sample: it sorts NVML's answers into a
@@ -313,7 +297,7 @@ func (t *errorTally) add(err error) {
 type read struct {
 	r    *Reader
 	d    *device
-	errs *errorTally
+	errs *sampler.Tally
 	lost bool
 }
 
@@ -331,12 +315,12 @@ func (rd *read) ok(what string, ret nvml.Return) bool {
 			rd.r.logger.Debug("not supported, skipping", "gpu", rd.d.id.Index, "what", what, "nvml", ret)
 		}
 	default:
-		rd.errs.add(fmt.Errorf("GPU %d %s: %v", rd.d.id.Index, what, ret))
+		rd.errs.Add(fmt.Errorf("GPU %d %s: %v", rd.d.id.Index, what, ret))
 	}
 	return false
 }
 
-func (r *Reader) readGPU(d *device, errs *errorTally) GPUState {
+func (r *Reader) readGPU(d *device, errs *sampler.Tally) GPUState {
 	g := GPUState{Identity: d.id}
 	if d.handle == nil {
 		g.Lost = true
@@ -563,7 +547,7 @@ type linkStatic struct {
 
 func readLinkStatic(rd *read, h nvml.Device, l int, active bool) linkStatic {
 	c := linkStatic{read: true, active: active}
-	errsBefore := rd.errs.count
+	errsBefore := rd.errs.Count
 	if v, ret := h.GetNvLinkVersion(l); rd.ok("NVLink version", ret) {
 		c.version = Some(int(v))
 	}
@@ -576,7 +560,7 @@ func readLinkStatic(rd *read, h nvml.Device, l int, active bool) linkStatic {
 	if t, ret := h.GetNvLinkRemoteDeviceType(l); rd.ok("NVLink remote device type", ret) {
 		c.remoteType = remoteTypeName(t)
 	}
-	if rd.lost || rd.errs.count > errsBefore {
+	if rd.lost || rd.errs.Count > errsBefore {
 		c.read = false // one of these reads failed: try again next sample
 	}
 	return c

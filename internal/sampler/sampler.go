@@ -44,6 +44,46 @@ func (e *PartialError) Error() string {
 
 func (e *PartialError) Unwrap() error { return e.First }
 
+// Tally counts the values one sample had to drop, keeping the first error
+// for the log; every source builds its PartialError with one.
+type Tally struct {
+	Count int
+	First error
+}
+
+// Add counts err; nil is no error.
+func (t *Tally) Add(err error) {
+	if err == nil {
+		return
+	}
+	t.Count++
+	if t.First == nil {
+		t.First = err
+	}
+}
+
+// Merge adds what a nested read returned: its PartialError's count, or one
+// for any other error.
+func (t *Tally) Merge(err error) {
+	var p *PartialError
+	if errors.As(err, &p) {
+		t.Count += p.Count
+		if t.First == nil {
+			t.First = p.First
+		}
+		return
+	}
+	t.Add(err)
+}
+
+// Err is nil when nothing was dropped, else a *PartialError.
+func (t *Tally) Err() error {
+	if t.Count == 0 {
+		return nil
+	}
+	return &PartialError{Count: t.Count, First: t.First}
+}
+
 // Status is what the exporter says about a source itself.
 type Status struct {
 	Name string

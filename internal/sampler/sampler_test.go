@@ -157,3 +157,22 @@ func TestFastSampleIsNeverLate(t *testing.T) {
 		t.Errorf("status %+v, want up with no errors", st)
 	}
 }
+
+func TestTally(t *testing.T) {
+	var inner, outer Tally
+	inner.Add(errors.New("a"))
+	inner.Add(nil)
+	inner.Add(errors.New("b"))
+	outer.Add(errors.New("c"))
+	outer.Merge(inner.Err())
+	outer.Merge(errors.New("d"))
+	outer.Merge(nil)
+	var p *PartialError
+	if !errors.As(outer.Err(), &p) || p.Count != 4 || p.First.Error() != "c" {
+		t.Errorf("outer = %v, want 4 values dropped, first c", outer.Err())
+	}
+	var empty Tally
+	if empty.Err() != nil {
+		t.Error("an empty tally is an error")
+	}
+}
