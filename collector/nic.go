@@ -143,52 +143,29 @@ func (c *NICCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *NICCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 
-func nicNUMALabel(n int) string {
-	if n < 0 {
-		return ""
-	}
-	return itoa(n)
-}
-
 func (c *NICCollector) render(s *numa.NICSnapshot) []prometheus.Metric {
 	d := &c.d
 	o := &out{}
 	for i := range s.Ports {
 		p := &s.Ports[i]
 		o.labels = []string{p.Device, itoa(p.Port)}
-		o.gauge(d.portInfo, 1, p.PCIAddress, nicNUMALabel(p.NUMANode), p.LinkLayer, string(p.Kind))
-		if up := p.Up(); up.Valid {
-			o.gauge(d.portUp, boolFloat(up.V))
-		}
-		if p.StateID.Valid {
-			o.gauge(d.portState, float64(p.StateID.V))
-		}
-		if p.PhysStateID.Valid {
-			o.gauge(d.portPhysState, float64(p.PhysStateID.V))
-		}
-		if p.RateBytes.Valid {
-			o.gauge(d.portRate, p.RateBytes.V)
-		}
+		o.gauge(d.portInfo, 1, p.PCIAddress, numaLabel(p.NUMANode), p.LinkLayer, string(p.Kind))
+		o.optBool(d.portUp, p.Up())
+		o.optInt(d.portState, p.StateID)
+		o.optInt(d.portPhysState, p.PhysStateID)
+		o.optGauge(d.portRate, p.RateBytes)
 		for _, pc := range d.portCounters {
-			if v := pc.get(&p.Counters); v.Valid {
-				o.add(pc.desc, prometheus.CounterValue, float64(v.V))
-			}
+			o.optUint(pc.desc, prometheus.CounterValue, pc.get(&p.Counters))
 		}
 	}
 	for i := range s.Interfaces {
 		n := &s.Interfaces[i]
 		o.labels = []string{n.Name}
-		o.gauge(d.netInfo, 1, n.PCIAddress, nicNUMALabel(n.NUMANode))
-		if up := n.Up(); up.Valid {
-			o.gauge(d.netUp, boolFloat(up.V))
-		}
-		if n.SpeedBytes.Valid {
-			o.gauge(d.netSpeed, n.SpeedBytes.V)
-		}
+		o.gauge(d.netInfo, 1, n.PCIAddress, numaLabel(n.NUMANode))
+		o.optBool(d.netUp, n.Up())
+		o.optGauge(d.netSpeed, n.SpeedBytes)
 		for _, nc := range d.netCounters {
-			if v := nc.get(n); v.Valid {
-				o.add(nc.desc, prometheus.CounterValue, float64(v.V))
-			}
+			o.optUint(nc.desc, prometheus.CounterValue, nc.get(n))
 		}
 	}
 	return o.ms

@@ -152,12 +152,19 @@ func (o *out) optBool(d *prometheus.Desc, v gpu.Opt[bool], extra ...string) {
 	}
 }
 
+func (o *out) optUint(d *prometheus.Desc, t prometheus.ValueType, v gpu.Opt[uint64], extra ...string) {
+	if v.Valid {
+		o.add(d, t, float64(v.V), extra...)
+	}
+}
+
 func (o *out) optCounter(d *prometheus.Desc, v gpu.Opt[float64], extra ...string) {
 	if v.Valid {
 		o.add(d, prometheus.CounterValue, v.V, extra...)
 	}
 }
 
+// numaLabel is a NUMA node as a label value: empty when unknown (-1).
 func numaLabel(n int) string {
 	if n < 0 {
 		return ""

@@ -78,12 +78,6 @@ func (c *ProcessCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *ProcessCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 
-func knownGauge(o *out, d *prometheus.Desc, v numa.Opt[float64], extra ...string) {
-	if v.Valid {
-		o.gauge(d, v.V, extra...)
-	}
-}
-
 func (c *ProcessCollector) render(s *numa.PlacementSnapshot) []prometheus.Metric {
 	o := &out{}
 	for i := range s.GPUs {
@@ -102,15 +96,13 @@ func (c *ProcessCollector) render(s *numa.PlacementSnapshot) []prometheus.Metric
 			// must be UTF-8.
 			o.labels = append(slices.Clip(gpuLabels), itoa(pl.PID), strings.ToValidUTF8(pl.Comm, "\uFFFD"),
 				pl.PodUID, pl.ContainerID)
-			if p.Misaffine.Valid {
-				o.gauge(c.misaffine, boolFloat(p.Misaffine.V))
-			}
+			o.optBool(c.misaffine, p.Misaffine)
 			if pl.AllowedCPUs.Valid {
 				o.gauge(c.allowedCPUs, float64(pl.AllowedCPUs.V.Count()))
 			}
-			knownGauge(o, c.remoteCPU, p.RemoteCPURatio)
-			knownGauge(o, c.remoteThread, p.RemoteThreadRatio)
-			knownGauge(o, c.remoteMemory, p.RemoteMemoryRatio)
+			o.optGauge(c.remoteCPU, p.RemoteCPURatio)
+			o.optGauge(c.remoteThread, p.RemoteThreadRatio)
+			o.optGauge(c.remoteMemory, p.RemoteMemoryRatio)
 			if pl.MemoryByNode.Valid {
 				nodes := make([]int, 0, len(pl.MemoryByNode.V))
 				for n := range pl.MemoryByNode.V {
@@ -121,7 +113,7 @@ func (c *ProcessCollector) render(s *numa.PlacementSnapshot) []prometheus.Metric
 					o.gauge(c.memoryBytes, float64(pl.MemoryByNode.V[n]), itoa(n))
 				}
 			}
-			knownGauge(o, c.gpuMemoryUsed, p.UsedGPUMemory)
+			o.optGauge(c.gpuMemoryUsed, p.UsedGPUMemory)
 		}
 	}
 	return o.ms

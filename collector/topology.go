@@ -104,13 +104,6 @@ func (c *TopologyCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *TopologyCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 
-func nodeLabel(n int) string {
-	if n < 0 {
-		return ""
-	}
-	return strconv.Itoa(n)
-}
-
 func (c *TopologyCollector) render(t *numa.Topology) []prometheus.Metric {
 	var o out
 	for _, n := range t.Nodes {
@@ -118,8 +111,8 @@ func (c *TopologyCollector) render(t *numa.Topology) []prometheus.Metric {
 		o.labels = nil
 		o.gauge(c.d.nodeInfo, 1, id, n.CPUs.String())
 		o.gauge(c.d.nodeCPUs, float64(n.CPUs.Count()), id)
-		optUint(&o, c.d.nodeMemTotal, prometheus.GaugeValue, n.MemTotal, id)
-		optUint(&o, c.d.nodeMemFree, prometheus.GaugeValue, n.MemFree, id)
+		o.optUint(c.d.nodeMemTotal, prometheus.GaugeValue, n.MemTotal, id)
+		o.optUint(c.d.nodeMemFree, prometheus.GaugeValue, n.MemFree, id)
 		for to, dist := range n.Distances {
 			o.gauge(c.d.nodeDistance, float64(dist), id, strconv.Itoa(to))
 		}
@@ -142,7 +135,7 @@ func (c *TopologyCollector) renderLinks(o *out, t *numa.Topology) {
 	for _, d := range t.Devices {
 		parent := d.ParentAddr
 		o.gauge(c.d.deviceInfo, 1, d.Address, string(d.Kind), deviceName(d),
-			hex4(d.Vendor), hex4(d.DeviceID), d.Driver, nodeLabel(d.NUMANode), parent, d.HostBridge)
+			hex4(d.Vendor), hex4(d.DeviceID), d.Driver, numaLabel(d.NUMANode), parent, d.HostBridge)
 		if d.Kind == numa.KindBridge {
 			continue
 		}
@@ -161,8 +154,8 @@ func (c *TopologyCollector) renderLinks(o *out, t *numa.Topology) {
 				o.gauge(c.d.linkMaxGen, float64(g), addr)
 			}
 		}
-		optIntGauge(o, c.d.linkWidth, h.Link.Width, addr)
-		optIntGauge(o, c.d.linkMaxWidth, h.Link.MaxWidth, addr)
+		o.optInt(c.d.linkWidth, h.Link.Width, addr)
+		o.optInt(c.d.linkMaxWidth, h.Link.MaxWidth, addr)
 	}
 }
 
@@ -186,7 +179,7 @@ func (c *TopologyCollector) renderGPUs(o *out, t *numa.Topology) {
 		if g.LocalCPUs.Valid {
 			cpus = g.LocalCPUs.V.String()
 		}
-		o.gauge(c.d.gpuNUMA, 1, nodeLabel(g.NUMANode), nodeLabel(t.NodeOf(g)), cpus)
+		o.gauge(c.d.gpuNUMA, 1, numaLabel(g.NUMANode), numaLabel(t.NodeOf(g)), cpus)
 		for _, n := range t.NICs {
 			p := t.Path(g, n)
 			o.gauge(c.d.gpuNIC, float64(p), deviceName(n), n.Address, p.String())
@@ -233,15 +226,3 @@ func deviceName(d *numa.PCIDevice) string {
 }
 
 func hex4(v uint16) string { return "0x" + strconv.FormatUint(uint64(v)|0x10000, 16)[1:] }
-
-func optUint(o *out, d *prometheus.Desc, t prometheus.ValueType, v numa.Opt[uint64], labels ...string) {
-	if v.Valid {
-		o.add(d, t, float64(v.V), labels...)
-	}
-}
-
-func optIntGauge(o *out, d *prometheus.Desc, v numa.Opt[int], labels ...string) {
-	if v.Valid {
-		o.gauge(d, float64(v.V), labels...)
-	}
-}

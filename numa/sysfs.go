@@ -24,6 +24,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/gpulink/gpulink_exporter/internal/gpu"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
@@ -38,13 +39,11 @@ func (f FS) proc(parts ...string) string { return filepath.Join(append([]string{
 
 // Opt is a value that may be absent: the file does not exist on this kernel
 // or device, or it could not be read this time.
-type Opt[T any] struct {
-	V     T
-	Valid bool
-}
+// It is the gpu package's, so the collectors render both alike.
+type Opt[T any] = gpu.Opt[T]
 
 // Some returns a present value.
-func Some[T any](v T) Opt[T] { return Opt[T]{V: v, Valid: true} }
+func Some[T any](v T) Opt[T] { return gpu.Some(v) }
 
 // tally is the sampler's: one bad file drops one value and is counted.
 type tally = sampler.Tally
