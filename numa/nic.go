@@ -15,8 +15,9 @@ import (
 
 // NIC port health: RDMA ports (InfiniBand, RoCE, iWARP, EFA) from
 // /sys/class/infiniband and physical network interfaces from
-// /sys/class/net, each with the PCI function it sits on, that function's
-// NUMA node and PCIe link. Every file is read on its own: a file that
+// /sys/class/net, each with the PCI function it sits on and that
+// function's NUMA node. The function's PCIe link is the topology source's
+// (gpulink_pcie_link_*{pci_bus_id}), not read again here. Every file is read on its own: a file that
 // cannot be read or parsed drops that one value and is counted.
 
 // RDMAKind is the transport an RDMA port carries.
@@ -88,9 +89,7 @@ type RDMAPort struct {
 	RateBytes Opt[float64]
 	Width     Opt[int]
 	Speed     string
-	// Link is the PCIe link of the function the device sits on.
-	Link     PCIeLink
-	Counters RDMACounters
+	Counters  RDMACounters
 }
 
 // Up reports whether the port is ACTIVE with its physical link up; absent
@@ -129,7 +128,6 @@ type NetInterface struct {
 	SpeedBytes     Opt[float64]
 	CarrierChanges Opt[uint64]
 	MTU            Opt[int64]
-	Link           PCIeLink
 	Stats          NetStats
 }
 
@@ -212,11 +210,10 @@ func (f FS) pciFunctionOf(t *tally, entry string) (fn classFunction, ok bool) {
 	if target, err := os.Readlink(filepath.Join(dir, "driver")); err == nil {
 		fn.driver = filepath.Base(target)
 	}
-	fn.link = readPCIeLink(t, dir)
 	return fn, true
 }
 
-// gone reports whether a path vanished (a device removed, a port
+// vanished reports whether a path vanished (a device removed, a port
 // unregistered) while it was being read.
 func vanished(path string) bool {
 	_, err := os.Stat(path)
@@ -279,7 +276,7 @@ func (f FS) rdmaDevice(t *tally, dir string) []RDMAPort {
 			continue
 		}
 		p.Device, p.Port = name, n
-		p.PCIAddress, p.NUMANode, p.Driver, p.Link = fn.addr, fn.numaNode, fn.driver, fn.link
+		p.PCIAddress, p.NUMANode, p.Driver = fn.addr, fn.numaNode, fn.driver
 		p.Kind = rdmaKind(name, fn.driver, nodeType.V, p.LinkLayer)
 		ports = append(ports, p)
 		dt.Merge(pt.Err())
@@ -511,7 +508,7 @@ func (f FS) netInterfaces(ctx context.Context, t *tally) ([]NetInterface, error)
 		if vanished(entry) {
 			continue
 		}
-		n.Name, n.PCIAddress, n.NUMANode, n.Driver, n.Link = e.Name(), fn.addr, fn.numaNode, fn.driver, fn.link
+		n.Name, n.PCIAddress, n.NUMANode, n.Driver = e.Name(), fn.addr, fn.numaNode, fn.driver
 		ifs = append(ifs, n)
 		t.Merge(it.Err())
 	}

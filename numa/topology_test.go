@@ -349,3 +349,34 @@ func TestTopologyBadFiles(t *testing.T) {
 		t.Errorf("rest of the tree not read: %d GPUs, nodes %+v", len(topo.GPUs), topo.Nodes)
 	}
 }
+
+// A NIC's own PCIe link is read by the topology source (the NIC source
+// joins on pci_bus_id): a CX-7 at Gen5 x16, the E810 at Gen4 x16, the VM's
+// virtio NIC with no PCIe capability and so no link at all.
+func TestNICLinks(t *testing.T) {
+	for _, tc := range []struct {
+		profile, addr string
+		gts           float64
+		width         int
+	}{
+		{"dgx-h100", "0000:19:00.0", 32e9, 16},
+		{"no-gpu", "0000:41:00.0", 16e9, 16},
+		{"h200-vm", "0000:00:03.0", 0, 0},
+	} {
+		topo := loadTopology(t, tc.profile)
+		d := topo.Device(tc.addr)
+		if d == nil || d.Kind != numa.KindNIC {
+			t.Fatalf("%s: no NIC at %s", tc.profile, tc.addr)
+		}
+		l := d.Link
+		if tc.width == 0 {
+			if l.Speed.Valid || l.Width.Valid {
+				t.Errorf("%s %s link %+v, want none", tc.profile, tc.addr, l)
+			}
+			continue
+		}
+		if l.Speed != numa.Some(tc.gts) || l.Width != numa.Some(tc.width) || l.MaxWidth != numa.Some(tc.width) {
+			t.Errorf("%s %s link %+v, want %v GT/s x%d", tc.profile, tc.addr, l, tc.gts/1e9, tc.width)
+		}
+	}
+}
