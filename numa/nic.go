@@ -181,7 +181,6 @@ func (r *NICReader) Sample(ctx context.Context) (*NICSnapshot, error) {
 type classFunction struct {
 	addr, driver string
 	numaNode     int
-	link         PCIeLink
 }
 
 // pciFunctionOf reads the PCI function a class entry (an RDMA device, a

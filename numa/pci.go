@@ -235,21 +235,6 @@ func (f FS) resolveDevicePath(link string) (string, error) {
 	return rel, nil
 }
 
-// PCIAddressOf returns the PCI function a sysfs class entry (an RDMA
-// device, a netdev) belongs to, walking up through intermediate devices
-// such as virtio2; "" when it has none (a virtual interface).
-func (f FS) PCIAddressOf(classEntry string) (string, error) {
-	rel, err := f.resolveDevicePath(classEntry)
-	if err != nil {
-		return "", err
-	}
-	_, chain := chainOf(rel)
-	if len(chain) == 0 {
-		return "", nil
-	}
-	return chain[len(chain)-1], nil
-}
-
 // readPCIDevice reads one function; rel is its path under <sys>/devices.
 func (f FS) readPCIDevice(t *tally, rel string) *PCIDevice {
 	hb, chain := chainOf(rel)
