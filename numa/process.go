@@ -354,11 +354,7 @@ func (s *numaMapsScratch) line1(b []byte) error {
 	var pageKB uint64
 	for len(b) > 0 {
 		var tok []byte
-		if i := bytes.IndexByte(b, ' '); i >= 0 {
-			tok, b = b[:i], b[i+1:]
-		} else {
-			tok, b = b, nil
-		}
+		tok, b = nextToken(b, ' ')
 		switch {
 		case len(tok) >= 2 && tok[0] == 'N' && tok[1] >= '0' && tok[1] <= '9':
 			eq := bytes.IndexByte(tok, '=')
@@ -426,15 +422,11 @@ func parseStatCPU(b []byte) (int, error) {
 	if r < 0 {
 		return 0, errors.New("stat: no ')' closing the command name")
 	}
-	b = b[r+1:]
+	b = bytes.TrimRight(b[r+1:], "\n") // the kernel ends the line, never breaks it
 	field := 2
 	for len(b) > 0 {
 		var tok []byte
-		if i := bytes.IndexAny(b, " \n"); i >= 0 {
-			tok, b = b[:i], b[i+1:]
-		} else {
-			tok, b = b, nil
-		}
+		tok, b = nextToken(b, ' ')
 		if len(tok) == 0 {
 			continue
 		}
@@ -637,4 +629,14 @@ func podUIDValid(s string) bool {
 
 func isHexDigit(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// nextToken splits b at the first sep: the token before it and the rest
+// after it, or all of b and nothing when there is none. It allocates
+// nothing, which matters in the numa_maps and stat loops.
+func nextToken(b []byte, sep byte) (tok, rest []byte) {
+	if i := bytes.IndexByte(b, sep); i >= 0 {
+		return b[:i], b[i+1:]
+	}
+	return b, nil
 }
