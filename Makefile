@@ -70,13 +70,7 @@ test: tools vet fmt-check
 # beyond it. FUZZTIME=1m for a longer look.
 FUZZTIME ?= 3s
 fuzz:
-	@set -e; for pkg in $$($(GO) list ./...); do \
-		for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
-			echo "fuzz $$pkg $$target"; \
-			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$pkg >/dev/null || \
-				{ $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$pkg; exit 1; }; \
-		done; \
-	done
+	GO=$(GO) FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
 # Standalone, static (stdlib only) so it also runs where there is no Go.
 scrapebench:
