@@ -190,6 +190,9 @@ func (r *Reader) identify(i int, h nvml.Device) *device {
 	}
 	id.NUMANode = r.numaNode(h, id.PCIBusID)
 	id.NVLinkCount = r.countNVLinks(h)
+	if v, ret := h.GetMemoryBusWidth(); ret == nvml.SUCCESS {
+		id.MemoryBusWidth = int(v)
+	}
 	if v, ret := h.GetSupportedClocksEventReasons(); ret == nvml.SUCCESS {
 		d.supported = Some(v)
 	}
@@ -545,11 +548,34 @@ type linkStatic struct {
 	remoteBus, remoteType string
 }
 
+// nvlinkMajor turns NVML's nvmlNvlinkVersion_t into the NVLink generation
+// people mean: NVML numbers the point releases too, so an H100's NVLink 4.0
+// comes back as 6, not 4. 0 for a value it does not know.
+func nvlinkMajor(v uint32) int {
+	switch nvml.NvlinkVersion(v) {
+	case nvml.NVLINK_VERSION_1_0:
+		return 1
+	case nvml.NVLINK_VERSION_2_0, nvml.NVLINK_VERSION_2_2:
+		return 2
+	case nvml.NVLINK_VERSION_3_0, nvml.NVLINK_VERSION_3_1:
+		return 3
+	case nvml.NVLINK_VERSION_4_0:
+		return 4
+	case nvml.NVLINK_VERSION_5_0:
+		return 5
+	case nvml.NVLINK_VERSION_6_0:
+		return 6
+	}
+	return 0
+}
+
 func readLinkStatic(rd *read, h nvml.Device, l int, active bool) linkStatic {
 	c := linkStatic{read: true, active: active}
 	errsBefore := rd.errs.Count
 	if v, ret := h.GetNvLinkVersion(l); rd.ok("NVLink version", ret) {
-		c.version = Some(int(v))
+		if major := nvlinkMajor(v); major > 0 {
+			c.version = Some(major)
+		}
 	}
 	if !active {
 		return c

@@ -28,6 +28,10 @@ type Identity struct {
 	NUMANode int
 	// NVLinks is how many NVLinks the GPU has, active or not.
 	NVLinkCount int
+	// MemoryBusWidth is the device memory's bus width in bits (5120 on an
+	// H100 SXM); 0 if unknown. With the maximum memory clock it gives the
+	// peak memory bandwidth local copies are measured against.
+	MemoryBusWidth int
 }
 
 // ClockEventReason is one reason NVML gives for clocks below their maximum.

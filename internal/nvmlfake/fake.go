@@ -69,6 +69,8 @@ type GPU struct {
 	PCIeMaxGen, PCIeMaxWidth int
 	PCIeGPUMaxGen            int
 	PCIeReplays              int
+	// MemBusWidth answers GetMemoryBusWidth, in bits.
+	MemBusWidth uint32
 	// Fields holds field values by id and scope.
 	Fields map[FieldKey]float64
 	// NVLinks, one entry per link.
@@ -85,7 +87,7 @@ type GPU struct {
 // Link is one fake NVLink.
 type Link struct {
 	Up         bool
-	Version    uint32
+	Version    uint32 // nvmlNvlinkVersion_t: NVLink 4.0 is 6
 	RemoteBus  string // NVML form, 00000000:18:00.0
 	RemoteType nvml.IntNvLinkDeviceType
 	Errors     [4]uint64 // by nvml.NvLinkErrorCounter up to CRC_DATA
@@ -118,7 +120,7 @@ func NewDGXH100() *Machine {
 		g.setBus(dgxBuses[i])
 		g.PowerLimitMW = 700000
 		for l := range g.NVLinks {
-			g.NVLinks[l] = Link{Up: true, Version: 4, RemoteType: nvml.NVLINK_DEVICE_TYPE_SWITCH,
+			g.NVLinks[l] = Link{Up: true, Version: uint32(nvml.NVLINK_VERSION_4_0), RemoteType: nvml.NVLINK_DEVICE_TYPE_SWITCH,
 				RemoteBus: fmt.Sprintf("00000000:%02X:00.0", nvswitchBuses[l%4])}
 		}
 	}
@@ -147,10 +149,11 @@ func NewH200Pair() *Machine {
 	for i, g := range m.GPUs {
 		peer := m.GPUs[1-i]
 		for l := range g.NVLinks {
-			g.NVLinks[l] = Link{Up: true, Version: 4, RemoteType: nvml.NVLINK_DEVICE_TYPE_GPU,
+			g.NVLinks[l] = Link{Up: true, Version: uint32(nvml.NVLINK_VERSION_4_0), RemoteType: nvml.NVLINK_DEVICE_TYPE_GPU,
 				RemoteBus: nvmlBusID(peer.PciBusID)}
 		}
 		g.Levels[1-i] = nvml.TOPOLOGY_HOSTBRIDGE
+		g.MemBusWidth = 6144 // six HBM3e stacks
 	}
 	return m
 }
@@ -167,6 +170,7 @@ func newMachine(s *server.Server) *Machine {
 			TempC: 34, MemTempC: 41, PowerMW: 112000, PowerLimitMW: 700000, EnergyMJ: 8_123_456_789,
 			UtilGPU: 0, UtilMem: 0, MemUsed: 512 << 20, MemReserved: 615 << 20,
 			PCIeGen: 5, PCIeWidth: 16, PCIeMaxGen: 5, PCIeMaxWidth: 16, PCIeGPUMaxGen: 5,
+			MemBusWidth: 5120, // five HBM3 stacks of 1024 bits, as on H100 SXM
 			Fields: map[FieldKey]float64{
 				{nvml.FI_DEV_MEMORY_TEMP, 0}:                                 41,
 				{nvml.FI_DEV_NVLINK_LINK_COUNT, 0}:                           18,
@@ -420,6 +424,9 @@ func (g *GPU) setDeviceFuncs() {
 	d.GetMaxPcieLinkWidthFunc = intGetter("GetMaxPcieLinkWidth", &g.PCIeMaxWidth)
 	d.GetGpuMaxPcieLinkGenerationFunc = intGetter("GetGpuMaxPcieLinkGeneration", &g.PCIeGPUMaxGen)
 	d.GetPcieReplayCounterFunc = intGetter("GetPcieReplayCounter", &g.PCIeReplays)
+	d.GetMemoryBusWidthFunc = func() (uint32, nvml.Return) {
+		return answer(g, "GetMemoryBusWidth", func() uint32 { return g.MemBusWidth })
+	}
 
 	link := func(name string, l int, f func(*Link)) nvml.Return {
 		ret := g.call(name)
