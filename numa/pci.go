@@ -85,6 +85,17 @@ func LaneBandwidth(transfersPerSec float64) float64 {
 	return 0
 }
 
+// GenerationLaneBandwidth is LaneBandwidth by generation number, the form
+// NVML reports (5 for 32 GT/s), 0 for a generation it does not know.
+func GenerationLaneBandwidth(gen int) float64 {
+	for _, g := range pcieGenerations {
+		if g.gen == gen {
+			return g.bytesPerSec
+		}
+	}
+	return 0
+}
+
 // parseLinkSpeed parses current_link_speed / max_link_speed: "32.0 GT/s
 // PCIe" on current kernels, "8 GT/s" or "2.5 GT/s" on older ones. The
 // kernel prints "Unknown" (or "Unknown speed") for a link it cannot read,
