@@ -1,0 +1,264 @@
+package probes
+
+import (
+	"time"
+
+	"github.com/gpulink/gpulink_exporter/numa"
+	"github.com/gpulink/gpulink_exporter/probes/cuda"
+)
+
+// hostProbe measures one host probe with the host buffer on one node.
+func (p *gpuProbe) hostProbe(kind Kind, node int) []Result {
+	if kind == HostLatency {
+		return []Result{p.hostLatency(node)}
+	}
+	size := p.opts.SizeBytes
+	base := Result{Probe: kind, HostNUMANode: nodeRef(node), SizeBytes: size, Samples: p.opts.Samples}
+	fail := func(err error) []Result {
+		if kind == HostBidirectional {
+			a, b := base, base
+			a.Direction, b.Direction = DirHostToDevice, DirDeviceToHost
+			return []Result{errResult(a, err), errResult(b, err)}
+		}
+		base.Direction = map[Kind]string{HostToDevice: DirHostToDevice, DeviceToHost: DirDeviceToHost}[kind]
+		return []Result{errResult(base, err)}
+	}
+
+	// Both directions at once need a host and a device buffer each.
+	pairs := 1
+	if kind == HostBidirectional {
+		pairs = 2
+	}
+	var hosts []*pinned
+	var devs []cuda.DevicePtr
+	var lanes []*lane
+	defer func() {
+		closeLanes(lanes)
+		for _, d := range devs {
+			p.free(p.w, d, size)
+		}
+		for _, h := range hosts {
+			p.unpin(h)
+		}
+	}()
+	for range pairs {
+		h, err := p.pin(size, node)
+		if err != nil {
+			return fail(err)
+		}
+		hosts = append(hosts, h)
+		d, err := p.alloc(p.w, size)
+		if err != nil {
+			return fail(err)
+		}
+		devs = append(devs, d)
+	}
+	p.noteMemory()
+	var dirs []string
+	for i := range pairs {
+		toDevice := kind == HostToDevice || (kind == HostBidirectional && i == 0)
+		dst, src, dir := devs[i], hosts[i].dev, DirHostToDevice
+		if !toDevice {
+			dst, src, dir = hosts[i].dev, devs[i], DirDeviceToHost
+		}
+		l, err := p.newLane(p.w, dst, src, size)
+		if err != nil {
+			return fail(err)
+		}
+		lanes, dirs = append(lanes, l), append(dirs, dir)
+	}
+	rates, loops, err := p.bandwidth(lanes, p.opts.Samples)
+	if err != nil {
+		return fail(err)
+	}
+	if kind == HostToDevice && p.round.LinkUnderLoad == nil {
+		p.readLinkUnderLoad(lanes[0], loops)
+	}
+	out := make([]Result, len(lanes))
+	for i := range lanes {
+		r := base
+		r.Direction, r.BytesPerSecond = dirs[i], rates[i]
+		out[i] = r
+	}
+	return out
+}
+
+// linkReadLoops stretches the under-load sample to several times a normal
+// one, so the copies are still running when the (sub-millisecond) sysfs
+// read is done and the end event is asked.
+const linkReadLoops = 4
+
+// readLinkUnderLoad reads the GPU's PCIe link while host-to-device copies
+// move data, and confirms they were still moving once it was read.
+func (p *gpuProbe) readLinkUnderLoad(l *lane, loops int) {
+	var link numa.PCIeLink
+	var readErr error
+	var running bool
+	_, err := p.timed([]*lane{l}, min(loops*linkReadLoops, 4*maxLoops), func() {
+		link, readErr = p.fs.PCIeLinkOf(p.round.PCIBusID)
+		l.w.do(func(*cuda.Context) error {
+			done, err := l.end.Done()
+			running = err == nil && !done
+			return err
+		})
+	})
+	if err != nil || readErr != nil || !link.Speed.Valid || !link.Width.Valid {
+		return
+	}
+	p.round.LinkUnderLoad = &LinkUnderLoad{
+		Generation: numa.Generation(link.Speed.V),
+		Width:      link.Width.V,
+		Confirmed:  running,
+	}
+}
+
+// localCopy copies within the GPU's memory. Every byte copied is read once
+// and written once, and both are counted, so the result compares with the
+// HBM's peak bandwidth.
+func (p *gpuProbe) localCopy() Result {
+	size := p.opts.SizeBytes
+	r := Result{Probe: DeviceLocalCopy, Direction: DirLocal, SizeBytes: size, Samples: p.opts.Samples}
+	src, err := p.alloc(p.w, size)
+	if err != nil {
+		return errResult(r, err)
+	}
+	defer p.free(p.w, src, size)
+	dst, err := p.alloc(p.w, size)
+	if err != nil {
+		return errResult(r, err)
+	}
+	defer p.free(p.w, dst, size)
+	p.noteMemory()
+	l, err := p.newLane(p.w, dst, src, size)
+	if err != nil {
+		return errResult(r, err)
+	}
+	defer l.close()
+	rates, _, err := p.bandwidth([]*lane{l}, p.opts.Samples)
+	if err != nil {
+		return errResult(r, err)
+	}
+	r.BytesPerSecond = 2 * rates[0]
+	return r
+}
+
+// peerProbe measures one peer probe against the GPU at addr.
+func (p *gpuProbe) peerProbe(kind Kind, addr string) []Result {
+	if kind == PeerLatency {
+		return []Result{p.peerLatency(addr)}
+	}
+	size := p.opts.SizeBytes
+	base := Result{Probe: kind, Peer: addr, SizeBytes: size, Samples: p.opts.Samples}
+	fail := func(err error) []Result {
+		a := base
+		a.Direction = DirToPeer
+		if kind == PeerCopy {
+			return []Result{errResult(a, err)}
+		}
+		b := base
+		b.Direction = DirFromPeer
+		return []Result{errResult(a, err), errResult(b, err)}
+	}
+	pw, err := p.peer(addr)
+	if err != nil {
+		return fail(err)
+	}
+	type buf struct {
+		w   *worker
+		ptr cuda.DevicePtr
+	}
+	var bufs []buf
+	var lanes []*lane
+	defer func() {
+		closeLanes(lanes)
+		for _, b := range bufs {
+			p.free(b.w, b.ptr, size)
+		}
+	}()
+	get := func(w *worker) (cuda.DevicePtr, error) {
+		ptr, err := p.alloc(w, size)
+		if err == nil {
+			bufs = append(bufs, buf{w, ptr})
+		}
+		return ptr, err
+	}
+	// Each direction is a copy issued by the GPU that writes: its copy
+	// engine pushes into the other's memory (nvbandwidth's write tests).
+	dirs := []string{DirToPeer}
+	writers := []*worker{p.w}
+	if kind == PeerBidirectional {
+		dirs, writers = append(dirs, DirFromPeer), append(writers, pw)
+	}
+	for i, w := range writers {
+		reader := pw
+		if i == 1 {
+			reader = p.w
+		}
+		src, err := get(w)
+		if err != nil {
+			return fail(err)
+		}
+		dst, err := get(reader)
+		if err != nil {
+			return fail(err)
+		}
+		l, err := p.newLane(w, dst, src, size)
+		if err != nil {
+			return fail(err)
+		}
+		lanes = append(lanes, l)
+	}
+	p.noteMemory()
+	rates, _, err := p.bandwidth(lanes, p.opts.Samples)
+	if err != nil {
+		return fail(err)
+	}
+	out := make([]Result, len(lanes))
+	for i := range lanes {
+		r := base
+		r.Direction, r.BytesPerSecond = dirs[i], rates[i]
+		out[i] = r
+	}
+	return out
+}
+
+// launchCount launches are timed for the launch latency, after
+// launchWarmup untimed ones.
+const (
+	launchCount  = 1000
+	launchWarmup = 100
+)
+
+// launchLatency is the time from launching an empty kernel to the host
+// seeing it finish: the floor under every small GPU operation.
+func (p *gpuProbe) launchLatency() Result {
+	r := Result{Probe: LaunchLatency, Samples: launchCount}
+	var d []float64
+	err := p.w.do(func(c *cuda.Context) error {
+		s, err := c.NewStream()
+		if err != nil {
+			return err
+		}
+		defer s.Destroy()
+		for i := range launchWarmup + launchCount {
+			t0 := time.Now()
+			if err := s.Launch(p.empty); err != nil {
+				return err
+			}
+			if err := s.Synchronize(); err != nil {
+				return err
+			}
+			el := time.Since(t0)
+			p.busy += el
+			if i >= launchWarmup {
+				d = append(d, el.Seconds())
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return errResult(r, err)
+	}
+	r.Seconds = median(d)
+	return r
+}

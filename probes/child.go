@@ -1,0 +1,333 @@
+package probes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/gpulink/gpulink_exporter/numa"
+	"github.com/gpulink/gpulink_exporter/probes/cuda"
+)
+
+// ChildConfig is what the probe child needs besides the Options.
+type ChildConfig struct {
+	// Library is the CUDA driver library to load.
+	Library string
+	// FS is where sysfs is, for the link state read under load.
+	FS numa.FS
+}
+
+// RunRound probes each GPU in opts in turn and returns the round. It is the
+// body of `gpulink_exporter probe`: it runs in a child process, so whatever
+// it leaves behind (contexts, device memory, a wedged driver call) ends with
+// that process.
+func RunRound(ctx context.Context, cfg ChildConfig, opts []Options) *Round {
+	drv, err := cuda.Open(cfg.Library)
+	if err != nil {
+		var addrs []string
+		for _, o := range opts {
+			addrs = append(addrs, o.GPU)
+		}
+		return failedRound(addrs, err)
+	}
+	defer drv.Close()
+	return runRound(ctx, drv, cfg.FS, opts)
+}
+
+// failedRound is a round in which no GPU could be probed, for err.
+func failedRound(gpus []string, err error) *Round {
+	round := &Round{Version: ContractVersion, Started: time.Now().UTC(), GPUs: []GPURound{}}
+	for _, g := range gpus {
+		round.GPUs = append(round.GPUs, GPURound{PCIBusID: cuda.NormalizeBusID(g), CUDADevice: -1, Results: []Result{}, Error: err.Error()})
+	}
+	return round
+}
+
+func runRound(ctx context.Context, drv *cuda.Driver, fs numa.FS, opts []Options) *Round {
+	round := &Round{Version: ContractVersion, Started: time.Now().UTC(), GPUs: []GPURound{}}
+	round.DriverVersion, _ = drv.Version()
+	for _, o := range opts {
+		if ctx.Err() != nil {
+			break
+		}
+		round.GPUs = append(round.GPUs, probeGPU(ctx, drv, fs, o))
+	}
+	round.Seconds = time.Since(round.Started).Seconds()
+	return round
+}
+
+// Sizes of what the latency probes chase: nvbandwidth's 2 MiB, nodes a
+// cache line (128 bytes on NVIDIA GPUs) apart.
+const (
+	chaseBytes  = 2 << 20
+	chaseStride = 128
+)
+
+// gateTimeout bounds the spin kernel: queueing a sample's work takes
+// microseconds, so a gate still shut after this means the host is gone.
+const gateTimeout = 5 * time.Second
+
+// gpuProbe is one GPU's probing: its worker, kernels and control page, and
+// the accounting of what the probes cost.
+type gpuProbe struct {
+	ctx                context.Context
+	fs                 numa.FS
+	opts               Options
+	w                  *worker
+	spin, chase, empty *cuda.Function
+
+	// ctl is a pinned host page the GPU reads and writes: the gate word at
+	// 0, the gate's timed-out flag at 4, the chase kernel's output at 64.
+	ctl    *hostBuffer
+	ctlDev cuda.DevicePtr
+
+	peers map[string]*worker
+
+	round *GPURound
+	busy  time.Duration
+	dev   int64 // device memory held now
+	host  int64 // pinned host memory held now
+}
+
+func probeGPU(ctx context.Context, drv *cuda.Driver, fs numa.FS, o Options) (g GPURound) {
+	g = GPURound{PCIBusID: cuda.NormalizeBusID(o.GPU), CUDADevice: -1, Results: []Result{}}
+	dev, err := drv.DeviceByPCIBusID(o.GPU)
+	if err != nil {
+		g.Error = err.Error()
+		return g
+	}
+	g.CUDADevice = dev.Ordinal
+	g.Name, _ = dev.Name()
+	w, err := startWorker(dev)
+	if err != nil {
+		g.Error = fmt.Sprintf("GPU %s: %v", g.PCIBusID, err)
+		return g
+	}
+	p := &gpuProbe{ctx: ctx, fs: fs, opts: o, w: w, round: &g, peers: map[string]*worker{}}
+	defer func() {
+		p.teardown()
+		g.ContextSeconds = w.stop().Seconds()
+		g.BusySeconds = p.busy.Seconds()
+	}()
+	if err := p.setup(); err != nil {
+		g.Error = fmt.Sprintf("GPU %s: %v", g.PCIBusID, err)
+		return g
+	}
+	for _, kind := range kindsToRun(o.Probes) {
+		if ctx.Err() != nil {
+			break
+		}
+		g.Results = append(g.Results, p.run(kind)...)
+	}
+	return g
+}
+
+func kindsToRun(want []Kind) []Kind {
+	if len(want) == 0 {
+		return Kinds
+	}
+	var out []Kind
+	for _, k := range Kinds {
+		if slices.Contains(want, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func (p *gpuProbe) setup() error {
+	ctl, err := allocHost(int64(4096), -1)
+	if err != nil {
+		return err
+	}
+	p.ctl = ctl
+	return p.w.do(func(c *cuda.Context) error {
+		if p.ctlDev, err = c.RegisterHost(ctl.mem); err != nil {
+			return err
+		}
+		m, err := c.LoadModule(cuda.Kernels)
+		if err != nil {
+			return fmt.Errorf("loading the probe kernels: %w", err)
+		}
+		for _, k := range []struct {
+			f    **cuda.Function
+			name string
+		}{{&p.spin, "gpulink_spin"}, {&p.chase, "gpulink_chase"}, {&p.empty, "gpulink_empty"}} {
+			if *k.f, err = m.Function(k.name); err != nil {
+				return err
+			}
+		}
+		// The module stays loaded until the context goes with the worker.
+		return nil
+	})
+}
+
+func (p *gpuProbe) teardown() {
+	for _, w := range p.peers {
+		w.stop()
+	}
+	if p.ctl != nil {
+		p.w.do(func(c *cuda.Context) error { return c.UnregisterHost(p.ctl.mem) })
+		p.ctl.free()
+	}
+}
+
+// peer returns the worker holding the peer's context, starting it and
+// enabling access both ways on first use.
+func (p *gpuProbe) peer(addr string) (*worker, error) {
+	if w, ok := p.peers[addr]; ok {
+		return w, nil
+	}
+	dev, err := p.w.dev.Driver().DeviceByPCIBusID(addr)
+	if err != nil {
+		return nil, err
+	}
+	ok, err := p.w.dev.CanAccessPeer(dev)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("GPU %s cannot access GPU %s peer to peer", p.round.PCIBusID, addr)
+	}
+	w, err := startWorker(dev)
+	if err != nil {
+		return nil, fmt.Errorf("peer %s: %w", addr, err)
+	}
+	if err := p.w.do(func(c *cuda.Context) error { return c.EnablePeerAccess(w.ctx) }); err != nil {
+		w.stop()
+		return nil, err
+	}
+	if err := w.do(func(c *cuda.Context) error { return c.EnablePeerAccess(p.w.ctx) }); err != nil {
+		w.stop()
+		return nil, err
+	}
+	p.peers[addr] = w
+	return w, nil
+}
+
+// The control page's words.
+func (p *gpuProbe) gateWord() *uint32     { return (*uint32)(unsafe.Pointer(&p.ctl.mem[0])) }
+func (p *gpuProbe) timedOutWord() *uint32 { return (*uint32)(unsafe.Pointer(&p.ctl.mem[4])) }
+func (p *gpuProbe) chaseOut() (last, ns uint64) {
+	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&p.ctl.mem[64]))),
+		atomic.LoadUint64((*uint64)(unsafe.Pointer(&p.ctl.mem[72])))
+}
+
+// alloc and free keep the device memory account; free ignores zero.
+func (p *gpuProbe) alloc(w *worker, n int64) (cuda.DevicePtr, error) {
+	var ptr cuda.DevicePtr
+	err := w.do(func(c *cuda.Context) (err error) {
+		ptr, err = c.Alloc(n)
+		return err
+	})
+	if err == nil && w == p.w {
+		p.dev += n
+		p.round.DeviceMemoryBytes = max(p.round.DeviceMemoryBytes, p.dev)
+	}
+	return ptr, err
+}
+
+func (p *gpuProbe) free(w *worker, ptr cuda.DevicePtr, n int64) {
+	if ptr == 0 {
+		return
+	}
+	if w.do(func(c *cuda.Context) error { return c.Free(ptr) }) == nil && w == p.w {
+		p.dev -= n
+	}
+}
+
+// pinned maps, binds and registers host memory; release undoes it.
+type pinned struct {
+	buf *hostBuffer
+	dev cuda.DevicePtr
+}
+
+func (p *gpuProbe) pin(n int64, node int) (*pinned, error) {
+	buf, err := allocHost(n, node)
+	if err != nil {
+		return nil, err
+	}
+	var dp cuda.DevicePtr
+	if err := p.w.do(func(c *cuda.Context) (err error) {
+		dp, err = c.RegisterHost(buf.mem)
+		return err
+	}); err != nil {
+		buf.free()
+		return nil, err
+	}
+	p.host += n
+	p.round.HostMemoryBytes = max(p.round.HostMemoryBytes, p.host)
+	return &pinned{buf: buf, dev: dp}, nil
+}
+
+func (p *gpuProbe) unpin(h *pinned) {
+	if h == nil {
+		return
+	}
+	p.w.do(func(c *cuda.Context) error { return c.UnregisterHost(h.buf.mem) })
+	p.host -= int64(len(h.buf.mem))
+	h.buf.free()
+}
+
+// noteMemory records what the GPU's memory use is with the probe's
+// buffers in place.
+func (p *gpuProbe) noteMemory() {
+	p.w.do(func(c *cuda.Context) error {
+		free, total, err := c.MemInfo()
+		if err == nil && total > free {
+			p.round.ContextMemoryBytes = max(p.round.ContextMemoryBytes, int64(total-free))
+		}
+		return err
+	})
+}
+
+// run runs one probe kind, once per host node or peer as it applies.
+func (p *gpuProbe) run(kind Kind) []Result {
+	switch kind {
+	case HostToDevice, DeviceToHost, HostBidirectional, HostLatency:
+		var out []Result
+		for _, node := range p.hostNodes() {
+			out = append(out, p.hostProbe(kind, node)...)
+		}
+		return out
+	case PeerCopy, PeerBidirectional, PeerLatency:
+		var out []Result
+		for _, peer := range p.opts.Peers {
+			out = append(out, p.peerProbe(kind, cuda.NormalizeBusID(peer))...)
+		}
+		return out
+	case DeviceLocalCopy:
+		return []Result{p.localCopy()}
+	case LaunchLatency:
+		return []Result{p.launchLatency()}
+	}
+	return []Result{{Probe: kind, Error: fmt.Sprintf("unknown probe %q", kind)}}
+}
+
+// hostNodes are the nodes to bind host buffers to in turn; -1 alone means
+// unbound.
+func (p *gpuProbe) hostNodes() []int {
+	if len(p.opts.HostNodes) == 0 {
+		return []int{-1}
+	}
+	return p.opts.HostNodes
+}
+
+func nodeRef(node int) *int {
+	if node < 0 {
+		return nil
+	}
+	return &node
+}
+
+// errResult is a probe that gave no value, with why.
+func errResult(r Result, err error) Result {
+	r.Error = err.Error()
+	return r
+}
+
+var errGateTimedOut = errors.New("the spin gate timed out before the host opened it")

@@ -1,0 +1,268 @@
+package probes_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
+	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
+	"github.com/gpulink/gpulink_exporter/numa"
+	"github.com/gpulink/gpulink_exporter/probes"
+)
+
+// Figures from shared/reference/links.md, one direction.
+const (
+	gen5x16  = 63.0e9   // PCIe Gen5 x16
+	gen5x8   = 31.5e9   // PCIe Gen5 x8
+	gen4x8   = 15.75e9  // PCIe Gen4 x8, the AWS p5 uplink
+	nvlink18 = 450e9    // 18 NVLink 4 links
+	h100HBM  = 3.352e12 // H100 SXM: 2619 MHz x 5120 bits, double data rate
+)
+
+// near reports whether got is within 0.1% of want: the table rounds
+// 63.015 GB/s to 63.0.
+func near(got, want float64) bool {
+	return math.Abs(got-want) <= want*1e-3
+}
+
+func wantNear(t *testing.T, what string, got, want float64) {
+	t.Helper()
+	if !near(got, want) {
+		t.Errorf("%s = %.4g B/s, want %.4g", what, got, want)
+	}
+}
+
+func topology(t *testing.T, profile string) *numa.Topology {
+	t.Helper()
+	root := sysfsfake.Load(t, profile)
+	topo, err := numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}.Topology()
+	if err != nil {
+		t.Fatalf("%s: %v", profile, err)
+	}
+	return topo
+}
+
+func sample(t *testing.T, m *nvmlfake.Machine) *gpu.Snapshot {
+	t.Helper()
+	snap, err := gpu.NewReader(m, "", nil).Sample(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap
+}
+
+// The p5's GPU addresses, tray by tray (see sysfsfake.AWSP5).
+func p5GPU(i int) string { return fmt.Sprintf("0000:%02x:00.0", 0x47+0x11*i+12) }
+
+// p5NVML is a DGX H100's NVML at the p5's GPU addresses: the same eight
+// H100 SXM on NVSwitch.
+func p5NVML() *nvmlfake.Machine {
+	m := nvmlfake.NewDGXH100()
+	m.Update(func() {
+		for i, g := range m.GPUs {
+			g.PciBusID = p5GPU(i)
+		}
+	})
+	return m
+}
+
+var dgxGPUs = []string{"0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0",
+	"0000:9a:00.0", "0000:ab:00.0", "0000:ba:00.0", "0000:db:00.0"}
+
+// The borrowed machine: Gen5 x16 straight on the root bus, all 18 NVLinks
+// of each GPU going to the other.
+func TestPathH200VM(t *testing.T) {
+	topo, snap := topology(t, "h200-vm"), sample(t, nvmlfake.NewH200Pair())
+	p := probes.PathFor(snap, topo, "0000:00:06.0")
+	wantNear(t, "host", p.HostBytesPerSecond, gen5x16)
+	wantNear(t, "peer", p.PeerBytesPerSecond["0000:00:07.0"], nvlink18)
+	// The fake's H200 reports 2619 MHz and 6144 bits.
+	wantNear(t, "HBM", p.HBMBytesPerSecond, 2619e6*6144/8*2)
+	if len(p.PeerBytesPerSecond) != 1 {
+		t.Errorf("peers %v, want only the other GPU", p.PeerBytesPerSecond)
+	}
+	if snap.GPUs[0].MemoryBusWidth != 6144 {
+		t.Errorf("memory bus width %d, want 6144 from NVML", snap.GPUs[0].MemoryBusWidth)
+	}
+}
+
+// A DGX H100: Gen5 x16 all the way through its switches, NVSwitch between
+// every pair.
+func TestPathDGXH100(t *testing.T) {
+	topo, snap := topology(t, "dgx-h100"), sample(t, nvmlfake.NewDGXH100())
+	for _, addr := range dgxGPUs {
+		p := probes.PathFor(snap, topo, addr)
+		wantNear(t, addr+" host", p.HostBytesPerSecond, gen5x16)
+		wantNear(t, addr+" HBM", p.HBMBytesPerSecond, h100HBM)
+		if len(p.PeerBytesPerSecond) != 7 {
+			t.Errorf("%s: %d peers, want 7", addr, len(p.PeerBytesPerSecond))
+		}
+		for peer, bw := range p.PeerBytesPerSecond {
+			wantNear(t, addr+" to "+peer, bw, nvlink18)
+		}
+	}
+	if snap.GPUs[0].MemoryBusWidth != 5120 {
+		t.Errorf("memory bus width %d, want 5120 from NVML", snap.GPUs[0].MemoryBusWidth)
+	}
+}
+
+// Switch B's uplink trained x8 of x16. The expectation is the link's
+// capability, so GPUs 2 and 3 keep 63 GB/s and their measured ratio is what
+// falls; the topology's current state shows the narrow link.
+func TestPathDowntrainedUplinkKeepsExpectation(t *testing.T) {
+	topo, snap := topology(t, "dgx-h100-faults"), sample(t, nvmlfake.NewDGXH100())
+	for _, addr := range []string{"0000:3a:00.0", "0000:5d:00.0"} {
+		wantNear(t, addr+" host", probes.PathFor(snap, topo, addr).HostBytesPerSecond, gen5x16)
+		if h, ok := topo.SlowestHop(topo.Device(addr), false); !ok || !near(h.Bandwidth(false), gen5x8) {
+			t.Errorf("%s: current slowest hop %+v, want the uplink at Gen5 x8", addr, h)
+		}
+	}
+}
+
+// On a p5 every GPU sits behind a Gen4 x8 uplink by design: that is its
+// capability, so it is the expectation.
+func TestPathAWSP5(t *testing.T) {
+	topo, snap := topology(t, "aws-p5"), sample(t, p5NVML())
+	for i := range 8 {
+		p := probes.PathFor(snap, topo, p5GPU(i))
+		wantNear(t, p5GPU(i)+" host", p.HostBytesPerSecond, gen4x8)
+		wantNear(t, p5GPU(i)+" HBM", p.HBMBytesPerSecond, h100HBM)
+		if len(p.PeerBytesPerSecond) != 7 {
+			t.Errorf("%s: %d peers, want 7", p5GPU(i), len(p.PeerBytesPerSecond))
+		}
+		for peer, bw := range p.PeerBytesPerSecond {
+			wantNear(t, p5GPU(i)+" to "+peer, bw, nvlink18)
+		}
+	}
+	// GPU5 trained x8 of x16 below the uplink: the uplink still bounds it.
+	faults := topology(t, "aws-p5-faults")
+	wantNear(t, "GPU5 host, faulted", probes.PathFor(snap, faults, p5GPU(5)).HostBytesPerSecond, gen4x8)
+
+	// Without NVML the pairs are known from the PCIe tree alone:
+	// peer-to-peer through the host, no faster than either uplink.
+	p := probes.PathFor(nil, topo, p5GPU(0))
+	if p.HBMBytesPerSecond != 0 {
+		t.Errorf("HBM %g without NVML, want 0 (unknown)", p.HBMBytesPerSecond)
+	}
+	if len(p.PeerBytesPerSecond) != 7 {
+		t.Errorf("%d peers from the topology, want 7", len(p.PeerBytesPerSecond))
+	}
+	for peer, bw := range p.PeerBytesPerSecond {
+		wantNear(t, "PCIe peer "+peer, bw, gen4x8)
+	}
+}
+
+// Without a topology, NVML's maximum generation and width of the GPU's own
+// link stand in: they cannot see a switch uplink.
+func TestPathNVMLFallback(t *testing.T) {
+	m := p5NVML()
+	m.Update(func() { m.GPUs[1].PCIeMaxWidth = 8 })
+	snap := sample(t, m)
+	wantNear(t, "GPU0 host", probes.PathFor(snap, nil, p5GPU(0)).HostBytesPerSecond, gen5x16)
+	wantNear(t, "GPU1 host", probes.PathFor(snap, nil, p5GPU(1)).HostBytesPerSecond, gen5x8)
+	// A topology that does not know the GPU is no better than none.
+	wantNear(t, "GPU0 host, foreign tree", probes.PathFor(snap, topology(t, "no-gpu"), p5GPU(0)).HostBytesPerSecond, gen5x16)
+}
+
+func TestPathUnknown(t *testing.T) {
+	p := probes.PathFor(nil, nil, "0000:18:00.0")
+	if p.HostBytesPerSecond != 0 || p.HBMBytesPerSecond != 0 || len(p.PeerBytesPerSecond) != 0 {
+		t.Errorf("PathFor(nil, nil) = %+v, want all unknown", p)
+	}
+	if got := p.Expect(probes.Result{Probe: probes.HostToDevice}); got != 0 {
+		t.Errorf("Expect on an unknown path = %g, want 0", got)
+	}
+}
+
+// Links that are down carry nothing; with none up the pair falls back to
+// PCIe peer-to-peer through the host.
+func TestPathNVLinksDown(t *testing.T) {
+	topo := topology(t, "h200-vm")
+	m := nvmlfake.NewH200Pair()
+	m.Update(func() {
+		m.GPUs[0].NVLinks[17].Up = false
+		m.GPUs[1].NVLinks[17].Up = false
+	})
+	wantNear(t, "17 links", probes.PathFor(sample(t, m), topo, "0000:00:06.0").PeerBytesPerSecond["0000:00:07.0"], 17*25e9)
+	m.Update(func() {
+		for _, g := range m.GPUs {
+			for l := range g.NVLinks {
+				g.NVLinks[l].Up = false
+			}
+		}
+	})
+	wantNear(t, "no links", probes.PathFor(sample(t, m), topo, "0000:00:06.0").PeerBytesPerSecond["0000:00:07.0"], gen5x16)
+}
+
+// NVML's speed field is the signalling rate; the version's payload rate
+// caps it, and each stands in where the other is missing.
+func TestPathNVLinkRates(t *testing.T) {
+	link := func(version int, speed float64) gpu.NVLink {
+		l := gpu.NVLink{Active: true, RemotePCIBusID: "0000:00:07.0", RemoteType: "gpu"}
+		if version > 0 {
+			l.Version = gpu.Some(version)
+		}
+		if speed > 0 {
+			l.SpeedBytes = gpu.Some(speed)
+		}
+		return l
+	}
+	for _, tc := range []struct {
+		name  string
+		links []gpu.NVLink
+		want  float64
+	}{
+		{"v1 by version", []gpu.NVLink{link(1, 0), link(1, 0)}, 40e9},
+		{"v3 by version", []gpu.NVLink{link(3, 0)}, 25e9},
+		{"v5 by version", []gpu.NVLink{link(5, 0), link(5, 0)}, 100e9},
+		{"v4 speed capped", []gpu.NVLink{link(4, 26562e6)}, 25e9},
+		{"slower speed wins", []gpu.NVLink{link(4, 12.5e9)}, 12.5e9},
+		{"unknown version, speed", []gpu.NVLink{link(9, 60e9), link(0, 60e9)}, 120e9},
+		{"neither: PCIe", []gpu.NVLink{link(0, 0)}, gen5x16},
+	} {
+		snap := &gpu.Snapshot{GPUs: []gpu.GPUState{
+			{Identity: gpu.Identity{PCIBusID: "0000:00:06.0"}, NVLinks: tc.links,
+				PCIe: gpu.PCIeLink{MaxGeneration: gpu.Some(5), MaxWidth: gpu.Some(16)}},
+			{Identity: gpu.Identity{PCIBusID: "0000:00:07.0"},
+				PCIe: gpu.PCIeLink{MaxGeneration: gpu.Some(5), MaxWidth: gpu.Some(16)}},
+		}}
+		wantNear(t, tc.name, probes.PathFor(snap, nil, "0000:00:06.0").PeerBytesPerSecond["0000:00:07.0"], tc.want)
+	}
+}
+
+func TestExpectAndAnnotate(t *testing.T) {
+	node := func(n int) *int { return &n }
+	const peer, stranger = "0000:00:07.0", "0000:00:08.0"
+	p := probes.Path{HostBytesPerSecond: gen5x16, HBMBytesPerSecond: h100HBM,
+		PeerBytesPerSecond: map[string]float64{peer: nvlink18}}
+	g := &probes.GPURound{Results: []probes.Result{
+		{Probe: probes.HostToDevice, Direction: probes.DirHostToDevice, HostNUMANode: node(0), BytesPerSecond: 55e9},
+		{Probe: probes.DeviceToHost, Direction: probes.DirDeviceToHost, HostNUMANode: node(1), BytesPerSecond: 55e9},
+		{Probe: probes.HostBidirectional, Direction: probes.DirHostToDevice, HostNUMANode: node(0), BytesPerSecond: 52e9},
+		{Probe: probes.HostBidirectional, Direction: probes.DirDeviceToHost, HostNUMANode: node(0), BytesPerSecond: 52e9},
+		{Probe: probes.DeviceLocalCopy, Direction: probes.DirLocal, BytesPerSecond: 3e12},
+		{Probe: probes.PeerCopy, Direction: probes.DirToPeer, Peer: peer, BytesPerSecond: 385e9},
+		{Probe: probes.PeerBidirectional, Direction: probes.DirToPeer, Peer: peer, BytesPerSecond: 380e9},
+		{Probe: probes.PeerBidirectional, Direction: probes.DirFromPeer, Peer: peer, BytesPerSecond: 380e9},
+		{Probe: probes.PeerCopy, Direction: probes.DirToPeer, Peer: stranger, Error: "peer access not supported"},
+		{Probe: probes.HostLatency, HostNUMANode: node(0), Seconds: 1.2e-6, ExpectedBytesPerSecond: 1},
+		{Probe: probes.PeerLatency, Peer: peer, Seconds: 0.8e-6},
+		{Probe: probes.LaunchLatency, Seconds: 10e-6},
+	}}
+	want := []float64{gen5x16, gen5x16, gen5x16, gen5x16, h100HBM, nvlink18, nvlink18, nvlink18, 0, 0, 0, 0}
+	for i, r := range g.Results {
+		if got := p.Expect(r); got != want[i] {
+			t.Errorf("Expect(%s %s %s) = %g, want %g", r.Probe, r.Direction, r.Peer, got, want[i])
+		}
+	}
+	p.Annotate(g)
+	for i, r := range g.Results {
+		if r.ExpectedBytesPerSecond != want[i] {
+			t.Errorf("annotated %s %s %s: %g, want %g", r.Probe, r.Direction, r.Peer, r.ExpectedBytesPerSecond, want[i])
+		}
+	}
+}

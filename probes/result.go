@@ -1,0 +1,159 @@
+// Package probes measures the links that feed a GPU by moving bytes through
+// them: host<->device copies with the host buffer on each NUMA node, local
+// HBM copies, peer copies over NVLink, and round-trip latencies. A round runs
+// in a child process (`gpulink_exporter probe`) so a wedged driver or a crash
+// never takes the daemon down; this file is the JSON contract between the
+// child and the daemon.
+package probes
+
+import "time"
+
+// ContractVersion changes whenever the JSON below changes incompatibly; the
+// daemon refuses a round of another version rather than misread it.
+const ContractVersion = 1
+
+// Kind names one probe. Each kind is one function in the child.
+type Kind string
+
+// The probes, in the order a round runs them.
+const (
+	HostToDevice      Kind = "host_to_device"     // copy engine, pinned host memory
+	DeviceToHost      Kind = "device_to_host"     // copy engine, pinned host memory
+	HostBidirectional Kind = "host_bidirectional" // both at once, one result per direction
+	DeviceLocalCopy   Kind = "device_local_copy"  // HBM to HBM on one GPU, read and write bytes counted
+	PeerCopy          Kind = "peer_copy"          // this GPU's copy engine writes into the peer
+	PeerBidirectional Kind = "peer_bidirectional" // both GPUs write into each other at once
+	HostLatency       Kind = "host_latency"       // pointer chase by one GPU thread in pinned host memory
+	PeerLatency       Kind = "peer_latency"       // pointer chase in the peer's memory
+	LaunchLatency     Kind = "launch_latency"     // empty kernel, launch to completion seen by the host
+)
+
+// Kinds lists every probe kind in run order.
+var Kinds = []Kind{HostToDevice, DeviceToHost, HostBidirectional, DeviceLocalCopy,
+	PeerCopy, PeerBidirectional, HostLatency, PeerLatency, LaunchLatency}
+
+// Directions a bandwidth result counts bytes in.
+const (
+	DirHostToDevice = "host_to_device"
+	DirDeviceToHost = "device_to_host"
+	// DirLocal counts every byte read and every byte written, so a local
+	// copy compares directly with the HBM's peak bandwidth.
+	DirLocal    = "local"
+	DirToPeer   = "to_peer"   // written by this GPU into the peer
+	DirFromPeer = "from_peer" // written by the peer into this GPU
+)
+
+// Result is one measurement. Exactly one of BytesPerSecond and Seconds is
+// set when Error is empty.
+type Result struct {
+	Probe     Kind   `json:"probe"`
+	Direction string `json:"direction,omitempty"`
+	// Peer is the peer GPU's PCI address (sysfs form) for peer probes.
+	Peer string `json:"peer,omitempty"`
+	// HostNUMANode is the node the pinned host buffer's pages were bound to
+	// and verified on; absent for probes that touch no host memory and when
+	// the buffer was left unbound (a kernel without NUMA support).
+	HostNUMANode *int `json:"host_numa_node,omitempty"`
+	// SizeBytes is the size of one transfer (bandwidth) or of the chased
+	// buffer (latency).
+	SizeBytes int64 `json:"size_bytes"`
+	// Samples is how many timed samples the median was taken over.
+	Samples int `json:"samples"`
+
+	BytesPerSecond float64 `json:"bytes_per_second,omitempty"`
+	Seconds        float64 `json:"seconds,omitempty"`
+	// ExpectedBytesPerSecond is what the path should give at most (see
+	// Expect); 0 when the path is not known.
+	ExpectedBytesPerSecond float64 `json:"expected_bytes_per_second,omitempty"`
+
+	Error string `json:"error,omitempty"`
+}
+
+// LinkUnderLoad is the GPU's PCIe link state read while a host-to-device
+// copy was moving data: idle GPUs lower their link generation, so only this
+// reading proves a downtrained link.
+type LinkUnderLoad struct {
+	Generation int `json:"generation"`
+	Width      int `json:"width"`
+	// Confirmed is true when the copy was verifiably still running after
+	// the link was read.
+	Confirmed bool `json:"confirmed"`
+}
+
+// GPURound is one GPU's part of a round.
+type GPURound struct {
+	PCIBusID string `json:"pci_bus_id"`
+	// CUDADevice is the CUDA ordinal the bus id resolved to in the child.
+	CUDADevice int      `json:"cuda_device"`
+	Name       string   `json:"name,omitempty"`
+	Results    []Result `json:"results"`
+
+	LinkUnderLoad *LinkUnderLoad `json:"link_under_load,omitempty"`
+
+	// BusySeconds is the GPU time the probes' timed work took (the sum of
+	// every event-timed interval and latency kernel, warm-up included).
+	BusySeconds float64 `json:"busy_seconds"`
+	// ContextSeconds is how long the child held a context on the GPU.
+	ContextSeconds float64 `json:"context_seconds"`
+	// DeviceMemoryBytes is the most device memory the probes allocated on
+	// this GPU at once; ContextMemoryBytes what the GPU's free memory fell
+	// by with the context and those allocations in place (0 if unknown).
+	DeviceMemoryBytes  int64 `json:"device_memory_bytes"`
+	ContextMemoryBytes int64 `json:"context_memory_bytes,omitempty"`
+	// HostMemoryBytes is the pinned host memory held at most at once.
+	HostMemoryBytes int64 `json:"host_memory_bytes"`
+
+	// Error is set when the GPU could not be probed at all (no context);
+	// single probes that fail carry their own Error.
+	Error string `json:"error,omitempty"`
+}
+
+// Round is what one run of the child prints on stdout.
+type Round struct {
+	Version       int        `json:"version"`
+	Started       time.Time  `json:"started"`
+	Seconds       float64    `json:"seconds"`
+	DriverVersion int        `json:"cuda_driver_version"` // 13000 for CUDA 13.0
+	GPUs          []GPURound `json:"gpus"`
+}
+
+// OK reports whether every probe of the GPU produced a value.
+func (g *GPURound) OK() bool {
+	if g.Error != "" {
+		return false
+	}
+	for _, r := range g.Results {
+		if r.Error != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// Options are what a round measures and how hard; the daemon passes them to
+// the child as flags and the child's table mode takes the same ones.
+type Options struct {
+	// GPU is the PCI address of the GPU to probe.
+	GPU string
+	// Peers are the PCI addresses of GPUs to run peer probes against;
+	// pairs without peer access are reported as errors, not skipped.
+	Peers []string
+	// HostNodes are the NUMA nodes to place the pinned host buffer on in
+	// turn; empty means unbound memory (no NUMA support).
+	HostNodes []int
+	// Probes to run; empty means all.
+	Probes []Kind
+	// SizeBytes is one transfer's size for bandwidth probes.
+	SizeBytes int64
+	// Samples is how many timed samples each result's median is taken
+	// over, after one warm-up.
+	Samples int
+}
+
+// Default sizes: 64 MiB transfers sit where the borrowed H200's host copies
+// reach their plateau (55.4 GB/s at 64 MiB against 55.6 at 512 MiB) while a
+// round stays within a few hundred MiB of device memory.
+const (
+	DefaultSizeBytes = 64 << 20
+	DefaultSamples   = 5
+)

@@ -1,0 +1,424 @@
+package probes
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// RoundRunner runs one probe round. ChildRunner is the real one; the
+// simulated node and the tests supply others.
+type RoundRunner interface {
+	Run(ctx context.Context, o Options) (*Round, error)
+}
+
+// Limits on what is kept of a child's output. A round for one GPU with
+// seven peers is a few tens of KiB; anything near the cap is a child gone
+// wrong, and reading it unbounded would let it take the daemon's memory.
+const (
+	childStdoutCap  = 8 << 20
+	childStderrTail = 8 << 10
+	// childKillGrace is how long a child gets to die after SIGKILL. Only a
+	// process stuck in the kernel (a wedged driver call) survives that long.
+	childKillGrace = 10 * time.Second
+	// childPipeGrace bounds the wait for stdout and stderr to close once the
+	// child has exited: a descendant that left the process group may hold
+	// them open.
+	childPipeGrace = 2 * time.Second
+)
+
+// ChildRunner runs each round in a child process (`gpulink_exporter probe`)
+// in a process group of its own, so that a timeout kills the child and
+// anything it started, and the CUDA contexts and their device memory go
+// with it.
+type ChildRunner struct {
+	// Command is the argv prefix: in production the exporter's own binary,
+	// "probe", and the flags passed through to the child (--path.sysfs).
+	// Run appends --output=json and Options.Args.
+	Command []string
+	// Timeout bounds one run; 0 leaves it to the context's deadline.
+	Timeout time.Duration
+	Logger  *slog.Logger
+
+	// stuck counts children that survived SIGKILL for childKillGrace. While
+	// one is left, Run starts no other: a child stuck in the driver means
+	// the next one would most likely get stuck too.
+	stuck    atomic.Int32
+	stuckPID atomic.Int64
+
+	// Seams for the tests.
+	killGrace time.Duration
+	signal    func(pgid int, sig syscall.Signal) error
+}
+
+// RunFailure is why a run gave no usable round. (RunError already names
+// one of the results it carries.)
+type RunFailure struct {
+	// GPU is the PCI address the run was for.
+	GPU string
+	// Result is RunTimeout, RunCrash or RunError.
+	Result string
+	Err    error
+	// Stderr is the end of what the child wrote on stderr.
+	Stderr string
+}
+
+func (e *RunFailure) Error() string {
+	msg := fmt.Sprintf("probe of GPU %s: %s: %v", e.GPU, e.Result, e.Err)
+	if line := stderrLine(e.Stderr); line != "" {
+		msg += "; stderr: " + line
+	}
+	return msg
+}
+
+func (e *RunFailure) Unwrap() error { return e.Err }
+
+// stderrLine picks the line of the child's stderr that says what went
+// wrong: a Go runtime's "panic:" or "fatal error:" line (the stack follows
+// it), else the last line, where the child's own errors end up. It is
+// shortened to what fits in a log line.
+func stderrLine(s string) string {
+	var line string
+	for l := range strings.Lines(s) {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "panic: ") || strings.HasPrefix(l, "fatal error: ") {
+			line = l
+			break
+		}
+		if l != "" {
+			line = l
+		}
+	}
+	if len(line) > 200 {
+		line = line[:200] + "..."
+	}
+	return line
+}
+
+// Args are the child's flags for o, in a fixed order. Sizes and sample
+// counts of 0 or less are sent as the defaults, so a zero Options asks for
+// a default round rather than an invalid one.
+func (o Options) Args() []string {
+	size, samples := o.SizeBytes, o.Samples
+	if size <= 0 {
+		size = DefaultSizeBytes
+	}
+	if samples <= 0 {
+		samples = DefaultSamples
+	}
+	args := make([]string, 0, 4+len(o.Peers)+len(o.HostNodes)+len(o.Probes))
+	args = append(args, "--gpu="+o.GPU)
+	for _, p := range o.Peers {
+		args = append(args, "--peer="+p)
+	}
+	if len(o.HostNodes) == 0 {
+		// Said out loud: a child that silently picked nodes itself would
+		// measure a different path than the daemon asked for.
+		args = append(args, "--no-host-node-binding")
+	}
+	for _, n := range o.HostNodes {
+		args = append(args, "--host-node="+strconv.Itoa(n))
+	}
+	for _, k := range o.Probes {
+		args = append(args, "--probe="+string(k))
+	}
+	return append(args, "--size="+strconv.FormatInt(size, 10), "--samples="+strconv.Itoa(samples))
+}
+
+var (
+	errRunTimeout = errors.New("run timeout")
+	errOverflow   = fmt.Errorf("more than %d MiB on stdout", childStdoutCap>>20)
+)
+
+// Run runs one round for o.GPU. A round the child printed is returned with
+// a nil error even when the child exited non-zero (it does when a GPU could
+// not be probed at all; the round says why). Otherwise the error is a
+// *RunFailure: RunTimeout when the child was killed at the deadline, RunCrash
+// when it exited without a valid round, RunError when it could not be
+// started or ctx was cancelled.
+func (r *ChildRunner) Run(ctx context.Context, o Options) (*Round, error) {
+	fail := func(result string, err error, stderr string) (*Round, error) {
+		return nil, &RunFailure{GPU: o.GPU, Result: result, Err: err, Stderr: stderr}
+	}
+	if len(r.Command) == 0 {
+		return fail(RunError, errors.New("no probe command configured"), "")
+	}
+	if r.stuck.Load() > 0 {
+		return fail(RunTimeout, fmt.Errorf("an earlier probe child (pid %d) is still alive after SIGKILL, stuck in the kernel; not starting another", r.stuckPID.Load()), "")
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(RunError, fmt.Errorf("not started: %w", err), "")
+	}
+	logger := r.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+
+	start := time.Now()
+	if r.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, r.Timeout, errRunTimeout)
+		defer cancel()
+	}
+	limit := time.Duration(0)
+	if dl, ok := ctx.Deadline(); ok {
+		limit = dl.Sub(start)
+	}
+
+	args := append(slices.Clone(r.Command[1:]), "--output=json")
+	args = append(args, o.Args()...)
+	cmd := exec.Command(r.Command[0], args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdout := &cappedBuffer{max: childStdoutCap, full: make(chan struct{})}
+	stderr := &tailBuffer{max: childStderrTail}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.WaitDelay = childPipeGrace
+	if err := cmd.Start(); err != nil {
+		return fail(RunError, fmt.Errorf("starting probe child: %w", err), "")
+	}
+	pid := cmd.Process.Pid
+	logger.Debug("probe child started", "gpu", o.GPU, "pid", pid, "args", args)
+
+	// exited says true when the child has exited and is left unreaped,
+	// false when it was reaped already (no waitid: see waitExitNoReap).
+	exited := make(chan bool, 1)
+	go func() {
+		if waitExitNoReap(pid) {
+			exited <- true
+			return
+		}
+		_ = cmd.Wait()
+		exited <- false
+	}()
+
+	var unreaped, gone bool
+	var cause error
+	select {
+	case unreaped = <-exited:
+		gone = true
+	case <-ctx.Done():
+		cause = context.Cause(ctx)
+	case <-stdout.full:
+		cause = errOverflow
+	}
+	if !gone {
+		r.killGroup(pid)
+		grace := r.killGrace
+		if grace <= 0 {
+			grace = childKillGrace
+		}
+		t := time.NewTimer(grace)
+		select {
+		case unreaped = <-exited:
+			t.Stop()
+		case <-t.C:
+			r.stuck.Add(1)
+			r.stuckPID.Store(int64(pid))
+			logger.Error("probe child still alive after SIGKILL; no probe runs until it exits", "gpu", o.GPU, "pid", pid, "waited", grace)
+			go func() {
+				r.reap(cmd, <-exited)
+				r.stuck.Add(-1)
+				logger.Info("stuck probe child exited at last", "gpu", o.GPU, "pid", pid)
+			}()
+			return fail(RunTimeout, fmt.Errorf("%v; child pid %d did not exit within %s of SIGKILL", describeCause(cause, limit), pid, grace), stderr.String())
+		}
+	}
+	r.reap(cmd, unreaped)
+	took := time.Since(start)
+	if cause == nil && stdout.over {
+		cause = errOverflow // it filled stdout and exited before the kill
+	}
+
+	switch {
+	case errors.Is(cause, errOverflow):
+		return fail(RunCrash, fmt.Errorf("%w; child killed", errOverflow), stderr.String())
+	case errors.Is(cause, context.Canceled):
+		return fail(RunError, fmt.Errorf("cancelled after %s; child killed", took.Round(time.Millisecond)), stderr.String())
+	case cause != nil:
+		return fail(RunTimeout, fmt.Errorf("%v; child killed", describeCause(cause, limit)), stderr.String())
+	}
+
+	state := cmd.ProcessState
+	if state == nil {
+		return fail(RunCrash, errors.New("child's exit status unknown"), stderr.String())
+	}
+	round, perr := parseRound(stdout.Bytes())
+	ws, _ := state.Sys().(syscall.WaitStatus)
+	switch {
+	case ws.Signaled():
+		// Even with a valid round: a child that dies of a signal is a bug
+		// to be counted, and its measurements are returned for what they
+		// are worth.
+		return round, &RunFailure{GPU: o.GPU, Result: RunCrash, Err: fmt.Errorf("child %s", state), Stderr: stderr.String()}
+	case perr != nil && state.Success():
+		return fail(RunCrash, perr, stderr.String())
+	case perr != nil:
+		return fail(RunCrash, fmt.Errorf("child %s without a valid round (%v)", state, perr), stderr.String())
+	case !state.Success():
+		logger.Debug("probe child exited non-zero with a round", "gpu", o.GPU, "status", state.String(), "stderr", stderrLine(stderr.String()))
+	}
+	return round, nil
+}
+
+// describeCause says why a run was cut short.
+func describeCause(cause error, limit time.Duration) string {
+	if limit > 0 {
+		return fmt.Sprintf("no round within %s", limit.Round(100*time.Millisecond))
+	}
+	return fmt.Sprintf("no round: %v", cause)
+}
+
+// reap collects the child. When the leader is known to be exited but not
+// yet reaped, its zombie keeps the process group's id from being reused, so
+// the group can be killed safely first: whatever the child left behind
+// (a helper holding a GPU context, or stdout) dies with it.
+func (r *ChildRunner) reap(cmd *exec.Cmd, unreaped bool) {
+	if !unreaped {
+		return // cmd.Wait has run
+	}
+	r.killGroup(cmd.Process.Pid)
+	// The error only repeats the exit status, or says a descendant that
+	// escaped the group kept a pipe open past childPipeGrace; the status
+	// is read from ProcessState.
+	_ = cmd.Wait()
+}
+
+func (r *ChildRunner) killGroup(pgid int) {
+	send := r.signal
+	if send == nil {
+		send = func(pgid int, sig syscall.Signal) error { return syscall.Kill(-pgid, sig) }
+	}
+	if err := send(pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) && r.Logger != nil {
+		r.Logger.Warn("killing probe child's process group", "pgid", pgid, "err", err)
+	}
+}
+
+// waitExitNoReap blocks until the process exits and leaves it a zombie, so
+// that its pid, and with it the process group id, stays taken until
+// cmd.Wait reaps it. It returns false if it could not wait (waitid
+// unavailable); the caller then only has cmd.Wait.
+func waitExitNoReap(pid int) bool {
+	var info [128]byte // siginfo_t
+	for {
+		_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, 1 /* P_PID */, uintptr(pid),
+			uintptr(unsafe.Pointer(&info)), syscall.WEXITED|syscall.WNOWAIT, 0, 0)
+		switch errno {
+		case 0:
+			return true
+		case syscall.EINTR:
+			continue
+		default:
+			return false
+		}
+	}
+}
+
+// parseRound reads the child's stdout: one Round of ContractVersion and
+// nothing else.
+func parseRound(out []byte) (*Round, error) {
+	if len(bytes.TrimSpace(out)) == 0 {
+		return nil, errors.New("no output on stdout")
+	}
+	// The version first, so that a round of another version is named as
+	// such rather than as whatever field it changed.
+	var head struct {
+		Version *int `json:"version"`
+	}
+	if err := json.Unmarshal(out, &head); err != nil {
+		return nil, jsonError(out, err)
+	}
+	if head.Version == nil {
+		return nil, errors.New("no contract version in output")
+	}
+	if *head.Version != ContractVersion {
+		return nil, fmt.Errorf("contract version %d, want %d", *head.Version, ContractVersion)
+	}
+	var round Round
+	if err := json.Unmarshal(out, &round); err != nil {
+		return nil, jsonError(out, err)
+	}
+	return &round, nil
+}
+
+func jsonError(out []byte, err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	off := int64(-1)
+	switch {
+	case errors.As(err, &syn):
+		off = syn.Offset
+	case errors.As(err, &typ):
+		off = typ.Offset
+	}
+	if off < 0 {
+		return fmt.Errorf("invalid JSON: %w", err)
+	}
+	lo, hi := max(0, off-20), min(int64(len(out)), off+20)
+	return fmt.Errorf("invalid JSON at offset %d near %q: %w", off, out[lo:hi], err)
+}
+
+// cappedBuffer keeps up to max bytes and closes full when more arrive. It
+// keeps accepting (and dropping) writes so the child never blocks on a full
+// pipe while it is being killed.
+type cappedBuffer struct {
+	max  int
+	buf  bytes.Buffer
+	over bool
+	full chan struct{}
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	if b.over {
+		return len(p), nil
+	}
+	if b.buf.Len()+len(p) > b.max {
+		b.over = true
+		close(b.full)
+		return len(p), nil
+	}
+	return b.buf.Write(p)
+}
+
+// Bytes may only be called once the writes are over (after cmd.Wait).
+func (b *cappedBuffer) Bytes() []byte { return b.buf.Bytes() }
+
+// tailBuffer keeps the last max bytes written. It is locked: a stuck
+// child's stderr is read while the child may still write.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := len(p)
+	if len(p) >= b.max {
+		b.buf = append(b.buf[:0], p[len(p)-b.max:]...)
+		return n, nil
+	}
+	if over := len(b.buf) + len(p) - b.max; over > 0 {
+		b.buf = append(b.buf[:0], b.buf[over:]...)
+	}
+	b.buf = append(b.buf, p...)
+	return n, nil
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}

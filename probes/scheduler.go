@@ -1,0 +1,563 @@
+package probes
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
+)
+
+// Policies say which GPUs a round may probe.
+const (
+	// PolicyIdle probes a GPU only when no other compute process holds it
+	// and NVML reports it (nearly) unused: a probe moves tens of GB and
+	// would slow, and be slowed by, real work.
+	PolicyIdle = "idle"
+	// PolicyAlways probes busy GPUs too, for nodes drained for a health
+	// check. Compute modes that would refuse the probe's context, and MIG,
+	// are still skipped.
+	PolicyAlways = "always"
+	PolicyOff    = "off"
+)
+
+// Policies lists the valid policies, the default first.
+var Policies = []string{PolicyIdle, PolicyAlways, PolicyOff}
+
+// SchedulerConfig configures a Scheduler. Zero values mean the defaults.
+type SchedulerConfig struct {
+	Policy string // default idle
+	// Interval is the time between rounds, jittered by Jitter either way
+	// (default 10m).
+	Interval time.Duration
+	// Jitter is the fraction of Interval and FirstDelay added or taken
+	// at random (default 0.1, at most 0.5), so that a fleet restarted at
+	// once does not probe in step. It cannot be set to none.
+	Jitter float64
+	// FirstDelay is the wait before the first round (default 1m,
+	// jittered): the NVML and process samples it decides on need to exist,
+	// and a daemon in a crash loop should not probe on every start.
+	FirstDelay time.Duration
+	// Timeout bounds one child run (default 60s).
+	Timeout time.Duration
+	// Options is the template of every run: Probes, SizeBytes, Samples.
+	// GPU, Peers and HostNodes are filled per GPU.
+	Options Options
+	// UtilizationThreshold is the NVML utilization (0..1) above which the
+	// idle policy leaves a GPU alone (default 0.05).
+	UtilizationThreshold float64
+
+	Runner RoundRunner
+	// GPUs returns the latest NVML sample; nil when there is none.
+	GPUs func() *gpu.Snapshot
+	// Processes lists the compute processes on every GPU now. It is
+	// asked right before each GPU is probed (the idle policy only): a
+	// sample minutes old would miss a job that just started.
+	Processes func() ([]gpu.Process, error)
+	// HostNodes returns the NUMA nodes to bind the host buffer to in turn,
+	// the GPU's own node first; nil (or a nil func) means unbound.
+	HostNodes func(gpuBusID string) []int
+	// Annotate fills in what each result should give; may be nil.
+	Annotate func(*GPURound)
+	Logger   *slog.Logger
+}
+
+// Scheduler decides when and which GPUs to probe, runs the probes one GPU
+// at a time, and keeps their results and its counters.
+type Scheduler struct {
+	cfg    SchedulerConfig
+	logger *slog.Logger
+
+	// Seams for the tests.
+	now   func() time.Time
+	rand  func() float64 // in [0, 1)
+	sleep func(ctx context.Context, d time.Duration) bool
+
+	// roundMu is held through a round: two rounds at once would run two
+	// children at once, and probes sharing an uplink would measure each
+	// other.
+	roundMu sync.Mutex
+
+	mu           sync.Mutex
+	gpus         map[string]*gpuEntry // by gpuKey
+	ran          bool                 // something was run or skipped
+	errors       uint64
+	lastSuccess  time.Time
+	lastDuration time.Duration
+
+	latest  atomic.Pointer[sampler.Snapshot[*Status]]
+	version atomic.Uint64
+}
+
+type gpuEntry struct {
+	st GPUStatus
+	// down is true when the GPU's latest run timed out or crashed.
+	down bool
+}
+
+// NewScheduler checks cfg and fills in its defaults.
+func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
+	if cfg.Policy == "" {
+		cfg.Policy = PolicyIdle
+	}
+	if !slices.Contains(Policies, cfg.Policy) {
+		return nil, fmt.Errorf("unknown probe policy %q: want one of %s", cfg.Policy, strings.Join(Policies, ", "))
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"interval", &cfg.Interval, 10 * time.Minute},
+		{"first delay", &cfg.FirstDelay, time.Minute},
+		{"timeout", &cfg.Timeout, time.Minute},
+	} {
+		if *d.v < 0 {
+			return nil, fmt.Errorf("probe %s must be positive, got %s", d.name, *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if cfg.Jitter == 0 {
+		cfg.Jitter = 0.1
+	}
+	if cfg.Jitter < 0 || cfg.Jitter > 0.5 {
+		return nil, fmt.Errorf("probe jitter %g outside [0, 0.5]", cfg.Jitter)
+	}
+	if cfg.UtilizationThreshold == 0 {
+		cfg.UtilizationThreshold = 0.05
+	}
+	if cfg.UtilizationThreshold < 0 || cfg.UtilizationThreshold > 1 {
+		return nil, fmt.Errorf("probe utilization threshold %g outside [0, 1]", cfg.UtilizationThreshold)
+	}
+	for _, k := range cfg.Options.Probes {
+		if !slices.Contains(Kinds, k) {
+			return nil, fmt.Errorf("unknown probe %q: want some of %s", k, kindNames(Kinds))
+		}
+	}
+	if cfg.Options.SizeBytes <= 0 {
+		cfg.Options.SizeBytes = DefaultSizeBytes
+	}
+	if cfg.Options.Samples <= 0 {
+		cfg.Options.Samples = DefaultSamples
+	}
+	if cfg.Policy != PolicyOff {
+		switch {
+		case cfg.Runner == nil:
+			return nil, errors.New("probe scheduler has no runner")
+		case cfg.GPUs == nil:
+			return nil, errors.New("probe scheduler has no NVML sample to decide on")
+		case cfg.Policy == PolicyIdle && cfg.Processes == nil:
+			return nil, errors.New("probe policy idle needs the GPU process list")
+		}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Scheduler{
+		cfg:    cfg,
+		logger: cfg.Logger.With("source", "probe"),
+		now:    time.Now,
+		rand:   rand.Float64,
+		sleep:  sleepUnlessDone,
+		gpus:   map[string]*gpuEntry{},
+	}
+	s.publish() // the policy is known before any round
+	return s, nil
+}
+
+func kindNames(ks []Kind) string {
+	s := make([]string, len(ks))
+	for i, k := range ks {
+		s[i] = string(k)
+	}
+	return strings.Join(s, ", ")
+}
+
+func sleepUnlessDone(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// Policy is the policy in force.
+func (s *Scheduler) Policy() string { return s.cfg.Policy }
+
+// Run runs rounds until ctx ends: the first after FirstDelay, then one
+// every Interval, both jittered. Under policy off it returns at once.
+func (s *Scheduler) Run(ctx context.Context) {
+	if s.cfg.Policy == PolicyOff {
+		return
+	}
+	if !s.sleep(ctx, s.jittered(s.cfg.FirstDelay)) {
+		return
+	}
+	for {
+		s.RunRound(ctx)
+		if !s.sleep(ctx, s.jittered(s.cfg.Interval)) {
+			return
+		}
+	}
+}
+
+// jittered is d moved by up to Jitter of itself either way.
+func (s *Scheduler) jittered(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (1 + s.cfg.Jitter*(2*s.rand()-1)))
+}
+
+// roundPass is what one pass over the GPUs carries from GPU to GPU.
+type roundPass struct {
+	// snap is taken once, at the start: later samples could show this
+	// round's own probes as utilization.
+	snap   *gpu.Snapshot
+	failed bool // a run timed out, crashed or errored
+}
+
+// RunRound runs one pass: every GPU in the NVML sample's order, one at a
+// time, each probed or skipped by the policy. The status is published
+// after each GPU.
+func (s *Scheduler) RunRound(ctx context.Context) {
+	if s.cfg.Policy == PolicyOff {
+		return
+	}
+	s.roundMu.Lock()
+	defer s.roundMu.Unlock()
+	snap := s.cfg.GPUs()
+	if snap == nil || len(snap.GPUs) == 0 {
+		s.logger.Debug("no NVML sample yet, nothing to probe")
+		return
+	}
+	start := s.now()
+	rd := &roundPass{snap: snap}
+	s.skipMissing(snap)
+	for i := range snap.GPUs {
+		if ctx.Err() != nil {
+			return
+		}
+		s.visit(ctx, rd, &snap.GPUs[i])
+		s.publish()
+	}
+	s.mu.Lock()
+	s.lastDuration = s.now().Sub(start)
+	if !rd.failed {
+		s.lastSuccess = start
+	}
+	s.mu.Unlock()
+	s.publish()
+}
+
+// skipMissing counts GPUs seen in earlier samples and gone from this one
+// as lost: NVML drops a GPU that fell off the bus after a driver reload.
+func (s *Scheduler) skipMissing(snap *gpu.Snapshot) {
+	present := map[string]bool{}
+	for i := range snap.GPUs {
+		present[gpuKey(&snap.GPUs[i])] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, e := range s.gpus {
+		if !present[k] {
+			e.st.Skips[SkipLost]++
+			s.ran = true
+		}
+	}
+}
+
+// visit probes one GPU or records why not.
+func (s *Scheduler) visit(ctx context.Context, rd *roundPass, g *gpu.GPUState) {
+	if reason := staticSkip(g); reason != "" {
+		s.skip(g, reason)
+		return
+	}
+	var procs []gpu.Process
+	procsOK := true
+	if s.cfg.Policy == PolicyIdle {
+		var err error
+		if procs, err = s.cfg.Processes(); err != nil {
+			// Not knowing who holds the GPU is not knowing it is idle.
+			s.logger.Warn("cannot list GPU processes; treating the GPU as busy", "gpu", g.Index, "err", err)
+			procsOK = false
+		}
+	}
+	if reason := s.busy(g, procs, procsOK); reason != "" {
+		s.skip(g, reason)
+		return
+	}
+
+	o := s.cfg.Options
+	o.GPU = g.PCIBusID
+	o.Probes = slices.Clone(o.Probes)
+	o.Peers, o.HostNodes = nil, nil
+	peerSkips := map[string]uint64{}
+	for j := range rd.snap.GPUs {
+		p := &rd.snap.GPUs[j]
+		if p == g || !peerReachable(rd.snap, g.Index, p.Index) {
+			continue
+		}
+		reason := staticSkip(p)
+		if reason == "" {
+			reason = s.busy(p, procs, procsOK)
+		}
+		if reason != "" {
+			peerSkips["peer_"+reason]++
+			continue
+		}
+		o.Peers = append(o.Peers, p.PCIBusID)
+	}
+	if s.cfg.HostNodes != nil {
+		o.HostNodes = slices.Clone(s.cfg.HostNodes(g.PCIBusID))
+	}
+
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	start := s.now()
+	rnd, err := s.cfg.Runner.Run(rctx, o)
+	took := s.now().Sub(start)
+	cancel()
+	if ctx.Err() != nil {
+		return // shutting down: says nothing of the GPU
+	}
+
+	result, gr, why := classifyRun(rnd, err, g.PCIBusID)
+	if gr != nil && s.cfg.Annotate != nil {
+		s.cfg.Annotate(gr)
+	}
+	switch result {
+	case RunSuccess:
+		s.logger.Debug("probed GPU", "gpu", g.Index, "peers", len(o.Peers), "took", took)
+	default:
+		s.logger.Warn("probe run failed", "gpu", g.Index, "pci_bus_id", g.PCIBusID, "result", result, "err", why)
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.entry(g)
+	for r, n := range peerSkips {
+		e.st.Skips[r] += n
+	}
+	e.st.Runs[result]++
+	e.st.LastRound = start
+	e.st.LastDuration = took.Seconds()
+	if result == RunSuccess {
+		e.st.LastSuccess = start
+	}
+	if gr != nil {
+		e.st.BusySeconds += gr.BusySeconds
+		e.st.ContextSeconds += gr.ContextSeconds
+		if len(gr.Results) > 0 {
+			e.st.Last = gr
+		}
+	}
+	e.down = result == RunTimeout || result == RunCrash
+	if result == RunTimeout || result == RunCrash || result == RunError {
+		s.errors++
+		rd.failed = true
+	}
+	s.ran = true
+}
+
+// staticSkip is why a GPU cannot be probed whatever the policy: it is
+// gone, split into MIG instances, or its compute mode would refuse the
+// probe's context (or, in exclusive mode, lock out its owner's next one
+// while the probe holds it).
+func staticSkip(g *gpu.GPUState) string {
+	switch {
+	case g.Lost || g.PCIBusID == "":
+		return SkipLost
+	case g.MIGEnabled.Valid && g.MIGEnabled.V:
+		return SkipMIG
+	case !g.ComputeMode.Valid:
+		return ""
+	}
+	switch g.ComputeMode.V {
+	case "prohibited":
+		return SkipProhibited
+	case "exclusive_process", "exclusive_thread":
+		return SkipExclusiveProcess
+	}
+	return ""
+}
+
+// busy is why the idle policy leaves a GPU alone, "" if it does not.
+func (s *Scheduler) busy(g *gpu.GPUState, procs []gpu.Process, procsOK bool) string {
+	if s.cfg.Policy != PolicyIdle {
+		return ""
+	}
+	if !procsOK {
+		return SkipBusyProcess
+	}
+	for _, p := range procs {
+		if (p.PCIBusID != "" && strings.EqualFold(p.PCIBusID, g.PCIBusID)) || (p.UUID != "" && p.UUID == g.UUID) {
+			return SkipBusyProcess
+		}
+	}
+	if g.Utilization.Valid && g.Utilization.V > s.cfg.UtilizationThreshold {
+		return SkipBusyUtilization
+	}
+	return ""
+}
+
+// peerReachable reports whether GPU a can write into GPU b's memory: over
+// NVLink, or PCIe peer to peer where the platform allows it. Pairs without
+// it would only report errors.
+func peerReachable(snap *gpu.Snapshot, a, b int) bool {
+	for _, p := range snap.Pairs {
+		if (p.GPU == a && p.Peer == b) || (p.GPU == b && p.Peer == a) {
+			if p.NVLinks > 0 || p.P2P["write"] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// classifyRun sorts a run into one of the Run* results, and picks out the
+// GPU's part of the round (a private copy, so Annotate and the published
+// status never share memory with the runner) and what went wrong.
+func classifyRun(rnd *Round, err error, busID string) (string, *GPURound, error) {
+	var gr *GPURound
+	if rnd != nil {
+		for i := range rnd.GPUs {
+			if strings.EqualFold(rnd.GPUs[i].PCIBusID, busID) {
+				gr = cloneGPURound(&rnd.GPUs[i])
+				break
+			}
+		}
+	}
+	if err != nil {
+		var rf *RunFailure
+		if errors.As(err, &rf) {
+			return rf.Result, gr, err
+		}
+		return RunError, gr, err
+	}
+	switch {
+	case gr == nil:
+		return RunError, nil, fmt.Errorf("the round has no result for GPU %s", busID)
+	case gr.Error != "":
+		return RunError, gr, fmt.Errorf("GPU could not be probed: %s", gr.Error)
+	}
+	failed, first := 0, ""
+	for _, r := range gr.Results {
+		if r.Error != "" {
+			if failed == 0 {
+				first = fmt.Sprintf("%s %s: %s", r.Probe, cmp.Or(r.Peer, r.Direction), r.Error)
+			}
+			failed++
+		}
+	}
+	if failed > 0 {
+		return RunPartial, gr, fmt.Errorf("%d of %d probes failed, first: %s", failed, len(gr.Results), first)
+	}
+	return RunSuccess, gr, nil
+}
+
+func cloneGPURound(g *GPURound) *GPURound {
+	c := *g
+	c.Results = slices.Clone(g.Results)
+	for i := range c.Results {
+		if n := c.Results[i].HostNUMANode; n != nil {
+			v := *n
+			c.Results[i].HostNUMANode = &v
+		}
+	}
+	if g.LinkUnderLoad != nil {
+		l := *g.LinkUnderLoad
+		c.LinkUnderLoad = &l
+	}
+	return &c
+}
+
+func (s *Scheduler) skip(g *gpu.GPUState, reason string) {
+	s.logger.Debug("not probing GPU", "gpu", g.Index, "reason", reason)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.entry(g).st.Skips[reason]++
+	s.ran = true
+}
+
+// gpuKey identifies a GPU across samples: its PCI address, which unlike
+// the index survives a GPU dropping out.
+func gpuKey(g *gpu.GPUState) string {
+	if g.PCIBusID == "" {
+		return "index:" + strconv.Itoa(g.Index)
+	}
+	return strings.ToLower(g.PCIBusID)
+}
+
+// entry is g's record, created on first sight. s.mu must be held.
+func (s *Scheduler) entry(g *gpu.GPUState) *gpuEntry {
+	k := gpuKey(g)
+	e := s.gpus[k]
+	if e == nil {
+		// Every run result and own skip reason starts at zero, so the
+		// first of each is an increase a rate() can see.
+		e = &gpuEntry{st: GPUStatus{Runs: map[string]uint64{}, Skips: map[string]uint64{}}}
+		for _, r := range []string{RunSuccess, RunPartial, RunError, RunTimeout, RunCrash} {
+			e.st.Runs[r] = 0
+		}
+		for _, r := range []string{SkipLost, SkipMIG, SkipExclusiveProcess, SkipProhibited, SkipBusyProcess, SkipBusyUtilization} {
+			e.st.Skips[r] = 0
+		}
+		s.gpus[k] = e
+	}
+	e.st.Index, e.st.UUID, e.st.PCIBusID = g.Index, g.UUID, g.PCIBusID
+	return e
+}
+
+// publish stores a copy of the status for the collector. Last is shared
+// between copies: it is replaced, never changed.
+func (s *Scheduler) publish() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := &Status{Policy: s.cfg.Policy, GPUs: make([]GPUStatus, 0, len(s.gpus))}
+	for _, e := range s.gpus {
+		g := e.st
+		g.Runs, g.Skips = maps.Clone(g.Runs), maps.Clone(g.Skips)
+		st.GPUs = append(st.GPUs, g)
+	}
+	slices.SortFunc(st.GPUs, func(a, b GPUStatus) int {
+		return cmp.Or(cmp.Compare(a.Index, b.Index), strings.Compare(a.PCIBusID, b.PCIBusID))
+	})
+	s.latest.Store(&sampler.Snapshot[*Status]{Data: st, Taken: s.now()})
+	s.version.Add(1)
+}
+
+// Latest is the newest status; never nil. Treat it as read-only.
+func (s *Scheduler) Latest() *sampler.Snapshot[*Status] { return s.latest.Load() }
+
+// Version changes whenever Latest or Status may have.
+func (s *Scheduler) Version() uint64 { return s.version.Load() }
+
+// Status reports the scheduler as a source. It is up once a round has
+// probed or skipped something, and while no GPU's latest run timed out or
+// crashed. LastSuccess and LastDuration are of whole rounds: a round
+// succeeds when none of its runs timed out, crashed or errored (skips are
+// the policy working, not failures).
+func (s *Scheduler) Status() sampler.Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	up := s.ran
+	for _, e := range s.gpus {
+		if e.down {
+			up = false
+		}
+	}
+	return sampler.Status{Name: "probe", Up: up, LastSuccess: s.lastSuccess, LastDuration: s.lastDuration, Errors: s.errors}
+}
