@@ -30,6 +30,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/scrape"
 	"github.com/gpulink/gpulink_exporter/numa"
+	"github.com/gpulink/gpulink_exporter/probes"
 )
 
 // defaultAddress avoids node_exporter (9100), dcgm-exporter (9400) and
@@ -50,6 +51,16 @@ func main() {
 		nvmlLib           = app.Flag("nvml.library", "Path or name of the NVML library to load.").Default("libnvidia-ml.so.1").String()
 		nvmlEvery         = app.Flag("nvml.interval", "How often to sample NVML.").Default("5s").Duration()
 		nvmlTimeout       = app.Flag("nvml.timeout", "Deadline of one NVML sample; past it the source is reported down and stale.").Default("4s").Duration()
+		cudaLib           = app.Flag("cuda.library", "Path or name of the CUDA driver library the probes load.").Default("libcuda.so.1").String()
+		probePolicy       = app.Flag("probe.policy", "When to run the CUDA link probes: idle (only on a GPU with no other compute process and low utilisation), always, or off. Never on a GPU in EXCLUSIVE_PROCESS or PROHIBITED compute mode, with MIG on, or lost.").Default(probes.PolicyIdle).Enum(probes.Policies...)
+		probeEvery        = app.Flag("probe.interval", "How often to probe each GPU (with jitter). A round takes about 0.4 s of GPU time per GPU, so 10m keeps a GPU's probe duty under 0.1%.").Default("10m").Duration()
+		probeFirst        = app.Flag("probe.first-delay", "Wait before the first probe round after start-up.").Default("1m").Duration()
+		probeJitter       = app.Flag("probe.jitter", "Spread of the probe interval, as a fraction of it, so a fleet does not probe in step.").Default("0.1").Float64()
+		probeTimeout      = app.Flag("probe.timeout", "Deadline of one GPU's probe child; past it the child is killed.").Default("60s").Duration()
+		probeSize         = app.Flag("probe.size", "Size of one transfer for the bandwidth probes; each probe holds at most two such buffers on the GPU and two pinned on the host.").Default("64MiB").Bytes()
+		probeSamples      = app.Flag("probe.samples", "Timed samples per probe result; the median is exported.").Default("5").Int()
+		probeKinds        = app.Flag("probe.kind", "Probe to run (repeatable); default all.").Enums(probeKindNames()...)
+		probeUtil         = app.Flag("probe.utilization-threshold", "Under the idle policy, skip a GPU busier than this (0..1).").Default("0.05").Float64()
 		noExporterMetrics = app.Flag("web.disable-exporter-metrics", "Exclude the exporter's own go_* and process_* metrics.").Bool()
 		maxProcs          = app.Flag("runtime.gomaxprocs", "The target number of CPUs Go will run on (GOMAXPROCS).").Envar("GOMAXPROCS").Default("1").Int()
 		webConfig         = kingpinflag.AddFlags(app, defaultAddress)
@@ -57,6 +68,8 @@ func main() {
 	switches := collector.RegisterSwitches(app)
 	app.Command("serve", "Run the exporter (the default).").Default()
 	topologyCmd := app.Command("topology", "Print the GPU and NIC topology matrix as nvidia-smi topo -m does, and exit.")
+	probe := &probes.Command{}
+	probeCmd := probes.AddCommand(app, probe)
 	logConfig := &promslog.Config{}
 	flag.AddFlags(app, logConfig)
 	app.Version(version.Print("gpulink_exporter"))
@@ -71,6 +84,16 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	}
+	if command == probeCmd.FullCommand() {
+		probe.Library, probe.FS = *cudaLib, fsys
+		if probe.Output == "table" {
+			probe.Annotate = expectedPaths(fsys, *nvmlLib, logger)
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := probe.Run(ctx, os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
 	}
 	logger.Info("starting gpulink_exporter", "version", version.Info(), "collectors", switches.Names())
 	logger.Info("build context", "build_context", version.BuildContext())
@@ -93,6 +116,7 @@ func main() {
 	// they know GPUs by PCI address alone.
 	var gpuIDs interface{ Identities() []gpu.Identity }
 	var reader *gpu.Reader
+	var nvmlSampler *sampler.Sampler[*gpu.Snapshot]
 
 	if switches.Enabled("nvml") || switches.Enabled("xid") || switches.Enabled("process") {
 		reader = gpu.NewReader(nvml.New(nvml.WithLibraryPath(*nvmlLib)), *sysfsRoot, logger)
@@ -104,12 +128,12 @@ func main() {
 		}
 		gpuIDs = reader
 		if switches.Enabled("nvml") {
-			s := sampler.New[*gpu.Snapshot]("nvml", reader, sampler.Options{
+			nvmlSampler = sampler.New[*gpu.Snapshot]("nvml", reader, sampler.Options{
 				Interval: *nvmlEvery, Timeout: *nvmlTimeout, Logger: logger})
-			go s.Run(ctx)
-			reg.MustRegister(collector.NewNVMLCollector(s))
-			statuses = append(statuses, s)
-			versions = append(versions, s)
+			go nvmlSampler.Run(ctx)
+			reg.MustRegister(collector.NewNVMLCollector(nvmlSampler))
+			statuses = append(statuses, nvmlSampler)
+			versions = append(versions, nvmlSampler)
 		}
 		if switches.Enabled("xid") {
 			w := gpu.NewXIDWatcher(reader, logger)
@@ -143,6 +167,25 @@ func main() {
 		reg.MustRegister(collector.NewProcessCollector(s, *perProcess))
 		statuses = append(statuses, s)
 		versions = append(versions, s)
+	}
+	if *probePolicy != probes.PolicyOff {
+		if nvmlSampler == nil {
+			logger.Warn("the probes need the nvml collector to know the GPUs and whether they are idle; not probing")
+		} else {
+			s, err := newProbeScheduler(probeSchedulerConfig{
+				policy: *probePolicy, every: *probeEvery, first: *probeFirst, jitter: *probeJitter,
+				timeout: *probeTimeout, size: int64(*probeSize), samples: *probeSamples, kinds: *probeKinds,
+				util: *probeUtil, cudaLib: *cudaLib, fsys: fsys, logger: logger,
+			}, nvmlSampler, reader, topologyLatest(topology))
+			if err != nil {
+				logger.Error("invalid probe settings", "err", err)
+				os.Exit(1)
+			}
+			go s.Run(ctx)
+			reg.MustRegister(collector.NewProbeCollector(s))
+			statuses = append(statuses, s)
+			versions = append(versions, s)
+		}
 	}
 	if switches.Enabled("nic") {
 		s := sampler.New[*numa.NICSnapshot]("nic", &numa.NICReader{FS: fsys}, sampler.Options{
@@ -193,6 +236,81 @@ func printTopology(fsys numa.FS, nvmlLib string, logger *slog.Logger) error {
 	}
 	fmt.Print(topo.Matrix(gpus))
 	return nil
+}
+
+type probeSchedulerConfig struct {
+	policy                string
+	every, first, timeout time.Duration
+	jitter, util          float64
+	size                  int64
+	samples               int
+	kinds                 []string
+	cudaLib               string
+	fsys                  numa.FS
+	logger                *slog.Logger
+}
+
+// newProbeScheduler joins the probe scheduler to the sources it judges by:
+// NVML for the GPUs and whether they are idle, the topology for host nodes
+// and, with NVML, for what each path should give. The child is this same
+// binary.
+func newProbeScheduler(c probeSchedulerConfig, nvmlSampler *sampler.Sampler[*gpu.Snapshot], reader *gpu.Reader, topo func() *numa.Topology) (*probes.Scheduler, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding this binary to run the probe child: %w", err)
+	}
+	var kinds []probes.Kind
+	for _, k := range c.kinds {
+		kinds = append(kinds, probes.Kind(k))
+	}
+	return probes.NewScheduler(probes.SchedulerConfig{
+		Policy: c.policy, Interval: c.every, Jitter: c.jitter, FirstDelay: c.first, Timeout: c.timeout,
+		Options:              probes.Options{Probes: kinds, SizeBytes: c.size, Samples: c.samples},
+		UtilizationThreshold: c.util,
+		Runner: &probes.ChildRunner{Logger: c.logger, Command: []string{exe, "probe",
+			"--cuda.library=" + c.cudaLib, "--path.sysfs=" + c.fsys.Sys, "--path.procfs=" + c.fsys.Proc}},
+		GPUs:      nvmlSampler.LatestData,
+		Processes: reader.ComputeProcesses,
+		HostNodes: func(addr string) []int { return topo().HostNodes(addr) },
+		Annotate: func(g *probes.GPURound) {
+			probes.PathFor(nvmlSampler.LatestData(), topo(), g.PCIBusID).Annotate(g)
+		},
+		Logger: c.logger,
+	})
+}
+
+// topologyLatest reads the topology sampler's latest tree; without the
+// sampler (both topology and process collectors off) the probes run with
+// unbound host buffers and no PCIe expectation from sysfs.
+func topologyLatest(s *sampler.Sampler[*numa.Topology]) func() *numa.Topology {
+	if s == nil {
+		return func() *numa.Topology { return nil }
+	}
+	return s.LatestData
+}
+
+func probeKindNames() []string {
+	var out []string
+	for _, k := range probes.Kinds {
+		out = append(out, string(k))
+	}
+	return out
+}
+
+// expectedPaths is what the probe table compares with: one NVML sample and
+// the PCIe tree, as the daemon uses them. Without NVML only the PCIe part
+// is known.
+func expectedPaths(fsys numa.FS, nvmlLib string, logger *slog.Logger) func(*probes.GPURound) {
+	topo, _ := fsys.Topology()
+	var snap *gpu.Snapshot
+	reader := gpu.NewReader(nvml.New(nvml.WithLibraryPath(nvmlLib)), fsys.Sys, logger)
+	if err := reader.Init(); err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		snap, _ = reader.Sample(ctx)
+		cancel()
+		reader.Shutdown()
+	}
+	return func(g *probes.GPURound) { probes.PathFor(snap, topo, g.PCIBusID).Annotate(g) }
 }
 
 func serve(ctx context.Context, logger *slog.Logger, metrics http.Handler, webConfig *web.FlagConfig, metricsPath string) error {

@@ -1,0 +1,358 @@
+package collector_test
+
+import (
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/gpulink/gpulink_exporter/collector"
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/probes"
+)
+
+// probeSource serves one fixed status, or none.
+type probeSource struct {
+	snap *sampler.Snapshot[*probes.Status]
+}
+
+func (s probeSource) Latest() *sampler.Snapshot[*probes.Status] { return s.snap }
+
+func fixedProbes(s *probes.Status) probeSource {
+	return probeSource{&sampler.Snapshot[*probes.Status]{Data: s, Taken: time.Unix(1700000000, 0)}}
+}
+
+const (
+	probePeer     = "0000:00:07.0"
+	probeStranger = "0000:00:08.0"
+	probeSize     = 64 << 20
+	chaseSize     = 2 << 20
+)
+
+func nodePtr(n int) *int { return &n }
+
+// probeRound is a round of the borrowed H200 pair's GPU 0, with figures
+// near what it measured, one failed result and one result whose path is
+// not known.
+func probeRound() *probes.GPURound {
+	bw := func(k probes.Kind, dir, peer string, node *int, v, expected float64) probes.Result {
+		return probes.Result{Probe: k, Direction: dir, Peer: peer, HostNUMANode: node, SizeBytes: probeSize,
+			Samples: 5, BytesPerSecond: v, ExpectedBytesPerSecond: expected}
+	}
+	lat := func(k probes.Kind, peer string, node *int, size int64, s float64) probes.Result {
+		return probes.Result{Probe: k, Peer: peer, HostNUMANode: node, SizeBytes: size, Samples: 5, Seconds: s}
+	}
+	failed := bw(probes.DeviceToHost, probes.DirDeviceToHost, "", nodePtr(1), 0, 63e9)
+	failed.Error = "mbind node 1: invalid argument"
+	return &probes.GPURound{
+		PCIBusID: "0000:00:06.0", Name: "NVIDIA H200",
+		Results: []probes.Result{
+			bw(probes.HostToDevice, probes.DirHostToDevice, "", nodePtr(0), 55e9, 63e9),
+			bw(probes.DeviceToHost, probes.DirDeviceToHost, "", nodePtr(0), 55.2e9, 63e9),
+			failed,
+			bw(probes.HostBidirectional, probes.DirHostToDevice, "", nodePtr(0), 52e9, 63e9),
+			bw(probes.HostBidirectional, probes.DirDeviceToHost, "", nodePtr(0), 52.1e9, 63e9),
+			bw(probes.DeviceLocalCopy, probes.DirLocal, "", nil, 3.2e12, 4e12),
+			bw(probes.PeerCopy, probes.DirToPeer, probePeer, nil, 385e9, 450e9),
+			bw(probes.PeerCopy, probes.DirToPeer, probeStranger, nil, 50e9, 0),
+			bw(probes.PeerBidirectional, probes.DirToPeer, probePeer, nil, 384e9, 450e9),
+			bw(probes.PeerBidirectional, probes.DirFromPeer, probePeer, nil, 383e9, 450e9),
+			lat(probes.HostLatency, "", nodePtr(0), chaseSize, 1.17e-6),
+			lat(probes.PeerLatency, probePeer, nil, chaseSize, 0.83e-6),
+			lat(probes.LaunchLatency, "", nil, 0, 10.5e-6),
+		},
+		LinkUnderLoad:     &probes.LinkUnderLoad{Generation: 5, Width: 16, Confirmed: true},
+		BusySeconds:       0.4,
+		ContextSeconds:    2.1,
+		DeviceMemoryBytes: 384 << 20,
+		HostMemoryBytes:   256 << 20,
+	}
+}
+
+// probeStatus has GPU 0 probed, GPU 1 skipped and never probed.
+func probeStatus() *probes.Status {
+	return &probes.Status{Policy: "idle", GPUs: []probes.GPUStatus{
+		{Index: 0, UUID: "GPU-a", PCIBusID: "0000:00:06.0", Last: probeRound(),
+			LastSuccess: time.Unix(1700000000, 500e6), LastDuration: 2.5,
+			Runs:        map[string]uint64{probes.RunSuccess: 3, probes.RunPartial: 1},
+			Skips:       map[string]uint64{probes.SkipBusyUtilization: 2},
+			BusySeconds: 1.25, ContextSeconds: 7.5},
+		{Index: 1, UUID: "GPU-b", PCIBusID: "0000:00:07.0",
+			Skips: map[string]uint64{probes.SkipMIG: 4}},
+	}}
+}
+
+// gathered is every series of a collector by name and sorted labels, in
+// the form labels() writes.
+func gathered(t *testing.T, c prometheus.Collector) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var kv []string
+			for _, l := range m.GetLabel() {
+				kv = append(kv, l.GetName(), l.GetValue())
+			}
+			key := mf.GetName() + labels(kv...)
+			if _, dup := out[key]; dup {
+				t.Errorf("duplicate series %s", key)
+			}
+			out[key] = value(m)
+		}
+	}
+	return out
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	}
+	return math.NaN()
+}
+
+func g0(kv ...string) string {
+	return labels(append([]string{"gpu", "0", "pci_bus_id", "0000:00:06.0", "uuid", "GPU-a"}, kv...)...)
+}
+
+func g1(kv ...string) string {
+	return labels(append([]string{"gpu", "1", "pci_bus_id", "0000:00:07.0", "uuid", "GPU-b"}, kv...)...)
+}
+
+// bwLabels are a bandwidth series' labels on GPU 0.
+func bwLabels(k probes.Kind, dir, peer, node string, size int) string {
+	return g0("probe", string(k), "direction", dir, "peer", peer, "host_numa_node", node,
+		"transfer_size_bytes", strconv.Itoa(size))
+}
+
+func TestProbeMetrics(t *testing.T) {
+	c := collector.NewProbeCollector(fixedProbes(probeStatus()))
+	// Exact exposition of the families whose every series is fixed here.
+	success := func(k probes.Kind, dir, peer, node, v string) string {
+		return "gpulink_probe_success" + g0("probe", string(k), "direction", dir, "peer", peer, "host_numa_node", node) + " " + v + "\n"
+	}
+	want := `
+# HELP gpulink_probe_policy_info The policy that decides when a GPU is probed; value 1.
+# TYPE gpulink_probe_policy_info gauge
+gpulink_probe_policy_info{policy="idle"} 1
+# HELP gpulink_probe_runs_total Probe rounds of the GPU by result: success, partial (some probes failed), error (no probe could run), timeout (killed at the deadline), crash (the child died or printed no valid round).
+# TYPE gpulink_probe_runs_total counter
+gpulink_probe_runs_total` + g0("result", "success") + ` 3
+gpulink_probe_runs_total` + g0("result", "partial") + ` 1
+gpulink_probe_runs_total` + g0("result", "error") + ` 0
+gpulink_probe_runs_total` + g0("result", "timeout") + ` 0
+gpulink_probe_runs_total` + g0("result", "crash") + ` 0
+gpulink_probe_runs_total` + g1("result", "success") + ` 0
+gpulink_probe_runs_total` + g1("result", "partial") + ` 0
+gpulink_probe_runs_total` + g1("result", "error") + ` 0
+gpulink_probe_runs_total` + g1("result", "timeout") + ` 0
+gpulink_probe_runs_total` + g1("result", "crash") + ` 0
+# HELP gpulink_probe_skips_total Rounds that left the GPU alone, by reason (busy, compute mode, MIG, no NVML sample, lost).
+# TYPE gpulink_probe_skips_total counter
+gpulink_probe_skips_total` + g0("reason", "busy_utilization") + ` 2
+gpulink_probe_skips_total` + g1("reason", "mig_enabled") + ` 4
+# HELP gpulink_probe_last_success_timestamp_seconds When a round last gave every probe of the GPU a value; absent before the first.
+# TYPE gpulink_probe_last_success_timestamp_seconds gauge
+gpulink_probe_last_success_timestamp_seconds` + g0() + ` 1.7000000005e+09
+# HELP gpulink_probe_pcie_link_generation_under_load PCIe generation of the GPU's link read while a host-to-device copy was verifiably moving data. Idle GPUs lower their generation, so below the maximum only this reading shows a downtrained link.
+# TYPE gpulink_probe_pcie_link_generation_under_load gauge
+gpulink_probe_pcie_link_generation_under_load` + g0() + ` 5
+# HELP gpulink_probe_pcie_link_width_under_load PCIe width of the GPU's link in lanes, read while a host-to-device copy was verifiably moving data.
+# TYPE gpulink_probe_pcie_link_width_under_load gauge
+gpulink_probe_pcie_link_width_under_load` + g0() + ` 16
+# HELP gpulink_probe_success 1 if the probe gave a value in the GPU's latest round, 0 if it failed.
+# TYPE gpulink_probe_success gauge
+` + success(probes.HostToDevice, "host_to_device", "", "0", "1") +
+		success(probes.DeviceToHost, "device_to_host", "", "0", "1") +
+		success(probes.DeviceToHost, "device_to_host", "", "1", "0") +
+		success(probes.HostBidirectional, "host_to_device", "", "0", "1") +
+		success(probes.HostBidirectional, "device_to_host", "", "0", "1") +
+		success(probes.DeviceLocalCopy, "local", "", "", "1") +
+		success(probes.PeerCopy, "to_peer", probePeer, "", "1") +
+		success(probes.PeerCopy, "to_peer", probeStranger, "", "1") +
+		success(probes.PeerBidirectional, "to_peer", probePeer, "", "1") +
+		success(probes.PeerBidirectional, "from_peer", probePeer, "", "1") +
+		success(probes.HostLatency, "", "", "0", "1") +
+		success(probes.PeerLatency, "", probePeer, "", "1") +
+		success(probes.LaunchLatency, "", "", "", "1")
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "gpulink_probe_policy_info", "gpulink_probe_runs_total",
+		"gpulink_probe_skips_total", "gpulink_probe_last_success_timestamp_seconds", "gpulink_probe_success",
+		"gpulink_probe_pcie_link_generation_under_load", "gpulink_probe_pcie_link_width_under_load"); err != nil {
+		t.Error(err)
+	}
+
+	got := gathered(t, c)
+	for key, v := range map[string]float64{
+		"gpulink_probe_bandwidth_bytes_per_second" + bwLabels(probes.HostToDevice, "host_to_device", "", "0", probeSize):                         55e9,
+		"gpulink_probe_expected_bandwidth_bytes_per_second" + bwLabels(probes.HostToDevice, "host_to_device", "", "0", probeSize):                63e9,
+		"gpulink_probe_bandwidth_ratio" + bwLabels(probes.HostToDevice, "host_to_device", "", "0", probeSize):                                    55e9 / 63e9,
+		"gpulink_probe_bandwidth_ratio" + bwLabels(probes.HostBidirectional, "device_to_host", "", "0", probeSize):                               52.1e9 / 63e9,
+		"gpulink_probe_bandwidth_bytes_per_second" + bwLabels(probes.DeviceLocalCopy, "local", "", "", probeSize):                                3.2e12,
+		"gpulink_probe_bandwidth_ratio" + bwLabels(probes.DeviceLocalCopy, "local", "", "", probeSize):                                           0.8,
+		"gpulink_probe_bandwidth_bytes_per_second" + bwLabels(probes.PeerBidirectional, "from_peer", probePeer, "", probeSize):                   383e9,
+		"gpulink_probe_expected_bandwidth_bytes_per_second" + bwLabels(probes.PeerBidirectional, "from_peer", probePeer, "", probeSize):          450e9,
+		"gpulink_probe_bandwidth_bytes_per_second" + bwLabels(probes.PeerCopy, "to_peer", probeStranger, "", probeSize):                          50e9,
+		"gpulink_probe_latency_seconds" + g0("probe", "host_latency", "peer", "", "host_numa_node", "0", "transfer_size_bytes", "2097152"):       1.17e-6,
+		"gpulink_probe_latency_seconds" + g0("probe", "peer_latency", "peer", probePeer, "host_numa_node", "", "transfer_size_bytes", "2097152"): 0.83e-6,
+		"gpulink_probe_latency_seconds" + g0("probe", "launch_latency", "peer", "", "host_numa_node", "", "transfer_size_bytes", "0"):            10.5e-6,
+		"gpulink_probe_round_duration_seconds" + g0(): 2.5,
+		"gpulink_probe_busy_seconds_total" + g0():     1.25,
+		"gpulink_probe_context_seconds_total" + g0():  7.5,
+		"gpulink_probe_busy_seconds_total" + g1():     0,
+		"gpulink_probe_context_seconds_total" + g1():  0,
+		"gpulink_probe_device_memory_bytes" + g0():    384 << 20,
+		"gpulink_probe_host_memory_bytes" + g0():      256 << 20,
+	} {
+		if g, ok := got[key]; !ok {
+			t.Errorf("missing %s", key)
+		} else if math.Abs(g-v) > math.Abs(v)*1e-12 {
+			t.Errorf("%s = %g, want %g", key, g, v)
+		}
+	}
+
+	count := func(prefix string) int {
+		n := 0
+		for key := range got {
+			if strings.HasPrefix(key, prefix+"{") {
+				n++
+			}
+		}
+		return n
+	}
+	for name, want := range map[string]int{
+		// 10 bandwidth results, one failed.
+		"gpulink_probe_bandwidth_bytes_per_second": 9,
+		// The stranger's path is not known: no expectation, no ratio.
+		"gpulink_probe_expected_bandwidth_bytes_per_second": 8,
+		"gpulink_probe_bandwidth_ratio":                     8,
+		"gpulink_probe_latency_seconds":                     3,
+		"gpulink_probe_success":                             13,
+		// Neither GPU 1, never probed, nor a context memory not measured.
+		"gpulink_probe_device_memory_bytes":            1,
+		"gpulink_probe_context_memory_bytes":           0,
+		"gpulink_probe_round_duration_seconds":         1,
+		"gpulink_probe_last_success_timestamp_seconds": 1,
+	} {
+		if n := count(name); n != want {
+			t.Errorf("%d series of %s, want %d", n, name, want)
+		}
+	}
+	for key := range got {
+		if strings.Contains(key, `host_numa_node="1"`) && !strings.HasPrefix(key, "gpulink_probe_success{") {
+			t.Errorf("the failed result has a value series: %s", key)
+		}
+	}
+
+	lintClean(t, c)
+}
+
+func TestProbeMetricsPromtool(t *testing.T) {
+	promtoolCheck(t, "probe", exposition(t, collector.NewProbeCollector(fixedProbes(probeStatus()))))
+}
+
+// A result without a value is a failure, whatever its error says; an
+// unconfirmed link reading is no evidence; a context memory measured is
+// exported.
+func TestProbeMetricsOmissions(t *testing.T) {
+	s := probeStatus()
+	r := s.GPUs[0].Last
+	r.LinkUnderLoad.Confirmed = false
+	r.ContextMemoryBytes = 540 << 20
+	r.Results = []probes.Result{
+		{Probe: probes.HostToDevice, Direction: probes.DirHostToDevice, HostNUMANode: nodePtr(-1), SizeBytes: probeSize},
+		{Probe: probes.HostLatency, HostNUMANode: nodePtr(-1), SizeBytes: chaseSize, Seconds: 1.2e-6, Error: "timed out"},
+	}
+	s.GPUs[0].LastSuccess = time.Time{}
+	s.GPUs[0].LastDuration = 0
+	got := gathered(t, collector.NewProbeCollector(fixedProbes(s)))
+	for key, v := range map[string]float64{
+		// Node -1 (no NUMA support) is an empty label, as elsewhere.
+		"gpulink_probe_success" + g0("probe", "host_to_device", "direction", "host_to_device", "peer", "", "host_numa_node", ""): 0,
+		"gpulink_probe_success" + g0("probe", "host_latency", "direction", "", "peer", "", "host_numa_node", ""):                 0,
+		"gpulink_probe_context_memory_bytes" + g0(): 540 << 20,
+	} {
+		if g, ok := got[key]; !ok || g != v {
+			t.Errorf("%s = %g (present %v), want %g", key, g, ok, v)
+		}
+	}
+	for key := range got {
+		for _, absent := range []string{"gpulink_probe_bandwidth_bytes_per_second", "gpulink_probe_latency_seconds",
+			"gpulink_probe_pcie_link_", "gpulink_probe_last_success_timestamp_seconds", "gpulink_probe_round_duration_seconds",
+			"gpulink_probe_bandwidth_ratio"} {
+			if strings.HasPrefix(key, absent) {
+				t.Errorf("unexpected series %s", key)
+			}
+		}
+	}
+}
+
+// The child's output is not trusted to be free of repeats: a repeated
+// result costs its second copy, not the scrape.
+func TestProbeMetricsDuplicateResults(t *testing.T) {
+	s := probeStatus()
+	r := s.GPUs[0].Last
+	r.Results = append(r.Results, r.Results[0], r.Results[len(r.Results)-1])
+	c := collector.NewProbeCollector(fixedProbes(s))
+	got := gathered(t, c)
+	if v := got["gpulink_probe_bandwidth_bytes_per_second"+bwLabels(probes.HostToDevice, "host_to_device", "", "0", probeSize)]; v != 55e9 {
+		t.Errorf("host_to_device = %g, want the first result's 55e9", v)
+	}
+	lintClean(t, c)
+}
+
+func TestProbeMetricsBeforeFirstSnapshot(t *testing.T) {
+	c := collector.NewProbeCollector(probeSource{})
+	if n := testutil.CollectAndCount(c); n != 0 {
+		t.Errorf("%d metrics before the first snapshot, want none", n)
+	}
+	// A scheduler that knows no GPU yet still says its policy.
+	c = collector.NewProbeCollector(fixedProbes(&probes.Status{Policy: "off"}))
+	if err := testutil.CollectAndCompare(c, strings.NewReader(`
+# HELP gpulink_probe_policy_info The policy that decides when a GPU is probed; value 1.
+# TYPE gpulink_probe_policy_info gauge
+gpulink_probe_policy_info{policy="off"} 1
+`)); err != nil {
+		t.Error(err)
+	}
+}
+
+// Every family rendered is described, and nothing else.
+func TestProbeDescribe(t *testing.T) {
+	c := collector.NewProbeCollector(fixedProbes(probeStatus()))
+	ch := make(chan *prometheus.Desc, 64)
+	c.Describe(ch)
+	close(ch)
+	described := map[string]bool{}
+	for d := range ch {
+		s := d.String()
+		i := strings.Index(s, `fqName: "`) + len(`fqName: "`)
+		described[s[i:i+strings.Index(s[i:], `"`)]] = true
+	}
+	var rendered []string
+	for key := range gathered(t, c) {
+		rendered = append(rendered, key[:strings.Index(key, "{")])
+	}
+	sort.Strings(rendered)
+	for _, name := range rendered {
+		if !described[name] {
+			t.Errorf("%s rendered but not described", name)
+		}
+	}
+	if len(described) != 17 {
+		t.Errorf("%d families described, want 17", len(described))
+	}
+}
