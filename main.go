@@ -53,7 +53,8 @@ func main() {
 		nvmlTimeout       = app.Flag("nvml.timeout", "Deadline of one NVML sample; past it the source is reported down and stale.").Default("4s").Duration()
 		cudaLib           = app.Flag("cuda.library", "Path or name of the CUDA driver library the probes load.").Default("libcuda.so.1").String()
 		probePolicy       = app.Flag("probe.policy", "When to run the CUDA link probes: idle (only on a GPU with no other compute process and low utilisation), always, or off. Never on a GPU in EXCLUSIVE_PROCESS or PROHIBITED compute mode, with MIG on, or lost.").Default(probes.PolicyIdle).Enum(probes.Policies...)
-		probeEvery        = app.Flag("probe.interval", "How often to probe each GPU (with jitter). A round takes about 0.4 s of GPU time per GPU, so 10m keeps a GPU's probe duty under 0.1%.").Default("10m").Duration()
+		probeEvery        = app.Flag("probe.interval", "How often to probe each GPU (with jitter); stretched when a round costs more than --probe.max-duty allows.").Default("10m").Duration()
+		probeDuty         = app.Flag("probe.max-duty", "Most of a GPU's time the probes may take: a round that cost a GPU L seconds (its probes and its peers' against it) is followed by at least L / this. 1 turns the bound off.").Default("0.001").Float64()
 		probeFirst        = app.Flag("probe.first-delay", "Wait before the first probe round after start-up.").Default("1m").Duration()
 		probeJitter       = app.Flag("probe.jitter", "Spread of the probe interval, as a fraction of it, so a fleet does not probe in step.").Default("0.1").Float64()
 		probeTimeout      = app.Flag("probe.timeout", "Deadline of one GPU's probe child; past it the child is killed.").Default("60s").Duration()
@@ -175,7 +176,7 @@ func main() {
 			s, err := newProbeScheduler(probeSchedulerConfig{
 				policy: *probePolicy, every: *probeEvery, first: *probeFirst, jitter: *probeJitter,
 				timeout: *probeTimeout, size: int64(*probeSize), samples: *probeSamples, kinds: *probeKinds,
-				util: *probeUtil, cudaLib: *cudaLib, fsys: fsys, logger: logger,
+				util: *probeUtil, duty: *probeDuty, cudaLib: *cudaLib, fsys: fsys, logger: logger,
 			}, nvmlSampler, reader, topologyLatest(topology))
 			if err != nil {
 				logger.Error("invalid probe settings", "err", err)
@@ -241,7 +242,7 @@ func printTopology(fsys numa.FS, nvmlLib string, logger *slog.Logger) error {
 type probeSchedulerConfig struct {
 	policy                string
 	every, first, timeout time.Duration
-	jitter, util          float64
+	jitter, util, duty    float64
 	size                  int64
 	samples               int
 	kinds                 []string
@@ -267,6 +268,7 @@ func newProbeScheduler(c probeSchedulerConfig, nvmlSampler *sampler.Sampler[*gpu
 		Policy: c.policy, Interval: c.every, Jitter: c.jitter, FirstDelay: c.first, Timeout: c.timeout,
 		Options:              probes.Options{Probes: kinds, SizeBytes: c.size, Samples: c.samples},
 		UtilizationThreshold: c.util,
+		MaxDuty:              c.duty,
 		Runner: &probes.ChildRunner{Logger: c.logger, Command: []string{exe, "probe",
 			"--cuda.library=" + c.cudaLib, "--path.sysfs=" + c.fsys.Sys, "--path.procfs=" + c.fsys.Proc}},
 		GPUs:      nvmlSampler.LatestData,

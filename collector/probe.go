@@ -26,7 +26,7 @@ type ProbeCollector struct {
 type probeDescs struct {
 	bandwidth, expected, ratio, latency, success    *prometheus.Desc
 	linkGen, linkWidth                              *prometheus.Desc
-	lastSuccess, duration                           *prometheus.Desc
+	lastSuccess, lastRound, duration                *prometheus.Desc
 	runs, skips, busy, context                      *prometheus.Desc
 	deviceMemory, contextMemory, hostMemory, policy *prometheus.Desc
 }
@@ -59,6 +59,8 @@ func NewProbeCollector(src latester[*probes.Status]) *ProbeCollector {
 				"so below the maximum only this reading shows a downtrained link."),
 		linkWidth: gpuDesc("probe", "pcie_link_width_under_load",
 			"PCIe width of the GPU's link in lanes, read while a host-to-device copy was verifiably moving data."),
+		lastRound: gpuDesc("probe", "last_round_timestamp_seconds",
+			"When the GPU's latest probe run started, whatever its result; with the last success timestamp it shows a GPU whose probes keep failing."),
 		lastSuccess: gpuDesc("probe", "last_success_timestamp_seconds",
 			"When a round last gave every probe of the GPU a value; absent before the first."),
 		duration: gpuDesc("probe", "round_duration_seconds",
@@ -88,7 +90,7 @@ func NewProbeCollector(src latester[*probes.Status]) *ProbeCollector {
 func (c *ProbeCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := &c.d
 	for _, desc := range []*prometheus.Desc{d.bandwidth, d.expected, d.ratio, d.latency, d.success, d.linkGen,
-		d.linkWidth, d.lastSuccess, d.duration, d.runs, d.skips, d.busy, d.context, d.deviceMemory,
+		d.linkWidth, d.lastSuccess, d.lastRound, d.duration, d.runs, d.skips, d.busy, d.context, d.deviceMemory,
 		d.contextMemory, d.hostMemory, d.policy} {
 		ch <- desc
 	}
@@ -124,6 +126,9 @@ func (c *ProbeCollector) render(s *probes.Status) []prometheus.Metric {
 		c.renderCounters(o, g)
 		if !g.LastSuccess.IsZero() {
 			o.gauge(d.lastSuccess, float64(g.LastSuccess.UnixNano())/1e9)
+		}
+		if !g.LastRound.IsZero() {
+			o.gauge(d.lastRound, float64(g.LastRound.UnixNano())/1e9)
 		}
 		if g.LastDuration > 0 {
 			o.gauge(d.duration, g.LastDuration)

@@ -79,7 +79,7 @@ func probeRound() *probes.GPURound {
 func probeStatus() *probes.Status {
 	return &probes.Status{Policy: "idle", GPUs: []probes.GPUStatus{
 		{Index: 0, UUID: "GPU-a", PCIBusID: "0000:00:06.0", Last: probeRound(),
-			LastSuccess: time.Unix(1700000000, 500e6), LastDuration: 2.5,
+			LastSuccess: time.Unix(1700000000, 500e6), LastRound: time.Unix(1700000600, 0), LastDuration: 2.5,
 			Runs:        map[string]uint64{probes.RunSuccess: 3, probes.RunPartial: 1},
 			Skips:       map[string]uint64{probes.SkipBusyUtilization: 2},
 			BusySeconds: 1.25, ContextSeconds: 7.5},
@@ -168,6 +168,9 @@ gpulink_probe_skips_total` + g1("reason", "mig_enabled") + ` 4
 # HELP gpulink_probe_last_success_timestamp_seconds When a round last gave every probe of the GPU a value; absent before the first.
 # TYPE gpulink_probe_last_success_timestamp_seconds gauge
 gpulink_probe_last_success_timestamp_seconds` + g0() + ` 1.7000000005e+09
+# HELP gpulink_probe_last_round_timestamp_seconds When the GPU's latest probe run started, whatever its result; with the last success timestamp it shows a GPU whose probes keep failing.
+# TYPE gpulink_probe_last_round_timestamp_seconds gauge
+gpulink_probe_last_round_timestamp_seconds` + g0() + ` 1.7000006e+09
 # HELP gpulink_probe_pcie_link_generation_under_load PCIe generation of the GPU's link read while a host-to-device copy was verifiably moving data. Idle GPUs lower their generation, so below the maximum only this reading shows a downtrained link.
 # TYPE gpulink_probe_pcie_link_generation_under_load gauge
 gpulink_probe_pcie_link_generation_under_load` + g0() + ` 5
@@ -190,7 +193,7 @@ gpulink_probe_pcie_link_width_under_load` + g0() + ` 16
 		success(probes.PeerLatency, "", probePeer, "", "1") +
 		success(probes.LaunchLatency, "", "", "", "1")
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "gpulink_probe_policy_info", "gpulink_probe_runs_total",
-		"gpulink_probe_skips_total", "gpulink_probe_last_success_timestamp_seconds", "gpulink_probe_success",
+		"gpulink_probe_skips_total", "gpulink_probe_last_success_timestamp_seconds", "gpulink_probe_last_round_timestamp_seconds", "gpulink_probe_success",
 		"gpulink_probe_pcie_link_generation_under_load", "gpulink_probe_pcie_link_width_under_load"); err != nil {
 		t.Error(err)
 	}
@@ -246,6 +249,7 @@ gpulink_probe_pcie_link_width_under_load` + g0() + ` 16
 		"gpulink_probe_context_memory_bytes":           0,
 		"gpulink_probe_round_duration_seconds":         1,
 		"gpulink_probe_last_success_timestamp_seconds": 1,
+		"gpulink_probe_last_round_timestamp_seconds":   1,
 	} {
 		if n := count(name); n != want {
 			t.Errorf("%d series of %s, want %d", n, name, want)
@@ -352,7 +356,7 @@ func TestProbeDescribe(t *testing.T) {
 			t.Errorf("%s rendered but not described", name)
 		}
 	}
-	if len(described) != 17 {
-		t.Errorf("%d families described, want 17", len(described))
+	if len(described) != 18 {
+		t.Errorf("%d families described, want 18", len(described))
 	}
 }

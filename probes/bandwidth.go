@@ -1,6 +1,7 @@
 package probes
 
 import (
+	"math"
 	"time"
 
 	"github.com/gpulink/gpulink_exporter/numa"
@@ -67,12 +68,12 @@ func (p *gpuProbe) hostProbe(kind Kind, node int) []Result {
 		}
 		lanes, dirs = append(lanes, l), append(dirs, dir)
 	}
-	rates, loops, err := p.bandwidth(lanes, p.opts.Samples)
+	rates, err := p.measure(lanes)
 	if err != nil {
 		return fail(err)
 	}
 	if kind == HostToDevice && p.round.LinkUnderLoad == nil {
-		p.readLinkUnderLoad(lanes[0], loops)
+		p.readLinkUnderLoad(lanes[0], rates[0])
 	}
 	out := make([]Result, len(lanes))
 	for i := range lanes {
@@ -83,18 +84,29 @@ func (p *gpuProbe) hostProbe(kind Kind, node int) []Result {
 	return out
 }
 
-// linkReadLoops stretches the under-load sample to several times a normal
-// one, so the copies are still running when the (sub-millisecond) sysfs
-// read is done and the end event is asked.
-const linkReadLoops = 4
+// measure runs one lane alone or two at once.
+func (p *gpuProbe) measure(lanes []*lane) ([]float64, error) {
+	if len(lanes) == 2 {
+		r, err := p.bidirectional([2]*lane{lanes[0], lanes[1]}, p.opts.Samples)
+		return r[:], err
+	}
+	r, _, err := p.bandwidth(lanes[0], p.opts.Samples)
+	return []float64{r}, err
+}
+
+// linkReadTime is how long the under-load sample's copies run: several
+// times the sub-millisecond sysfs read, so they are still running when it
+// is done and the end event is asked.
+const linkReadTime = 40 * time.Millisecond
 
 // readLinkUnderLoad reads the GPU's PCIe link while host-to-device copies
 // move data, and confirms they were still moving once it was read.
-func (p *gpuProbe) readLinkUnderLoad(l *lane, loops int) {
+func (p *gpuProbe) readLinkUnderLoad(l *lane, rate float64) {
+	loops := int(math.Ceil(linkReadTime.Seconds() * rate / float64(l.n)))
 	var link numa.PCIeLink
 	var readErr error
 	var running bool
-	_, err := p.timed([]*lane{l}, min(loops*linkReadLoops, 4*maxLoops), func() {
+	_, err := p.timed([]*lane{l}, []int{min(max(loops, minLoops), 4*maxLoops)}, func() {
 		link, readErr = p.fs.PCIeLinkOf(p.round.PCIBusID)
 		l.w.do(func(*cuda.Context) error {
 			done, err := l.end.Done()
@@ -134,11 +146,11 @@ func (p *gpuProbe) localCopy() Result {
 		return errResult(r, err)
 	}
 	defer l.close()
-	rates, _, err := p.bandwidth([]*lane{l}, p.opts.Samples)
+	rate, _, err := p.bandwidth(l, p.opts.Samples)
 	if err != nil {
 		return errResult(r, err)
 	}
-	r.BytesPerSecond = 2 * rates[0]
+	r.BytesPerSecond = 2 * rate
 	return r
 }
 
@@ -209,7 +221,7 @@ func (p *gpuProbe) peerProbe(kind Kind, addr string) []Result {
 		lanes = append(lanes, l)
 	}
 	p.noteMemory()
-	rates, _, err := p.bandwidth(lanes, p.opts.Samples)
+	rates, err := p.measure(lanes)
 	if err != nil {
 		return fail(err)
 	}
@@ -240,15 +252,11 @@ func (p *gpuProbe) launchLatency() Result {
 			return err
 		}
 		defer s.Destroy()
-		for i := range launchWarmup + launchCount {
-			t0 := time.Now()
-			if err := s.Launch(p.empty); err != nil {
-				return err
-			}
-			if err := s.Synchronize(); err != nil {
-				return err
-			}
-			el := time.Since(t0)
+		times, err := s.TimeLaunches(p.empty, launchWarmup+launchCount)
+		if err != nil {
+			return err
+		}
+		for i, el := range times {
 			p.busy += el
 			if i >= launchWarmup {
 				d = append(d, el.Seconds())

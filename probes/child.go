@@ -297,7 +297,16 @@ func (p *gpuProbe) run(kind Kind) []Result {
 	case PeerCopy, PeerBidirectional, PeerLatency:
 		var out []Result
 		for _, peer := range p.opts.Peers {
-			out = append(out, p.peerProbe(kind, cuda.NormalizeBusID(peer))...)
+			addr := cuda.NormalizeBusID(peer)
+			if kind != PeerCopy && addr < p.round.PCIBusID {
+				continue // measured in the peer's round
+			}
+			before := p.busy
+			out = append(out, p.peerProbe(kind, addr)...)
+			if p.round.PeerBusySeconds == nil {
+				p.round.PeerBusySeconds = map[string]float64{}
+			}
+			p.round.PeerBusySeconds[addr] += (p.busy - before).Seconds()
 		}
 		return out
 	case DeviceLocalCopy:

@@ -22,6 +22,9 @@ const (
 	HostBidirectional Kind = "host_bidirectional" // both at once, one result per direction
 	DeviceLocalCopy   Kind = "device_local_copy"  // HBM to HBM on one GPU, read and write bytes counted
 	PeerCopy          Kind = "peer_copy"          // this GPU's copy engine writes into the peer
+	// PeerBidirectional and PeerLatency measure each pair once, in the round
+	// of its lower-addressed GPU: both are symmetric, and each pair costs
+	// both GPUs a context and GPU time.
 	PeerBidirectional Kind = "peer_bidirectional" // both GPUs write into each other at once
 	HostLatency       Kind = "host_latency"       // pointer chase by one GPU thread in pinned host memory
 	PeerLatency       Kind = "peer_latency"       // pointer chase in the peer's memory
@@ -93,6 +96,9 @@ type GPURound struct {
 	// BusySeconds is the GPU time the probes' timed work took (the sum of
 	// every event-timed interval and latency kernel, warm-up included).
 	BusySeconds float64 `json:"busy_seconds"`
+	// PeerBusySeconds is the part of BusySeconds spent on peer probes, by
+	// peer address: that time loaded the peer too.
+	PeerBusySeconds map[string]float64 `json:"peer_busy_seconds,omitempty"`
 	// ContextSeconds is how long the child held a context on the GPU.
 	ContextSeconds float64 `json:"context_seconds"`
 	// DeviceMemoryBytes is the most device memory the probes allocated on

@@ -71,6 +71,10 @@ type SchedulerConfig struct {
 	// Annotate fills in what each result should give; may be nil.
 	Annotate func(*GPURound)
 	Logger   *slog.Logger
+	// MaxDuty bounds the share of a GPU's time the probes take (default
+	// 0.001): when a round's most loaded GPU spent L GPU seconds on probes,
+	// the next round waits at least L / MaxDuty.
+	MaxDuty float64
 }
 
 // Scheduler decides when and which GPUs to probe, runs the probes one GPU
@@ -93,6 +97,7 @@ type Scheduler struct {
 	gpus         map[string]*gpuEntry // by gpuKey
 	ran          bool                 // something was run or skipped
 	errors       uint64
+	maxLoad      float64 // the latest round's most loaded GPU, GPU seconds
 	lastSuccess  time.Time
 	lastDuration time.Duration
 
@@ -129,6 +134,12 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		if *d.v == 0 {
 			*d.v = d.def
 		}
+	}
+	if cfg.MaxDuty == 0 {
+		cfg.MaxDuty = 0.001
+	}
+	if cfg.MaxDuty < 0 || cfg.MaxDuty > 1 {
+		return nil, fmt.Errorf("probe max duty %g outside (0, 1]", cfg.MaxDuty)
 	}
 	if cfg.Jitter == 0 {
 		cfg.Jitter = 0.1
@@ -211,10 +222,26 @@ func (s *Scheduler) Run(ctx context.Context) {
 	}
 	for {
 		s.RunRound(ctx)
-		if !s.sleep(ctx, s.jittered(s.cfg.Interval)) {
+		if !s.sleep(ctx, s.nextDelay()) {
 			return
 		}
 	}
+}
+
+// nextDelay is the jittered interval, stretched where the last round's
+// most loaded GPU would otherwise spend more than MaxDuty of its time on
+// probes: a machine with many GPUs and peers costs each GPU more per round,
+// so its rounds come less often.
+func (s *Scheduler) nextDelay() time.Duration {
+	d := s.jittered(s.cfg.Interval)
+	s.mu.Lock()
+	load := s.maxLoad
+	s.mu.Unlock()
+	if floor := time.Duration(load / s.cfg.MaxDuty * float64(time.Second)); floor > d {
+		s.logger.Debug("probe interval stretched to keep the duty cycle", "interval", floor, "gpu_seconds", load, "max_duty", s.cfg.MaxDuty)
+		return s.jittered(floor)
+	}
+	return d
 }
 
 // jittered is d moved by up to Jitter of itself either way.
@@ -224,6 +251,9 @@ func (s *Scheduler) jittered(d time.Duration) time.Duration {
 
 // roundPass is what one pass over the GPUs carries from GPU to GPU.
 type roundPass struct {
+	// load is the GPU time each GPU spent on probes this round, by PCI
+	// address: its own, and other GPUs' peer probes against it.
+	load map[string]float64
 	// snap is taken once, at the start: later samples could show this
 	// round's own probes as utilization.
 	snap   *gpu.Snapshot
@@ -245,7 +275,7 @@ func (s *Scheduler) RunRound(ctx context.Context) {
 		return
 	}
 	start := s.now()
-	rd := &roundPass{snap: snap}
+	rd := &roundPass{snap: snap, load: map[string]float64{}}
 	s.skipMissing(snap)
 	for i := range snap.GPUs {
 		if ctx.Err() != nil {
@@ -255,6 +285,10 @@ func (s *Scheduler) RunRound(ctx context.Context) {
 		s.publish()
 	}
 	s.mu.Lock()
+	s.maxLoad = 0
+	for _, l := range rd.load {
+		s.maxLoad = max(s.maxLoad, l)
+	}
 	s.lastDuration = s.now().Sub(start)
 	if !rd.failed {
 		s.lastSuccess = start
@@ -358,6 +392,10 @@ func (s *Scheduler) visit(ctx context.Context, rd *roundPass, g *gpu.GPUState) {
 		e.st.LastSuccess = start
 	}
 	if gr != nil {
+		rd.load[g.PCIBusID] += gr.BusySeconds
+		for peer, b := range gr.PeerBusySeconds {
+			rd.load[peer] += b
+		}
 		e.st.BusySeconds += gr.BusySeconds
 		e.st.ContextSeconds += gr.ContextSeconds
 		if len(gr.Results) > 0 {

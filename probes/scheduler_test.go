@@ -705,3 +705,35 @@ func TestSchedulerPublishedSnapshotsAreImmutable(t *testing.T) {
 		t.Errorf("GPU 0 ran %d times, want 21", got)
 	}
 }
+
+// A round's cost to its most loaded GPU, its own probes and its peers'
+// probes against it, sets a floor under the next interval.
+func TestSchedulerKeepsTheDutyCycle(t *testing.T) {
+	gpus := []gpu.GPUState{idleGPU(0), idleGPU(1)}
+	f := newSched(t, &gpu.Snapshot{GPUs: gpus, Pairs: nvswitch(gpus)}, func(c *SchedulerConfig) {
+		c.FirstDelay = time.Second
+		c.Interval = 5 * time.Minute
+	})
+	busy := map[string][2]float64{busID(0): {0.3, 0.2}, busID(1): {0.25, 0.1}} // own, against the peer
+	f.runner.respond = func(o Options) (*Round, error) {
+		r := okRound(o)
+		r.GPUs[0].BusySeconds = busy[o.GPU][0]
+		r.GPUs[0].PeerBusySeconds = map[string]float64{o.Peers[0]: busy[o.GPU][1]}
+		return r, nil
+	}
+	f.s.rand = func() float64 { return 0.5 } // no jitter
+	var slept []time.Duration
+	f.s.sleep = func(ctx context.Context, d time.Duration) bool {
+		slept = append(slept, d)
+		return len(slept) < 2
+	}
+	f.s.Run(context.Background())
+	// GPU 1: 0.25 s of its own and 0.2 s of GPU 0's peer probes; at 0.1%
+	// that is 450 s, over the 300 s interval.
+	if want := []time.Duration{time.Second, 450 * time.Second}; !slices.Equal(slept, want) {
+		t.Errorf("slept %v, want %v", slept, want)
+	}
+	if _, err := NewScheduler(SchedulerConfig{Policy: PolicyIdle, MaxDuty: 2, Runner: f.runner}); err == nil || !strings.Contains(err.Error(), "max duty 2") {
+		t.Errorf("MaxDuty 2: %v", err)
+	}
+}

@@ -66,9 +66,10 @@ func closeLanes(lanes []*lane) {
 // first lane's stream shut, the other lanes wait on an event behind it,
 // every lane queues its start event, loops copies and end event, and only
 // then does the host open the gate. So all lanes start together and the
-// timing holds no enqueue cost. whileRunning, if set, runs after the gate
-// opens and before the host waits. It returns each lane's GPU time.
-func (p *gpuProbe) timed(lanes []*lane, loops int, whileRunning func()) ([]time.Duration, error) {
+// timing holds no enqueue cost. Lane i queues loops[i] copies.
+// whileRunning, if set, runs after the gate opens and before the host
+// waits. It returns each lane's GPU time.
+func (p *gpuProbe) timed(lanes []*lane, loops []int, whileRunning func()) ([]time.Duration, error) {
 	atomic.StoreUint32(p.gateWord(), 0)
 	atomic.StoreUint32(p.timedOutWord(), 0)
 	first := lanes[0]
@@ -102,7 +103,7 @@ func (p *gpuProbe) timed(lanes []*lane, loops int, whileRunning func()) ([]time.
 			if err := l.start.Record(l.s); err != nil {
 				return err
 			}
-			for range loops {
+			for range loops[i] {
 				if err := l.s.Copy(l.dst, l.src, l.n); err != nil {
 					return err
 				}
@@ -157,36 +158,75 @@ func loopsFor(d time.Duration, warmLoops int) int {
 	return min(maxLoops, max(minLoops, int(math.Ceil(float64(sampleTarget)/per))))
 }
 
-// bandwidth measures every lane at once: one warm-up sample that also sets
-// the loop count, then samples timed samples. It returns each lane's median
-// bytes per second (of bytes copied) and the loop count used.
-func (p *gpuProbe) bandwidth(lanes []*lane, samples int) ([]float64, int, error) {
-	warm, err := p.timed(lanes, minLoops, nil)
-	if err != nil {
-		return nil, 0, err
+// same is n copies for each of k lanes.
+func same(k, n int) []int {
+	out := make([]int, k)
+	for i := range out {
+		out[i] = n
 	}
-	loops := loopsFor(slices.Max(warm), minLoops)
-	rates := make([][]float64, len(lanes))
+	return out
+}
+
+// bandwidth measures one lane: a warm-up sample that also sets the loop
+// count, then samples timed samples. It returns the median bytes per
+// second (of bytes copied) and the loop count used.
+func (p *gpuProbe) bandwidth(l *lane, samples int) (float64, int, error) {
+	warm, err := p.timed([]*lane{l}, []int{minLoops}, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	loops := loopsFor(warm[0], minLoops)
+	var rates []float64
 	for range samples {
 		if err := p.ctx.Err(); err != nil {
-			return nil, 0, err
+			return 0, 0, err
 		}
-		d, err := p.timed(lanes, loops, nil)
+		d, err := p.timed([]*lane{l}, []int{loops}, nil)
 		if err != nil {
-			return nil, 0, err
+			return 0, 0, err
 		}
-		for i, l := range lanes {
-			if d[i] <= 0 {
-				return nil, 0, fmt.Errorf("a sample of %d copies took no measurable time", loops)
+		if d[0] <= 0 {
+			return 0, 0, fmt.Errorf("a sample of %d copies took no measurable time", loops)
+		}
+		rates = append(rates, float64(l.n)*float64(loops)/d[0].Seconds())
+	}
+	return median(rates), loops, nil
+}
+
+// bidirectional measures two lanes that run at once, each in samples of
+// its own: the measured lane queues its copies and the other lane half as
+// many again and one more, so the other direction is running for the whole
+// of the measured one. Timing both lanes of one sample instead counts the
+// end of whichever finishes last running alone, and drifted by 3% between
+// runs on an H200. It returns each lane's median bytes per second.
+func (p *gpuProbe) bidirectional(lanes [2]*lane, samples int) ([2]float64, error) {
+	var out [2]float64
+	warm, err := p.timed(lanes[:], same(2, minLoops), nil)
+	if err != nil {
+		return out, err
+	}
+	loops := loopsFor(slices.Max(warm), minLoops)
+	cover := (3*loops+1)/2 + 1
+	for measured := range 2 {
+		n := []int{cover, cover}
+		n[measured] = loops
+		var rates []float64
+		for range samples {
+			if err := p.ctx.Err(); err != nil {
+				return out, err
 			}
-			rates[i] = append(rates[i], float64(l.n)*float64(loops)/d[i].Seconds())
+			d, err := p.timed(lanes[:], n, nil)
+			if err != nil {
+				return out, err
+			}
+			if d[measured] <= 0 {
+				return out, fmt.Errorf("a sample of %d copies took no measurable time", loops)
+			}
+			rates = append(rates, float64(lanes[measured].n)*float64(loops)/d[measured].Seconds())
 		}
+		out[measured] = median(rates)
 	}
-	out := make([]float64, len(lanes))
-	for i := range lanes {
-		out[i] = median(rates[i])
-	}
-	return out, loops, nil
+	return out, nil
 }
 
 // median of a non-empty sample; the mean of the middle two for an even

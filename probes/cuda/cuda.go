@@ -434,6 +434,24 @@ func (s *Stream) Launch(f *Function, args ...Arg) error {
 	return nil
 }
 
+// TimeLaunches launches f, which takes no arguments, n times on s, each
+// time waiting for it to finish, and returns each launch-to-completion time
+// as the host saw it.
+func (s *Stream) TimeLaunches(f *Function, n int) ([]time.Duration, error) {
+	if n <= 0 {
+		return nil, nil
+	}
+	ns := make([]float64, n)
+	if err := s.d.check("cuLaunchKernel/cuStreamSynchronize", C.gl_time_launches(s.d.api, f.h, s.h, C.int(n), (*C.double)(unsafe.Pointer(&ns[0])))); err != nil {
+		return nil, fmt.Errorf("kernel %s: %w", f.Name, err)
+	}
+	out := make([]time.Duration, n)
+	for i, v := range ns {
+		out[i] = time.Duration(v)
+	}
+	return out, nil
+}
+
 // Event marks a point in a stream; two of them time the work between.
 type Event struct {
 	d *Driver

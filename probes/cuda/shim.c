@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 // Symbol names and where each one goes in the table.
 #define SYM(name) { #name, offsetof(gl_api, name) }
@@ -129,6 +130,23 @@ gl_result gl_launch(gl_api *a, gl_function f, gl_stream s, int nargs,
 		}
 	}
 	return a->cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, nargs > 0 ? params : NULL, NULL);
+}
+
+gl_result gl_time_launches(gl_api *a, gl_function f, gl_stream s, int n, double *out) {
+	struct timespec t0, t1;
+	for (int i = 0; i < n; i++) {
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		gl_result r = a->cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL);
+		if (r == 0) {
+			r = a->cuStreamSynchronize(s);
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		if (r != 0) {
+			return r;
+		}
+		out[i] = (double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec);
+	}
+	return 0;
 }
 
 gl_result gl_cuStreamCreate(gl_api *a, gl_stream *s, unsigned int flags) { return a->cuStreamCreate(s, flags); }
