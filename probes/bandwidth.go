@@ -97,7 +97,7 @@ func (p *gpuProbe) measure(lanes []*lane) ([]float64, error) {
 // linkReadTime is how long the under-load sample's copies run: several
 // times the sub-millisecond sysfs read, so they are still running when it
 // is done and the end event is asked.
-const linkReadTime = 40 * time.Millisecond
+const linkReadTime = 15 * time.Millisecond
 
 // readLinkUnderLoad reads the GPU's PCIe link while host-to-device copies
 // move data, and confirms they were still moving once it was read.
@@ -237,8 +237,8 @@ func (p *gpuProbe) peerProbe(kind Kind, addr string) []Result {
 // launchCount launches are timed for the launch latency, after
 // launchWarmup untimed ones.
 const (
-	launchCount  = 1000
-	launchWarmup = 100
+	launchCount  = 200
+	launchWarmup = 20
 )
 
 // launchLatency is the time from launching an empty kernel to the host

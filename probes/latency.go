@@ -41,11 +41,16 @@ func (c *chain) after(hops int) uint64 {
 	return c.base + uint64(c.order[hops%len(c.order)]*chaseStride)
 }
 
-// Every chase, the warm-up and each timed sample, walks the whole cycle
-// once: 16384 hops, about 19 ms through host memory and 13 ms through a
-// peer's. Shorter walks visit a different subset of the buffer's pages each
-// time, and the GPU's TLB then makes the latency wander by several percent
-// between rounds (seen on H200: 1105-1190 ns over 4300-hop walks).
+// A warm-up walks the whole cycle (16384 hops, about 19 ms through host
+// memory, 13 ms through a peer's), so every page of the buffer is in the
+// GPU's TLB as it will be for the samples; each timed sample then walks
+// chaseSampleHops on from where the last one stopped, so the samples
+// together cover the cycle. Short walks that each restart at the same node
+// see one subset of pages, and wandered by several percent between rounds
+// on an H200 (1105-1190 ns); the samples are kept short because a chase
+// kernel holds the GPU from a job running beside it.
+const chaseSampleHops = 4096
+
 // chaseLatency runs the chase kernel on this GPU over c and returns the
 // median time of one hop.
 func (p *gpuProbe) chaseLatency(c *chain) (float64, error) {
@@ -56,28 +61,32 @@ func (p *gpuProbe) chaseLatency(c *chain) (float64, error) {
 			return err
 		}
 		defer s.Destroy()
+		at := c.start()
+		walked := 0
 		run := func(hops int) (time.Duration, error) {
-			if err := s.Launch(p.chase, cuda.U64(c.start()), cuda.U32(uint32(hops)), cuda.U64(uint64(p.ctlDev)+64)); err != nil {
+			if err := s.Launch(p.chase, cuda.U64(at), cuda.U32(uint32(hops)), cuda.U64(uint64(p.ctlDev)+64)); err != nil {
 				return 0, err
 			}
 			if err := s.Synchronize(); err != nil {
 				return 0, err
 			}
 			last, ns := p.chaseOut()
-			if want := c.after(hops); last != want {
+			walked += hops
+			if want := c.after(walked); last != want {
 				return 0, fmt.Errorf("pointer chase ended at %#x, want %#x: the chain was not read back as written", last, want)
 			}
 			if ns == 0 {
 				return 0, fmt.Errorf("a chase of %d hops took no measurable time", hops)
 			}
+			at = last
 			d := time.Duration(ns)
 			p.busy += d
 			return d, nil
 		}
-		hops := len(c.order)
-		if _, err := run(hops); err != nil {
+		if _, err := run(len(c.order)); err != nil {
 			return err
 		}
+		hops := min(chaseSampleHops, len(c.order))
 		for range p.opts.Samples {
 			if err := p.ctx.Err(); err != nil {
 				return err

@@ -102,8 +102,9 @@ type GPURound struct {
 	// ContextSeconds is how long the child held a context on the GPU.
 	ContextSeconds float64 `json:"context_seconds"`
 	// DeviceMemoryBytes is the most device memory the probes allocated on
-	// this GPU at once; ContextMemoryBytes what the GPU's free memory fell
-	// by with the context and those allocations in place (0 if unknown).
+	// this GPU at once; ContextMemoryBytes the device memory in use on the
+	// GPU, every process's, with the context and those allocations in
+	// place (0 if unknown): under the idle policy, the probe's footprint.
 	DeviceMemoryBytes  int64 `json:"device_memory_bytes"`
 	ContextMemoryBytes int64 `json:"context_memory_bytes,omitempty"`
 	// HostMemoryBytes is the pinned host memory held at most at once.

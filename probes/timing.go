@@ -141,9 +141,9 @@ func (p *gpuProbe) timed(lanes []*lane, loops []int, whileRunning func()) ([]tim
 
 // Each timed sample aims to last this long: long beside the events'
 // half-microsecond resolution and the launch of the first copy, short
-// enough that a round stays a fraction of a second per GPU.
+// because a job running beside a probe loses GPU time to it.
 const (
-	sampleTarget = 10 * time.Millisecond
+	sampleTarget = 5 * time.Millisecond
 	minLoops     = 2
 	maxLoops     = 64
 )
