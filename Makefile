@@ -31,7 +31,7 @@ export CGO_ENABLED := 1
 # this every cgo compile of it prints screens of warnings.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build run tools test fuzz vet fmt-check lint bench scrapebench device-build clean
+.PHONY: all build run tools test fuzz vet fmt-check lint bench scrapebench device-build ptx-check clean
 
 all: build
 
@@ -93,8 +93,18 @@ device-build: tools
 	$(GO) test -c -tags gpu -ldflags '-s -w' -o $(DEVICE)/gpu.test ./internal/gpu
 	$(GO) test -c -ldflags '-s -w' -o $(DEVICE)/collector.test ./collector
 	cp bench/*.sh bench/*.py $(DEVICE)/
+	@mkdir -p $(DEVICE)/ref
+	cp bench/ref/*.py bench/ref/*.cu $(DEVICE)/ref/
 	gzip -9 -c $(PROMTOOL) >$(DEVICE)/promtool.gz
 	@du -sh $(DEVICE)
+
+# The probe kernels are hand-written PTX (one text for every driver from
+# CUDA 11.0 and every GPU from Volta); this checks them with ptxas on a
+# machine with the CUDA toolkit. The driver JIT-compiles them at run time.
+PTXAS ?= ptxas
+ptx-check:
+	$(PTXAS) -arch=sm_70 probes/cuda/kernels.ptx -o /dev/null
+	$(PTXAS) -arch=sm_90 probes/cuda/kernels.ptx -o /dev/null
 
 clean:
 	rm -rf $(BINARY) $(DEVICE) dist

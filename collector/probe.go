@@ -77,7 +77,7 @@ func NewProbeCollector(src latester[*probes.Status]) *ProbeCollector {
 		deviceMemory: gpuDesc("probe", "device_memory_bytes",
 			"Most device memory the probes allocated on the GPU at once in its latest round."),
 		contextMemory: gpuDesc("probe", "context_memory_bytes",
-			"What the GPU's free memory fell by in its latest round with the probe's context and buffers in place; absent where unknown."),
+			"Device memory in use on the GPU, every process's, at the peak of its latest probe round (context and buffers in place); under the idle policy, the probe's own footprint."),
 		hostMemory: gpuDesc("probe", "host_memory_bytes",
 			"Most pinned host memory the probes held at once in the GPU's latest round."),
 		policy: newDesc("probe", "policy_info", "The policy that decides when a GPU is probed; value 1.", "policy"),
