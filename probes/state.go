@@ -4,8 +4,6 @@ import "time"
 
 // Skip reasons: why a round left a GPU (or one of its peers) alone.
 const (
-	SkipPolicyOff        = "policy_off" // never counted; here for completeness of the set
-	SkipNoSnapshot       = "no_nvml_sample"
 	SkipLost             = "gpu_lost"
 	SkipMIG              = "mig_enabled"
 	SkipExclusiveProcess = "compute_mode_exclusive_process"
