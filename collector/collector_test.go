@@ -359,3 +359,15 @@ func labels(kv ...string) string {
 	sort.Strings(pairs)
 	return "{" + strings.Join(pairs, ",") + "}"
 }
+
+// fixedSource serves one fixed snapshot, or none while snap is nil.
+type fixedSource[T any] struct {
+	snap *sampler.Snapshot[T]
+}
+
+func (s fixedSource[T]) Latest() *sampler.Snapshot[T] { return s.snap }
+
+// fixed serves data as a snapshot taken at a fixed time.
+func fixed[T any](data T) fixedSource[T] {
+	return fixedSource[T]{&sampler.Snapshot[T]{Data: data, Taken: time.Unix(1700000000, 0)}}
+}

@@ -13,20 +13,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpulink/gpulink_exporter/collector"
-	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/probes"
 )
-
-// probeSource serves one fixed status, or none.
-type probeSource struct {
-	snap *sampler.Snapshot[*probes.Status]
-}
-
-func (s probeSource) Latest() *sampler.Snapshot[*probes.Status] { return s.snap }
-
-func fixedProbes(s *probes.Status) probeSource {
-	return probeSource{&sampler.Snapshot[*probes.Status]{Data: s, Taken: time.Unix(1700000000, 0)}}
-}
 
 const (
 	probePeer     = "0000:00:07.0"
@@ -140,7 +128,7 @@ func bwLabels(k probes.Kind, dir, peer, node string, size int) string {
 }
 
 func TestProbeMetrics(t *testing.T) {
-	c := collector.NewProbeCollector(fixedProbes(probeStatus()))
+	c := collector.NewProbeCollector(fixed(probeStatus()))
 	// Exact exposition of the families whose every series is fixed here.
 	success := func(k probes.Kind, dir, peer, node, v string) string {
 		return "gpulink_probe_success" + g0("probe", string(k), "direction", dir, "peer", peer, "host_numa_node", node) + " " + v + "\n"
@@ -265,7 +253,7 @@ gpulink_probe_pcie_link_width_under_load` + g0() + ` 16
 }
 
 func TestProbeMetricsPromtool(t *testing.T) {
-	promtoolCheck(t, "probe", exposition(t, collector.NewProbeCollector(fixedProbes(probeStatus()))))
+	promtoolCheck(t, "probe", exposition(t, collector.NewProbeCollector(fixed(probeStatus()))))
 }
 
 // A result without a value is a failure, whatever its error says; an
@@ -282,7 +270,7 @@ func TestProbeMetricsOmissions(t *testing.T) {
 	}
 	s.GPUs[0].LastSuccess = time.Time{}
 	s.GPUs[0].LastDuration = 0
-	got := gathered(t, collector.NewProbeCollector(fixedProbes(s)))
+	got := gathered(t, collector.NewProbeCollector(fixed(s)))
 	for key, v := range map[string]float64{
 		// Node -1 (no NUMA support) is an empty label, as elsewhere.
 		"gpulink_probe_success" + g0("probe", "host_to_device", "direction", "host_to_device", "peer", "", "host_numa_node", ""): 0,
@@ -310,7 +298,7 @@ func TestProbeMetricsDuplicateResults(t *testing.T) {
 	s := probeStatus()
 	r := s.GPUs[0].Last
 	r.Results = append(r.Results, r.Results[0], r.Results[len(r.Results)-1])
-	c := collector.NewProbeCollector(fixedProbes(s))
+	c := collector.NewProbeCollector(fixed(s))
 	got := gathered(t, c)
 	if v := got["gpulink_probe_bandwidth_bytes_per_second"+bwLabels(probes.HostToDevice, "host_to_device", "", "0", probeSize)]; v != 55e9 {
 		t.Errorf("host_to_device = %g, want the first result's 55e9", v)
@@ -319,12 +307,12 @@ func TestProbeMetricsDuplicateResults(t *testing.T) {
 }
 
 func TestProbeMetricsBeforeFirstSnapshot(t *testing.T) {
-	c := collector.NewProbeCollector(probeSource{})
+	c := collector.NewProbeCollector(fixedSource[*probes.Status]{})
 	if n := testutil.CollectAndCount(c); n != 0 {
 		t.Errorf("%d metrics before the first snapshot, want none", n)
 	}
 	// A scheduler that knows no GPU yet still says its policy.
-	c = collector.NewProbeCollector(fixedProbes(&probes.Status{Policy: "off"}))
+	c = collector.NewProbeCollector(fixed(&probes.Status{Policy: "off"}))
 	if err := testutil.CollectAndCompare(c, strings.NewReader(`
 # HELP gpulink_probe_policy_info The policy that decides when a GPU is probed; value 1.
 # TYPE gpulink_probe_policy_info gauge
@@ -336,7 +324,7 @@ gpulink_probe_policy_info{policy="off"} 1
 
 // Every family rendered is described, and nothing else.
 func TestProbeDescribe(t *testing.T) {
-	c := collector.NewProbeCollector(fixedProbes(probeStatus()))
+	c := collector.NewProbeCollector(fixed(probeStatus()))
 	ch := make(chan *prometheus.Desc, 64)
 	c.Describe(ch)
 	close(ch)

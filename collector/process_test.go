@@ -18,17 +18,6 @@ import (
 	"github.com/gpulink/gpulink_exporter/numa"
 )
 
-// placementSource serves one fixed snapshot.
-type placementSource struct {
-	snap *sampler.Snapshot[*numa.PlacementSnapshot]
-}
-
-func (s placementSource) Latest() *sampler.Snapshot[*numa.PlacementSnapshot] { return s.snap }
-
-func fixedPlacement(s *numa.PlacementSnapshot) placementSource {
-	return placementSource{&sampler.Snapshot[*numa.PlacementSnapshot]{Data: s, Taken: time.Unix(1700000000, 0)}}
-}
-
 const (
 	placementPod = "1f0e8a2c-5b7d-4c3e-9a41-6f2d8e7b9c10"
 	placementCtr = "4f8a1d2c9b7e6f5a3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b"
@@ -128,7 +117,7 @@ var placementPerProcessNames = []string{"gpulink_process_allowed_cpus", "gpulink
 	"gpulink_process_remote_thread_ratio"}
 
 func TestProcessMetrics(t *testing.T) {
-	c := collector.NewProcessCollector(fixedPlacement(placementSnapshot()), true)
+	c := collector.NewProcessCollector(fixed(placementSnapshot()), true)
 	want := placementPerGPUText + placementPerProcessText
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
 		t.Error(err)
@@ -141,7 +130,7 @@ func TestProcessMetrics(t *testing.T) {
 }
 
 func TestProcessMetricsPerProcessOff(t *testing.T) {
-	c := collector.NewProcessCollector(fixedPlacement(placementSnapshot()), false)
+	c := collector.NewProcessCollector(fixed(placementSnapshot()), false)
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(placementPerGPUText)); err != nil {
@@ -158,7 +147,7 @@ func TestProcessMetricsPerProcessOff(t *testing.T) {
 }
 
 func TestProcessMetricsBeforeFirstSample(t *testing.T) {
-	c := collector.NewProcessCollector(placementSource{}, true)
+	c := collector.NewProcessCollector(fixedSource[*numa.PlacementSnapshot]{}, true)
 	if n := testutil.CollectAndCount(c); n != 0 {
 		t.Errorf("%d metrics before the first sample, want none", n)
 	}
@@ -294,7 +283,7 @@ func sysfsfakeContainer(t *testing.T, n *placementNode, pid int) string {
 func TestProcessMetricsPromtool(t *testing.T) {
 	n := newPlacementNode(t, "dgx-h100-faults")
 	for name, c := range map[string]prometheus.Collector{
-		"fixed snapshot":  collector.NewProcessCollector(fixedPlacement(placementSnapshot()), true),
+		"fixed snapshot":  collector.NewProcessCollector(fixed(placementSnapshot()), true),
 		"dgx-h100-faults": collector.NewProcessCollector(n.place, true),
 	} {
 		promtoolCheck(t, name, exposition(t, c))
@@ -304,7 +293,7 @@ func TestProcessMetricsPromtool(t *testing.T) {
 // Describe lists the per-process families only when they are on.
 func TestProcessDescribe(t *testing.T) {
 	for _, perProcess := range []bool{true, false} {
-		c := collector.NewProcessCollector(placementSource{}, perProcess)
+		c := collector.NewProcessCollector(fixedSource[*numa.PlacementSnapshot]{}, perProcess)
 		ch := make(chan *prometheus.Desc, 32)
 		c.Describe(ch)
 		close(ch)
