@@ -60,7 +60,7 @@ func main() {
 		probeTimeout      = app.Flag("probe.timeout", "Deadline of one GPU's probe child; past it the child is killed.").Default("60s").Duration()
 		probeSize         = app.Flag("probe.size", "Size of one transfer for the bandwidth probes; each probe holds at most two such buffers on the GPU and two pinned on the host.").Default("64MiB").Bytes()
 		probeSamples      = app.Flag("probe.samples", "Timed samples per probe result; the median is exported.").Default("5").Int()
-		probeKinds        = app.Flag("probe.kind", "Probe to run (repeatable); default all.").Enums(probeKindNames()...)
+		probeKinds        = app.Flag("probe.kind", "Probe to run (repeatable); default all.").Enums(probes.KindNames()...)
 		probeUtil         = app.Flag("probe.utilization-threshold", "Under the idle policy, skip a GPU busier than this (0..1).").Default("0.05").Float64()
 		noExporterMetrics = app.Flag("web.disable-exporter-metrics", "Exclude the exporter's own go_* and process_* metrics.").Bool()
 		maxProcs          = app.Flag("runtime.gomaxprocs", "The target number of CPUs Go will run on (GOMAXPROCS).").Envar("GOMAXPROCS").Default("1").Int()
@@ -289,14 +289,6 @@ func topologyLatest(s *sampler.Sampler[*numa.Topology]) func() *numa.Topology {
 		return func() *numa.Topology { return nil }
 	}
 	return s.LatestData
-}
-
-func probeKindNames() []string {
-	var out []string
-	for _, k := range probes.Kinds {
-		out = append(out, string(k))
-	}
-	return out
 }
 
 // expectedPaths is what the probe table compares with: one NVML sample and

@@ -12,6 +12,7 @@ import (
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/alecthomas/units"
 
+	"github.com/gpulink/gpulink_exporter/internal/gpu"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes/cuda"
 )
@@ -52,13 +53,7 @@ func AddCommand(app *kingpin.Application, c *Command) *kingpin.CmdClause {
 	return cmd
 }
 
-func kindList() string {
-	var s []string
-	for _, k := range Kinds {
-		s = append(s, string(k))
-	}
-	return strings.Join(s, ", ")
-}
+func kindList() string { return strings.Join(KindNames(), ", ") }
 
 // Size limits: below 1 MiB a copy measures launch cost, not the link; above
 // 4 GiB a round would hold more memory than a probe should.
@@ -178,7 +173,7 @@ func (c *Command) options(drv *cuda.Driver, size int64, kinds []Kind) ([]Options
 			}
 			return addrs[i : i+1], nil
 		}
-		return []string{cuda.NormalizeBusID(sel)}, nil
+		return []string{gpu.NormalizeBusID(sel)}, nil
 	}
 	var gpus []string
 	allGPUs := false

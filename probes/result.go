@@ -35,6 +35,16 @@ const (
 var Kinds = []Kind{HostToDevice, DeviceToHost, HostBidirectional, DeviceLocalCopy,
 	PeerCopy, PeerBidirectional, HostLatency, PeerLatency, LaunchLatency}
 
+// KindNames are the probe kinds as strings, in run order (for flags and
+// error messages).
+func KindNames() []string {
+	out := make([]string, len(Kinds))
+	for i, k := range Kinds {
+		out[i] = string(k)
+	}
+	return out
+}
+
 // Directions a bandwidth result counts bytes in.
 const (
 	DirHostToDevice = "host_to_device"

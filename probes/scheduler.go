@@ -155,7 +155,7 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	}
 	for _, k := range cfg.Options.Probes {
 		if !slices.Contains(Kinds, k) {
-			return nil, fmt.Errorf("unknown probe %q: want some of %s", k, kindNames(Kinds))
+			return nil, fmt.Errorf("unknown probe %q: want some of %s", k, kindList())
 		}
 	}
 	if cfg.Options.SizeBytes <= 0 {
@@ -187,14 +187,6 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	}
 	s.publish() // the policy is known before any round
 	return s, nil
-}
-
-func kindNames(ks []Kind) string {
-	s := make([]string, len(ks))
-	for i, k := range ks {
-		s[i] = string(k)
-	}
-	return strings.Join(s, ", ")
 }
 
 func sleepUnlessDone(ctx context.Context, d time.Duration) bool {

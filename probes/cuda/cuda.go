@@ -20,6 +20,8 @@ import (
 	"strings"
 	"time"
 	"unsafe"
+
+	"github.com/gpulink/gpulink_exporter/internal/gpu"
 )
 
 // Kernels is the PTX of the probe kernels, JIT-compiled by the driver.
@@ -128,7 +130,7 @@ func (d *Driver) Device(ordinal int) (Device, error) {
 // DeviceByPCIBusID finds the GPU at a PCI address in any of the usual forms
 // (NVML's 8-digit domain or sysfs's 4-digit one, any case).
 func (d *Driver) DeviceByPCIBusID(addr string) (Device, error) {
-	want := NormalizeBusID(addr)
+	want := gpu.NormalizeBusID(addr)
 	n, err := d.DeviceCount()
 	if err != nil {
 		return Device{}, err
@@ -149,16 +151,6 @@ func (d *Driver) DeviceByPCIBusID(addr string) (Device, error) {
 	return Device{}, fmt.Errorf("no CUDA device at PCI address %s among %d (is it hidden by CUDA_VISIBLE_DEVICES?)", want, n)
 }
 
-// NormalizeBusID returns the sysfs form of a PCI address: lower case with a
-// 4-digit domain ("00000000:18:00.0" becomes "0000:18:00.0").
-func NormalizeBusID(id string) string {
-	id = strings.ToLower(strings.TrimSpace(id))
-	if dom, rest, ok := strings.Cut(id, ":"); ok && len(dom) > 4 {
-		id = dom[len(dom)-4:] + ":" + rest
-	}
-	return id
-}
-
 // Driver is the library the device was found through.
 func (dev Device) Driver() *Driver { return dev.d }
 
@@ -168,7 +160,7 @@ func (dev Device) PCIBusID() (string, error) {
 	if err := dev.d.check("cuDeviceGetPCIBusId", C.gl_cuDeviceGetPCIBusId(dev.d.api, &buf[0], C.int(len(buf)), dev.h)); err != nil {
 		return "", err
 	}
-	return NormalizeBusID(C.GoString(&buf[0])), nil
+	return gpu.NormalizeBusID(C.GoString(&buf[0])), nil
 }
 
 // Name is the product name.

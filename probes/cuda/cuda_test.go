@@ -119,15 +119,3 @@ func TestKernelsLoadAndBadPTXCarriesTheLog(t *testing.T) {
 		t.Errorf("bad PTX: %v, want the JIT log in the error", err)
 	}
 }
-
-func TestNormalizeBusID(t *testing.T) {
-	for in, want := range map[string]string{
-		"00000000:18:00.0": "0000:18:00.0",
-		"0000:AB:00.0":     "0000:ab:00.0",
-		" 0001:18:00.0 ":   "0001:18:00.0",
-	} {
-		if got := NormalizeBusID(in); got != want {
-			t.Errorf("NormalizeBusID(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
