@@ -89,7 +89,9 @@ func main() {
 	if command == probeCmd.FullCommand() {
 		probe.Library, probe.FS = *cudaLib, fsys
 		if probe.Output == "table" {
-			probe.Annotate = expectedPaths(fsys, *nvmlLib, logger)
+			// One read of the tree serves the expectations and the host nodes.
+			probe.Topology, _ = fsys.Topology()
+			probe.Annotate = expectedPaths(probe.Topology, fsys.Sys, *nvmlLib, logger)
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		code := probe.Run(ctx, os.Stdout, os.Stderr)
@@ -294,10 +296,9 @@ func topologyLatest(s *sampler.Sampler[*numa.Topology]) func() *numa.Topology {
 // expectedPaths is what the probe table compares with: one NVML sample and
 // the PCIe tree, as the daemon uses them. Without NVML only the PCIe part
 // is known.
-func expectedPaths(fsys numa.FS, nvmlLib string, logger *slog.Logger) func(*probes.GPURound) {
-	topo, _ := fsys.Topology()
+func expectedPaths(topo *numa.Topology, sysfs, nvmlLib string, logger *slog.Logger) func(*probes.GPURound) {
 	var snap *gpu.Snapshot
-	reader := gpu.NewReader(nvml.New(nvml.WithLibraryPath(nvmlLib)), fsys.Sys, logger)
+	reader := gpu.NewReader(nvml.New(nvml.WithLibraryPath(nvmlLib)), sysfs, logger)
 	if err := reader.Init(); err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		snap, _ = reader.Sample(ctx)

@@ -34,6 +34,9 @@ type Command struct {
 	Size          string
 	Samples       int
 	Output        string
+	// Topology, if set, is the PCIe tree already read by the caller; else
+	// it is read when the default host nodes need it.
+	Topology *numa.Topology
 	// Annotate, if set, fills in what each path should give (the table
 	// shows it; the daemon annotates on its side).
 	Annotate func(*GPURound)
@@ -191,8 +194,8 @@ func (c *Command) options(drv *cuda.Driver, size int64, kinds []Kind) ([]Options
 	}
 	// Only the default host nodes need the topology; a tree that cannot be
 	// read leaves the buffers unbound.
-	var topo *numa.Topology
-	if !c.NoHostBinding && len(c.HostNodes) == 0 {
+	topo := c.Topology
+	if topo == nil && !c.NoHostBinding && len(c.HostNodes) == 0 {
 		topo, _ = c.FS.Topology()
 	}
 	var out []Options
