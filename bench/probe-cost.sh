@@ -10,6 +10,9 @@
 #             on it; always is forced so the probes run beside the job.
 #   idle      20 s with --probe.policy=idle: expect no round on this GPU, a skip
 #   after     20 s alone again, to show drift (clocks, power, heat)
+#   splits    SPLIT_S s (default 30) per entry of SPLIT, a space-separated
+#             list of NAME=kind,kind...: policy always with only those probe
+#             kinds, to tell which probes cost the job (reported, not judged)
 # then reports throughput alone vs with probes and the loss in %, and from
 # the daemon's /metrics the probes' busy and context seconds per round,
 # device and context memory, round duration and runs by result
@@ -33,6 +36,8 @@ ALONE=${ALONE:-60}
 WITH=${WITH:-60}
 IDLE=${IDLE:-20}
 AFTER=${AFTER:-20}
+SPLIT=${SPLIT:-}
+SPLIT_S=${SPLIT_S:-30}
 MAX_LOSS=${MAX_LOSS:-1}
 addr=127.0.0.1:9849
 url=http://$addr/metrics
@@ -132,6 +137,22 @@ echo "== alone again, $AFTER s"
 mark after_start
 sleep "$AFTER"
 mark after_end
+split_args=()
+for entry in $SPLIT; do
+  name=${entry%%=*} kinds=()
+  IFS=, read -ra ks <<<"${entry#*=}"
+  for k in "${ks[@]}"; do kinds+=(--probe.kind="$k"); done
+  sleep 2
+  echo "== split $name: policy always, probes every 10 s, only ${entry#*=}, $SPLIT_S s"
+  mark "split_${name}_start"
+  if daemon always "exporter-split-$name.log" --probe.interval=10s --probe.max-duty=1 --probe.first-delay=1s "${kinds[@]}"; then
+    sleep "$SPLIT_S"
+    curl -sf $url >"$out/metrics-split-$name.txt"
+  fi
+  mark "split_${name}_end"
+  stop_daemon
+  split_args+=(--split "$name=$out/metrics-split-$name.txt")
+done
 stop "$gemm_pid"
 gemm_pid=''
 stop "$smi_pid"
@@ -142,5 +163,5 @@ grep -h '^gpulink_probe_' "$out/metrics-idle.txt" >"$out/probe-series-idle.txt" 
 echo "== summary"
 python3 "$ref/cost_summary.py" --samples "$out/gemm.jsonl" --phases "$phases" --gpu "$GPU" \
   --metrics-always "$out/metrics-always.txt" --metrics-idle "$out/metrics-idle.txt" \
-  --max-loss "$MAX_LOSS" --json "$out/summary.json" | tee "$out/summary.txt"
+  "${split_args[@]}" --max-loss "$MAX_LOSS" --json "$out/summary.json" | tee "$out/summary.txt"
 exit "${PIPESTATUS[0]}"

@@ -235,10 +235,12 @@ func (p *gpuProbe) peerProbe(kind Kind, addr string) []Result {
 }
 
 // launchCount launches are timed for the launch latency, after
-// launchWarmup untimed ones.
+// launchWarmup untimed ones, as the reference (latency_ref.cu) does. With
+// 200 after 20 the median moved 5-29% between rounds on the same GPU,
+// against the reference's 1-6% (bench/RESULTS.md, 2026-11-21).
 const (
-	launchCount  = 200
-	launchWarmup = 20
+	launchCount  = 1000
+	launchWarmup = 100
 )
 
 // launchLatency is the time from launching an empty kernel to the host

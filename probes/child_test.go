@@ -3,6 +3,7 @@ package probes
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"math"
 	"os"
@@ -226,6 +227,20 @@ func TestChainIsOneCycleThroughEveryNode(t *testing.T) {
 	}
 	if p != c.start() || p != c.after(n) || c.after(1) == c.start() {
 		t.Fatalf("chase does not return to its start after %d hops", n)
+	}
+	// The warm-up tour: one hop into every page, back where it began.
+	pages := map[uint64]bool{}
+	p = c.tourStart()
+	for range len(c.pages) {
+		page := (p - c.base) / tourPage
+		if pages[page] || (p-c.base)%tourPage != tourOffset {
+			t.Fatalf("tour visits %#x: page %d twice or off its slot", p, page)
+		}
+		pages[page] = true
+		p = binary.LittleEndian.Uint64(c.bytes[p-c.base:])
+	}
+	if p != c.tourStart() || len(pages) != (1<<16)/tourPage {
+		t.Fatalf("tour of %d pages does not close", len(pages))
 	}
 }
 

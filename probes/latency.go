@@ -10,28 +10,48 @@ import (
 )
 
 // chain is a pointer chase laid out in a buffer: a random cycle through
-// every node, so neither a prefetcher nor the order of pages helps.
+// every node, so neither a prefetcher nor the order of pages helps. Beside
+// it, in bytes no node uses, a second cycle (the tour) touches every page
+// once, in random order, for the warm-up.
 type chain struct {
 	base  uint64 // device address of the buffer
 	order []int  // node indexes in chase order
+	pages []int  // page indexes in tour order
 	bytes []byte // the buffer's contents
 }
 
+// A node is 8 bytes at the start of its stride; the tour's slot in a page
+// is tourOffset bytes into the page's first node, clear of that.
+const (
+	tourPage   = 4096
+	tourOffset = 64
+)
+
 // newChain lays out n nodes stride bytes apart, each holding the device
-// address of the next. The cycle is fixed (seeded) so rounds compare.
+// address of the next, and the page tour. Both cycles are fixed (seeded)
+// so rounds compare.
 func newChain(base uint64, size, stride int) *chain {
-	n := size / stride
-	c := &chain{base: base, order: make([]int, n), bytes: make([]byte, size)}
-	for i := range c.order {
-		c.order[i] = i
-	}
 	r := rand.New(rand.NewPCG(1, 2))
-	r.Shuffle(n, func(i, j int) { c.order[i], c.order[j] = c.order[j], c.order[i] })
-	for k, node := range c.order {
-		next := c.order[(k+1)%n]
-		binary.LittleEndian.PutUint64(c.bytes[node*stride:], base+uint64(next*stride))
+	c := &chain{base: base, order: shuffled(r, size/stride), pages: shuffled(r, size/tourPage), bytes: make([]byte, size)}
+	link := func(order []int, at func(int) int) {
+		for k, i := range order {
+			next := order[(k+1)%len(order)]
+			binary.LittleEndian.PutUint64(c.bytes[at(i):], base+uint64(at(next)))
+		}
 	}
+	link(c.order, func(node int) int { return node * stride })
+	link(c.pages, func(page int) int { return page*tourPage + tourOffset })
 	return c
+}
+
+// shuffled is 0..n-1 in an order drawn from r.
+func shuffled(r *rand.Rand, n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	r.Shuffle(n, func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
 }
 
 func (c *chain) start() uint64 { return c.base + uint64(c.order[0]*chaseStride) }
@@ -41,14 +61,20 @@ func (c *chain) after(hops int) uint64 {
 	return c.base + uint64(c.order[hops%len(c.order)]*chaseStride)
 }
 
-// A warm-up walks the whole cycle (16384 hops, about 19 ms through host
-// memory, 13 ms through a peer's), so every page of the buffer is in the
-// GPU's TLB as it will be for the samples; each timed sample then walks
-// chaseSampleHops on from where the last one stopped, so the samples
-// together cover the cycle. Short walks that each restart at the same node
-// see one subset of pages, and wandered by several percent between rounds
-// on an H200 (1105-1190 ns); the samples are kept short because a chase
-// kernel holds the GPU from a job running beside it.
+// tourStart is where the page tour begins, and ends after len(pages) hops.
+func (c *chain) tourStart() uint64 {
+	return c.base + uint64(c.pages[0]*tourPage+tourOffset)
+}
+
+// The warm-up tours every page once (512 hops, about 0.6 ms through host
+// memory), so every page of the buffer is in the GPU's TLB as it will be
+// for the samples; each timed sample then walks chaseSampleHops on from
+// where the last one stopped, so the samples together cover the cycle.
+// Short walks that each restart at the same node see one subset of pages,
+// and wandered by several percent between rounds on an H200 (1105-1190
+// ns). A whole-cycle warm-up (16384 hops, 19 ms) did the same work, but a
+// chase kernel holds the GPU from a job running beside it for as long as it
+// runs, so the warm-up touches each page once and no more.
 const chaseSampleHops = 4096
 
 // chaseLatency runs the chase kernel on this GPU over c and returns the
@@ -61,40 +87,39 @@ func (p *gpuProbe) chaseLatency(c *chain) (float64, error) {
 			return err
 		}
 		defer s.Destroy()
-		at := c.start()
-		walked := 0
-		run := func(hops int) (time.Duration, error) {
-			if err := s.Launch(p.chase, cuda.U64(at), cuda.U32(uint32(hops)), cuda.U64(uint64(p.ctlDev)+64)); err != nil {
+		run := func(from uint64, hops int, want uint64) (time.Duration, error) {
+			if err := s.Launch(p.chase, cuda.U64(from), cuda.U32(uint32(hops)), cuda.U64(uint64(p.ctlDev)+64)); err != nil {
 				return 0, err
 			}
 			if err := s.Synchronize(); err != nil {
 				return 0, err
 			}
 			last, ns := p.chaseOut()
-			walked += hops
-			if want := c.after(walked); last != want {
+			if last != want {
 				return 0, fmt.Errorf("pointer chase ended at %#x, want %#x: the chain was not read back as written", last, want)
 			}
 			if ns == 0 {
 				return 0, fmt.Errorf("a chase of %d hops took no measurable time", hops)
 			}
-			at = last
 			d := time.Duration(ns)
 			p.busy += d
 			return d, nil
 		}
-		if _, err := run(len(c.order)); err != nil {
+		if _, err := run(c.tourStart(), len(c.pages), c.tourStart()); err != nil {
 			return err
 		}
+		at, walked := c.start(), 0
 		hops := min(chaseSampleHops, len(c.order))
 		for range p.opts.Samples {
 			if err := p.ctx.Err(); err != nil {
 				return err
 			}
-			d, err := run(hops)
+			walked += hops
+			d, err := run(at, hops, c.after(walked))
 			if err != nil {
 				return err
 			}
+			at = c.after(walked)
 			out = append(out, d.Seconds()/float64(hops))
 		}
 		return nil

@@ -4,11 +4,13 @@ probes, and the probe cost the daemon itself exports.
 
 Usage: cost_summary.py --samples GEMM.jsonl --phases PHASES.txt --gpu 0
                        [--metrics-always METRICS.txt] [--metrics-idle METRICS.txt]
-                       [--max-loss PCT] [--json OUT.json]
+                       [--split NAME=METRICS.txt ...] [--max-loss PCT] [--json OUT.json]
 
 GEMM.jsonl is gemm_loop.py's output; PHASES.txt lines of "NAME EPOCH" marking
 alone_start, with_start, with_end, and optionally idle_start, idle_end,
-after_start, after_end. A one-second window counts for a phase only when it
+after_start, after_end, and split_NAME_start, split_NAME_end for each
+--split: a phase that probed with only some probe kinds, to tell which of
+them costs the job (reported, not judged). A one-second window counts for a phase only when it
 lies wholly inside it. loss % = (alone - with) / alone * 100 of the mean
 TFLOP/s; exits 1 when it exceeds --max-loss (default 1) or when the daemon
 ran no probe round on the GEMM's GPU in the "with" phase (nothing measured).
@@ -97,6 +99,27 @@ def derived(d):
             'round_duration_seconds': dur, 'skips': skips}
 
 
+def splits(args, samples, phases, alone):
+    """Each split phase: GEMM throughput and loss against alone, and the
+    probed GPU's busy seconds per round in it."""
+    out = {}
+    if args.split:
+        print('\n== split phases: policy always, only some probe kinds (loss against alone)')
+        print('%-24s %7s %8s %8s %8s %10s' % ('kinds', 'windows', 'mean', 'loss %', 'rounds', 'busy/round'))
+    for spec in args.split:
+        name, _, path = spec.partition('=')
+        a, b = 'split_%s_start' % name, 'split_%s_end' % name
+        st = phase_stats(samples, phases[a], phases[b]) if a in phases and b in phases else None
+        d = derived(per_gpu(parse_metrics(path)).get(str(args.gpu), {})) if path else derived({})
+        loss = (alone['mean'] - st['mean']) / alone['mean'] * 100 if st and alone else None
+        out[name] = {'gemm': st, 'loss_pct': loss, 'rounds': d['runs_total'],
+                     'busy_seconds_per_round': d['busy_seconds_per_round']}
+        print('%-24s %7s %8s %8s %8d %10s' % (name, st['windows'] if st else 'none', fmt(st and st['mean'], '', 1, 1),
+                                              fmt(loss, '', 1, 2), d['runs_total'],
+                                              fmt(d['busy_seconds_per_round'], ' s')))
+    return out
+
+
 def fmt(v, unit='', scale=1.0, digits=3):
     return '-' if v is None else ('%.*f%s' % (digits, v * scale, unit))
 
@@ -108,6 +131,8 @@ def main(argv=None):
     ap.add_argument('--gpu', default='0')
     ap.add_argument('--metrics-always')
     ap.add_argument('--metrics-idle')
+    ap.add_argument('--split', action='append', default=[], metavar='NAME=METRICS',
+                    help='a split phase and the metrics scraped at its end')
     ap.add_argument('--max-loss', type=float, default=1.0)
     ap.add_argument('--json')
     args = ap.parse_args(argv)
@@ -198,6 +223,8 @@ def main(argv=None):
             print('GPU %s under policy idle: %d rounds run (expected 0: the GEMM is a compute process), skips %s' % (
                 args.gpu, d['runs_total'],
                 ' '.join('%s=%d' % kv for kv in sorted(d['skips'].items())) or 'none exported'))
+
+    res['splits'] = splits(args, samples, phases, res['alone'])
 
     if loss is not None and loss > args.max_loss:
         problems.append('throughput loss %.2f%% > %g%%' % (loss, args.max_loss))

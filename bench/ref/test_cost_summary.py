@@ -41,10 +41,11 @@ class Test(unittest.TestCase):
             f.write(text)
         return p
 
-    def run_summary(self, with_tflops, with_runs=True):
+    def run_summary(self, with_tflops, with_runs=True, split=False):
         t, lines = 1000.0, []
-        # 10 s warm-up, 60 alone at 700, 62 with, 2 gap, 20 idle, 2 gap, 20 after at 698.
-        plan = [(10, 650), (60, 700), (62, with_tflops), (2, 700), (20, 700), (2, 700), (20, 698)]
+        # 10 s warm-up, 60 alone at 700, 62 with, 2 gap, 20 idle, 2 gap, 20 after at 698,
+        # then a 30 s split phase at 693.
+        plan = [(10, 650), (60, 700), (62, with_tflops), (2, 700), (20, 700), (2, 700), (20, 698), (30, 693)]
         for n, v in plan:
             for _ in range(n):
                 lines.append(json.dumps({'t0': t, 't1': t + 1.0, 'matmuls': 10, 'tflops': v, 'tflops_gpu': v + 1}))
@@ -52,15 +53,17 @@ class Test(unittest.TestCase):
         lines.append('{"t0": 1')  # cut short by the kill
         samples = self.path('g.jsonl', '\n'.join(lines) + '\n')
         phases = self.path('p.txt', 'warm_start 1000\nalone_start 1010\nwith_start 1070\nwith_end 1132\n'
-                           'idle_start 1134\nidle_end 1154\nafter_start 1156\nafter_end 1176\n')
+                           'idle_start 1134\nidle_end 1154\nafter_start 1156\nafter_end 1176\n'
+                           'split_chase_start 1176\nsplit_chase_end 1206\n')
         m = self.path('m.txt', METRICS if with_runs else METRICS.replace('} 6', '} 0'))
         i = self.path('i.txt', IDLE)
         js = os.path.join(self.dir, 's.json')
         buf = io.StringIO()
         old, sys.stdout = sys.stdout, buf
+        extra = ['--split', 'chase=' + m] if split else []
         try:
             rc = cs.main(['--samples', samples, '--phases', phases, '--gpu', '0', '--metrics-always', m,
-                          '--metrics-idle', i, '--json', js])
+                          '--metrics-idle', i, '--json', js] + extra)
         finally:
             sys.stdout = old
         with open(js) as f:
@@ -90,6 +93,16 @@ class Test(unittest.TestCase):
         rc, text, res = self.run_summary(690.0)
         self.assertEqual(rc, 1)
         self.assertIn('throughput loss 1.43% > 1%', text)
+
+    def test_split_phase_reported_not_judged(self):
+        rc, text, res = self.run_summary(696.5, split=True)
+        self.assertEqual(rc, 0, text)
+        sp = res['splits']['chase']
+        self.assertEqual(sp['gemm']['windows'], 30)
+        self.assertAlmostEqual(sp['loss_pct'], 1.0)
+        self.assertEqual(sp['rounds'], 6)
+        self.assertAlmostEqual(sp['busy_seconds_per_round'], 0.15)
+        self.assertIn('== split phases', text)
 
     def test_no_rounds_fails(self):
         rc, text, _ = self.run_summary(700.0, with_runs=False)
