@@ -426,20 +426,22 @@ func (s *Stream) Launch(f *Function, args ...Arg) error {
 	return nil
 }
 
-// TimeLaunches launches f, which takes no arguments, n times on s, each
-// time waiting for it to finish, and returns each launch-to-completion time
-// as the host saw it.
-func (s *Stream) TimeLaunches(f *Function, n int) ([]time.Duration, error) {
+// TimeLaunches launches f, which takes no arguments, on s, each time
+// waiting for it to finish, and returns each launch-to-completion time as
+// the host saw it: n launches, or fewer (at least one) where they take
+// longer than budget in all.
+func (s *Stream) TimeLaunches(f *Function, n int, budget time.Duration) ([]time.Duration, error) {
 	if n <= 0 {
 		return nil, nil
 	}
 	ns := make([]float64, n)
-	if err := s.d.check("cuLaunchKernel/cuStreamSynchronize", C.gl_time_launches(s.d.api, f.h, s.h, C.int(n), (*C.double)(unsafe.Pointer(&ns[0])))); err != nil {
+	var done C.int
+	if err := s.d.check("cuLaunchKernel/cuStreamSynchronize", C.gl_time_launches(s.d.api, f.h, s.h, C.int(n), C.double(budget.Nanoseconds()), (*C.double)(unsafe.Pointer(&ns[0])), &done)); err != nil {
 		return nil, fmt.Errorf("kernel %s: %w", f.Name, err)
 	}
-	out := make([]time.Duration, n)
-	for i, v := range ns {
-		out[i] = time.Duration(v)
+	out := make([]time.Duration, int(done))
+	for i := range out {
+		out[i] = time.Duration(ns[i])
 	}
 	return out, nil
 }

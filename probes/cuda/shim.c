@@ -132,8 +132,14 @@ gl_result gl_launch(gl_api *a, gl_function f, gl_stream s, int nargs,
 	return a->cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, nargs > 0 ? params : NULL, NULL);
 }
 
-gl_result gl_time_launches(gl_api *a, gl_function f, gl_stream s, int n, double *out) {
-	struct timespec t0, t1;
+static double gl_ns_between(const struct timespec *t0, const struct timespec *t1) {
+	return (double)(t1->tv_sec - t0->tv_sec) * 1e9 + (double)(t1->tv_nsec - t0->tv_nsec);
+}
+
+gl_result gl_time_launches(gl_api *a, gl_function f, gl_stream s, int n, double budget_ns, double *out, int *done) {
+	struct timespec begin, t0, t1;
+	*done = 0;
+	clock_gettime(CLOCK_MONOTONIC, &begin);
 	for (int i = 0; i < n; i++) {
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		gl_result r = a->cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL);
@@ -144,7 +150,11 @@ gl_result gl_time_launches(gl_api *a, gl_function f, gl_stream s, int n, double 
 		if (r != 0) {
 			return r;
 		}
-		out[i] = (double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec);
+		out[i] = gl_ns_between(&t0, &t1);
+		*done = i + 1;
+		if (gl_ns_between(&begin, &t1) >= budget_ns) {
+			break;
+		}
 	}
 	return 0;
 }

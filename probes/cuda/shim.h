@@ -102,10 +102,12 @@ gl_result gl_cuModuleGetFunction(gl_api *a, gl_function *f, gl_module m, const c
 // wide (else 64); at most 8.
 gl_result gl_launch(gl_api *a, gl_function f, gl_stream s, int nargs,
 	const unsigned long long *vals, const int *is32);
-// gl_time_launches launches f (no arguments) on s and waits for it, n times,
-// writing each launch-to-completion wall time in nanoseconds to out. The
-// loop is in C so the timing holds nothing of the caller's runtime.
-gl_result gl_time_launches(gl_api *a, gl_function f, gl_stream s, int n, double *out);
+// gl_time_launches launches f (no arguments) on s and waits for it, up to n
+// times and no longer than budget_ns once begun, writing each
+// launch-to-completion wall time in nanoseconds to out and the number done
+// (at least one) to *done. The loop is in C so the timing holds nothing of
+// the caller's runtime.
+gl_result gl_time_launches(gl_api *a, gl_function f, gl_stream s, int n, double budget_ns, double *out, int *done);
 gl_result gl_cuStreamCreate(gl_api *a, gl_stream *s, unsigned int flags);
 gl_result gl_cuStreamDestroy(gl_api *a, gl_stream s);
 gl_result gl_cuStreamSynchronize(gl_api *a, gl_stream s);
