@@ -22,11 +22,11 @@ func TestRunnerOptionsArgs(t *testing.T) {
 		want []string
 	}{
 		{"zero asks for defaults and unbound memory", Options{GPU: testGPU},
-			[]string{"--gpu=" + testGPU, "--no-host-node-binding", "--size=67108864", "--samples=5"}},
+			[]string{"--gpu=" + testGPU, "--no-host-node-binding", "--size=67108864", "--samples=3"}},
 		{"everything", Options{GPU: testGPU, Peers: []string{"0000:2a:00.0", "0000:3a:00.0"}, HostNodes: []int{1, 0},
-			Probes: []Kind{HostToDevice, PeerCopy}, SizeBytes: 1 << 20, Samples: 3},
+			Probes: []Kind{HostToDevice, PeerCopy}, SizeBytes: 1 << 20, Samples: 7},
 			[]string{"--gpu=" + testGPU, "--peer=0000:2a:00.0", "--peer=0000:3a:00.0", "--host-node=1", "--host-node=0",
-				"--probe=host_to_device", "--probe=peer_copy", "--size=1048576", "--samples=3"}},
+				"--probe=host_to_device", "--probe=peer_copy", "--size=1048576", "--samples=7"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.o.Args(); !reflect.DeepEqual(got, tc.want) {
