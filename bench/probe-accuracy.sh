@@ -14,8 +14,10 @@
 #     target: within 10%.
 # Each key has exactly one reference (probe_compare.py fails a key that two
 # give).
-# Probe and reference run interleaved twice (probe, ref, probe, ref) so drift
-# between them shows; ref/probe_compare.py prints both runs side by side.
+# Probe and reference run interleaved RUNS times (default 3: probe, ref,
+# probe, ref, probe, ref) so drift between them shows; ref/probe_compare.py
+# prints every run side by side and judges the median of the probe's runs
+# against the median of the reference's (both move between runs).
 # Host buffers: the probe gets --host-node for every NUMA node with memory
 # (HOST_NODES="" passes none), the references run once per node under
 # numactl --membind.
@@ -121,10 +123,11 @@ run_refs() {
   ls "$d"
 }
 
-# Worst case (every step at its timeout) stays under 8 minutes: run 2 and
-# the table are skipped when time is short.
+# Worst case (every step at its timeout) stays under 8 minutes: later runs
+# and the table are skipped when time is short.
+RUNS=${RUNS:-3}
 runs=()
-for r in 1 2; do
+for r in $(seq "$RUNS"); do
   if [ "$r" -gt 1 ] && [ $((SECONDS - t0)) -gt 200 ]; then
     echo "== run $r skipped: $(elapsed) gone"
     break

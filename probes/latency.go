@@ -66,20 +66,27 @@ func (c *chain) tourStart() uint64 {
 	return c.base + uint64(c.pages[0]*tourPage+tourOffset)
 }
 
-// The warm-up tours every page once (512 hops, about 0.6 ms through host
-// memory), so every page of the buffer is in the GPU's TLB as it will be
-// for the samples; each timed sample then walks chaseSampleHops on from
-// where the last one stopped, so the samples together cover the cycle.
-// Short walks that each restart at the same node see one subset of pages,
-// and wandered by several percent between rounds on an H200 (1105-1190
-// ns). A whole-cycle warm-up (16384 hops, 19 ms) did the same work, but a
-// chase kernel holds the GPU from a job running beside it for as long as it
-// runs, so the warm-up touches each page once and no more.
+// Before the timed samples a warm-up puts every page of the buffer in the
+// GPU's TLB; each timed sample then walks chaseSampleHops on from where the
+// last one stopped, so the samples together cover the cycle (short walks
+// that each restart at the same node see one subset of pages, and wandered
+// by several percent between rounds on an H200, 1105-1190 ns).
+//
+// In a peer's memory the warm-up tours every page once (512 hops, 0.4 ms).
+// In host memory it walks the whole cycle (16384 hops, 19 ms), as the
+// reference does: the CPU has just written the chain, and a GPU's first
+// read of a line still in the CPU's cache is faster than every later one.
+// With only the page tour the host samples read 1107-1132 ns against the
+// reference's 1188-1243 (H200, 2026-11-22); after the whole lap they read
+// 1155-1207 (2026-11-21). A chase kernel holds the GPU from a job beside
+// it for as long as it runs, so the peer chase, which gains nothing from
+// the lap, does not walk it.
 const chaseSampleHops = 4096
 
 // chaseLatency runs the chase kernel on this GPU over c and returns the
-// median time of one hop.
-func (p *gpuProbe) chaseLatency(c *chain) (float64, error) {
+// median time of one hop. lap warms up with the whole cycle, else with the
+// page tour.
+func (p *gpuProbe) chaseLatency(c *chain, lap bool) (float64, error) {
 	var out []float64
 	err := p.w.do(func(ctx *cuda.Context) error {
 		s, err := ctx.NewStream()
@@ -105,11 +112,15 @@ func (p *gpuProbe) chaseLatency(c *chain) (float64, error) {
 			p.busy += d
 			return d, nil
 		}
-		if _, err := run(c.tourStart(), len(c.pages), c.tourStart()); err != nil {
+		from, hops := c.tourStart(), len(c.pages)
+		if lap {
+			from, hops = c.start(), len(c.order)
+		}
+		if _, err := run(from, hops, from); err != nil {
 			return err
 		}
 		at, walked := c.start(), 0
-		hops := min(chaseSampleHops, len(c.order))
+		hops = min(chaseSampleHops, len(c.order))
 		for range p.opts.Samples {
 			if err := p.ctx.Err(); err != nil {
 				return err
@@ -141,7 +152,7 @@ func (p *gpuProbe) hostLatency(node int) Result {
 	defer p.unpin(h)
 	c := newChain(uint64(h.dev), chaseBytes, chaseStride)
 	copy(h.buf.mem, c.bytes)
-	if r.Seconds, err = p.chaseLatency(c); err != nil {
+	if r.Seconds, err = p.chaseLatency(c, true); err != nil {
 		return errResult(r, err)
 	}
 	return r
@@ -164,7 +175,7 @@ func (p *gpuProbe) peerLatency(addr string) Result {
 	if err := pw.do(func(ctx *cuda.Context) error { return ctx.CopyHtoD(ptr, c.bytes) }); err != nil {
 		return errResult(r, err)
 	}
-	if r.Seconds, err = p.chaseLatency(c); err != nil {
+	if r.Seconds, err = p.chaseLatency(c, false); err != nil {
 		return errResult(r, err)
 	}
 	return r

@@ -469,15 +469,40 @@ class TestTwoRuns(Base):
         self.assertAlmostEqual(r['ref_drift_pct'], (0.99 / 1.005 - 1) * 100, places=6)
         self.assertIn('probe drift', text.splitlines()[0])
         self.assertIn('diff2', text.splitlines()[0])
-        # Run 2's H2D reference 5% off: the row fails though run 1 passed.
+        # Run 2's H2D reference 7% off: the medians of two runs are their
+        # means, 3.5% apart, and the row fails though run 1 passed.
         for r in r2[0]['results']:
             if r['probe'] == 'host_to_device' and r['gpu'] == 0:
-                r['bytes_per_second'] *= 1.05
+                r['bytes_per_second'] *= 1.07
         rc, text, rows, _ = self.run_compare((p1, r1), (p2, r2))
         self.assertEqual(rc, 1)
         row = rows[(G0, 'host_to_device', 'host_to_device', None, 0)]
         self.assertEqual([c['status'] for c in row['runs']], ['PASS', 'FAIL'])
         self.assertEqual(row['status'], 'FAIL')
+        self.assertIn('diff med', text.splitlines()[0])
+
+    def test_verdict_on_medians_across_three_runs(self):
+        p = [two_gpus() for _ in range(3)]
+        refs = [list(reference_for(x, 1.0)) for x in p]
+
+        def off(run, factor):
+            for r in refs[run][0]['results']:
+                if r['probe'] == 'host_to_device' and r['gpu'] == 0:
+                    r['bytes_per_second'] *= factor
+        key = (G0, 'host_to_device', 'host_to_device', None, 0)
+        # One reference run 8% off: the medians agree, the row passes and
+        # still shows the failing run.
+        off(1, 1.08)
+        rc, text, rows, _ = self.run_compare(*zip(p, refs))
+        self.assertEqual(rc, 0, text)
+        self.assertEqual([c['status'] for c in rows[key]['runs']], ['PASS', 'FAIL', 'PASS'])
+        self.assertAlmostEqual(rows[key]['median']['diff_pct'], 0.0, places=6)
+        # Two of three off: the reference's median moves and the row fails.
+        off(2, 1.08)
+        rc, text, rows, _ = self.run_compare(*zip(p, refs))
+        self.assertEqual(rc, 1)
+        self.assertEqual(rows[key]['status'], 'FAIL')
+        self.assertAlmostEqual(rows[key]['median']['diff_pct'], (1 / 1.08 - 1) * 100, places=6)
 
     def test_result_missing_from_one_run(self):
         p1 = two_gpus()
