@@ -29,6 +29,8 @@ var switchDefs = []struct {
 	{"nic", "InfiniBand, RoCE and EFA port state, rate and counters, and physical Ethernet interfaces, from sysfs.", true},
 	{"process", "CPU and memory placement of every process holding a GPU against the GPU's NUMA node, from NVML and procfs.", true},
 	{"topology", "NUMA nodes and distances, the PCIe tree's link states, and each GPU's NUMA affinity, path to every NIC and slowest hop to the CPU, from sysfs.", true},
+	{"dcgm", "Profiling fields (engine, SM, tensor and DRAM activity, PCIe and NVLink traffic) and health watches from an NVIDIA DCGM host engine (nv-hostengine); needs libdcgm.so.4.", false},
+	{"kubernetes", "Which pod and container the kubelet assigned each GPU to, from its pod-resources socket (gpulink_gpu_pod_info).", false},
 }
 
 // RegisterSwitches adds --collector.<name> and --no-collector.<name> flags.

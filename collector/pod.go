@@ -1,0 +1,45 @@
+package collector
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpulink/gpulink_exporter/internal/podresources"
+)
+
+// PodCollector renders the kubelet's device assignments as one info series
+// per container holding a GPU. Pod names are not put on every series: they
+// change with every pod, and an info metric joins them onto any per-GPU
+// series in a query instead.
+type PodCollector struct {
+	snapshotMetrics[*podresources.Snapshot]
+	info *prometheus.Desc
+}
+
+// NewPodCollector renders the snapshots of src.
+func NewPodCollector(src latester[*podresources.Snapshot]) *PodCollector {
+	c := &PodCollector{
+		info: gpuDesc("gpu", "pod_info",
+			"The kubelet has assigned the GPU to this container; value 1. gpu and pci_bus_id are empty where NVML does not know the device (a MIG instance: uuid is then the instance's).",
+			"namespace", "pod", "container"),
+	}
+	c.snapshotMetrics = snapshotMetrics[*podresources.Snapshot]{src: src, render: c.render}
+	return c
+}
+
+// Describe implements prometheus.Collector.
+func (c *PodCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.info }
+
+// Collect implements prometheus.Collector.
+func (c *PodCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
+
+func (c *PodCollector) render(s *podresources.Snapshot) []prometheus.Metric {
+	o := &out{}
+	for _, a := range s.Assignments {
+		index := ""
+		if a.GPU >= 0 {
+			index = itoa(a.GPU)
+		}
+		o.gauge(c.info, 1, index, a.UUID, a.PCIBusID, a.Namespace, a.Pod, a.Container)
+	}
+	return o.ms
+}
