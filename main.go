@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -26,9 +28,12 @@ import (
 	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
 
 	"github.com/gpulink/gpulink_exporter/collector"
+	"github.com/gpulink/gpulink_exporter/internal/dcgm"
 	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/podresources"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/scrape"
+	"github.com/gpulink/gpulink_exporter/internal/sim"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
 )
@@ -59,11 +64,19 @@ func main() {
 		probeJitter       = app.Flag("probe.jitter", "Spread of the probe interval, as a fraction of it, so a fleet does not probe in step.").Default("0.1").Float64()
 		probeTimeout      = app.Flag("probe.timeout", "Deadline of one GPU's probe child; past it the child is killed.").Default("60s").Duration()
 		probeSize         = app.Flag("probe.size", "Size of one transfer for the bandwidth probes; each probe holds at most two such buffers on the GPU and two pinned on the host.").Default("64MiB").Bytes()
-		probeSamples      = app.Flag("probe.samples", "Timed samples per probe result; the median is exported.").Default("5").Int()
+		probeSamples      = app.Flag("probe.samples", "Timed samples per probe result; the median is exported.").Default(strconv.Itoa(probes.DefaultSamples)).Int()
 		probeKinds        = app.Flag("probe.kind", "Probe to run (repeatable); default all.").Enums(probes.KindNames()...)
 		probeUtil         = app.Flag("probe.utilization-threshold", "Under the idle policy, skip a GPU busier than this (0..1).").Default("0.05").Float64()
 		noExporterMetrics = app.Flag("web.disable-exporter-metrics", "Exclude the exporter's own go_* and process_* metrics.").Bool()
 		maxProcs          = app.Flag("runtime.gomaxprocs", "The target number of CPUs Go will run on (GOMAXPROCS).").Envar("GOMAXPROCS").Default("1").Int()
+		dcgmAddress       = app.Flag("dcgm.address", "Address of the DCGM host engine (nv-hostengine): host:port, a unix socket path (starting with /), or a DCGM 4.5+ connection string (tcp://, unix://).").Default(dcgm.DefaultAddress).String()
+		dcgmEmbedded      = app.Flag("dcgm.embedded", "When no host engine answers at --dcgm.address, run DCGM's engine inside the exporter's process (with the exporter's privileges).").Bool()
+		dcgmEvery         = app.Flag("dcgm.interval", "How often to sample DCGM; also the interval DCGM averages the profiling fields over.").Default("5s").Duration()
+		dcgmLib           = app.Flag("dcgm.library", "Path or name of libdcgm.so.4; a path must name a library whose SONAME is libdcgm.so.4.").Default(dcgm.DefaultLibrary).String()
+		podSocket         = app.Flag("kubernetes.pod-resources-socket", "The kubelet's pod-resources socket, read by the kubernetes collector.").Default(podresources.DefaultSocket).String()
+		podEvery          = app.Flag("kubernetes.interval", "How often to ask the kubelet which pods the GPUs are assigned to.").Default("30s").Duration()
+		simProfile        = app.Flag("sim", "Serve a simulated node instead of this machine: NVML, sysfs/procfs and the probe runner are modelled, everything else is the real exporter. One of: "+strings.Join(sim.ProfileNames(), ", ")+".").PlaceHolder("PROFILE").Enum(sim.ProfileNames()...)
+		simFaults         = app.Flag("sim.faults", "YAML file of faults to inject into the simulated node (with --sim); re-read when it changes. Missing or empty: a healthy node.").PlaceHolder("FILE").String()
 		webConfig         = kingpinflag.AddFlags(app, defaultAddress)
 	)
 	switches := collector.RegisterSwitches(app)
@@ -79,10 +92,38 @@ func main() {
 
 	logger := promslog.New(logConfig)
 	fsys := numa.FS{Sys: *sysfsRoot, Proc: *procfsRoot}
-	if command == topologyCmd.FullCommand() {
-		if err := printTopology(fsys, *nvmlLib, logger); err != nil {
-			fmt.Fprintln(os.Stderr, err)
+	newNVML := func() nvml.Interface { return nvml.New(nvml.WithLibraryPath(*nvmlLib)) }
+	// With --sim the three hardware seams are the simulated node's; exit
+	// removes its tree on every way out.
+	var simNode *sim.Node
+	exit := func(code int) {
+		if simNode != nil {
+			simNode.Close()
+		}
+		os.Exit(code)
+	}
+	switch {
+	case *simProfile != "" && command == probeCmd.FullCommand():
+		fmt.Fprintln(os.Stderr, "--sim serves a simulated node; the probe command needs a real GPU")
+		os.Exit(1)
+	case *simProfile != "":
+		n, err := sim.Start(sim.Config{Profile: *simProfile, FaultsFile: *simFaults, Logger: logger})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "simulated node:", err)
 			os.Exit(1)
+		}
+		simNode = n
+		defer simNode.Close()
+		fsys = simNode.FS()
+		newNVML = simNode.NVML
+	case *simFaults != "":
+		fmt.Fprintln(os.Stderr, "--sim.faults needs --sim")
+		os.Exit(1)
+	}
+	if command == topologyCmd.FullCommand() {
+		if err := printTopology(fsys, newNVML(), logger); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			exit(1)
 		}
 		return
 	}
@@ -120,9 +161,17 @@ func main() {
 	var gpuIDs interface{ Identities() []gpu.Identity }
 	var reader *gpu.Reader
 	var nvmlSampler *sampler.Sampler[*gpu.Snapshot]
+	var probeRunner probes.RoundRunner // the probe child unless simulated
+	if simNode != nil {
+		logger.Info("serving a simulated node", "profile", *simProfile, "faults", *simFaults, "sysfs", fsys.Sys, "procfs", fsys.Proc)
+		go simNode.Run(ctx)
+		statuses = append(statuses, simNode)
+		versions = append(versions, simNode)
+		probeRunner = simNode.Runner()
+	}
 
 	if switches.Enabled("nvml") || switches.Enabled("xid") || switches.Enabled("process") {
-		reader = gpu.NewReader(nvml.New(nvml.WithLibraryPath(*nvmlLib)), *sysfsRoot, logger)
+		reader = gpu.NewReader(newNVML(), fsys.Sys, logger)
 		defer reader.Shutdown()
 		if err := reader.Init(); err != nil {
 			// Not fatal: a machine without a driver still serves the rest,
@@ -175,20 +224,60 @@ func main() {
 		if nvmlSampler == nil {
 			logger.Warn("the probes need the nvml collector to know the GPUs and whether they are idle; not probing")
 		} else {
+			first := *probeFirst
+			if first == 0 {
+				// The flag's 0 is no wait; the scheduler reads a zero
+				// delay as "use the default" (1m).
+				first = time.Nanosecond
+			}
 			s, err := newProbeScheduler(probeSchedulerConfig{
-				policy: *probePolicy, every: *probeEvery, first: *probeFirst, jitter: *probeJitter,
+				policy: *probePolicy, every: *probeEvery, first: first, jitter: *probeJitter,
 				timeout: *probeTimeout, size: int64(*probeSize), samples: *probeSamples, kinds: *probeKinds,
-				util: *probeUtil, duty: *probeDuty, cudaLib: *cudaLib, fsys: fsys, logger: logger,
+				util: *probeUtil, duty: *probeDuty, cudaLib: *cudaLib, fsys: fsys, logger: logger, runner: probeRunner,
 			}, nvmlSampler, reader, topologyLatest(topology))
 			if err != nil {
 				logger.Error("invalid probe settings", "err", err)
-				os.Exit(1)
+				exit(1)
 			}
 			go s.Run(ctx)
 			reg.MustRegister(collector.NewProbeCollector(s))
 			statuses = append(statuses, s)
 			versions = append(versions, s)
 		}
+	}
+	// NVML's identities give the DCGM and pod series NVML's index and PCI
+	// address; without NVML they carry DCGM's and the kubelet's alone.
+	var nvmlIDs func() []gpu.Identity
+	if gpuIDs != nil {
+		nvmlIDs = gpuIDs.Identities
+	}
+	if switches.Enabled("dcgm") {
+		r := dcgm.NewReader(dcgm.Config{Address: *dcgmAddress, Embedded: *dcgmEmbedded, Library: *dcgmLib,
+			Interval: *dcgmEvery, GPUs: nvmlIDs, Logger: logger})
+		defer r.Close()
+		s := sampler.New[*dcgm.Snapshot]("dcgm", r, sampler.Options{Interval: *dcgmEvery, Logger: logger})
+		go s.Run(ctx)
+		reg.MustRegister(collector.NewDCGMCollector(s))
+		statuses = append(statuses, s)
+		versions = append(versions, s)
+	} else if simNode == nil {
+		// A hint only: the source stays off unless asked for, since DCGM's
+		// profiling watches take the GPU's performance counters from
+		// profilers. One local connect, off the start-up path.
+		go func() {
+			if dcgm.EngineListening(*dcgmAddress, 200*time.Millisecond) {
+				logger.Info("a DCGM host engine answers; --collector.dcgm adds its profiling and health metrics", "address", *dcgmAddress)
+			}
+		}()
+	}
+	if switches.Enabled("kubernetes") {
+		s := sampler.New[*podresources.Snapshot]("kubernetes",
+			&podresources.Reader{Socket: *podSocket, GPUs: nvmlIDs, Logger: logger},
+			sampler.Options{Interval: *podEvery, Timeout: 10 * time.Second, Logger: logger})
+		go s.Run(ctx)
+		reg.MustRegister(collector.NewPodCollector(s))
+		statuses = append(statuses, s)
+		versions = append(versions, s)
 	}
 	if switches.Enabled("nic") {
 		s := sampler.New[*numa.NICSnapshot]("nic", &numa.NICReader{FS: fsys}, sampler.Options{
@@ -203,13 +292,13 @@ func main() {
 	metrics := scrape.NewHandler(reg, versions, *maxRequests, logger)
 	if err := serve(ctx, logger, metrics, webConfig, *metricsPath); err != nil {
 		logger.Error("server failed", "err", err)
-		os.Exit(1)
+		exit(1)
 	}
 }
 
 // printTopology is the topology command: one NVML sample for the NVLink
 // counts (none without a driver), the PCIe tree from sysfs.
-func printTopology(fsys numa.FS, nvmlLib string, logger *slog.Logger) error {
+func printTopology(fsys numa.FS, lib nvml.Interface, logger *slog.Logger) error {
 	topo, err := fsys.Topology()
 	if topo == nil {
 		return err
@@ -218,7 +307,7 @@ func printTopology(fsys numa.FS, nvmlLib string, logger *slog.Logger) error {
 		logger.Warn("some topology values could not be read", "err", err)
 	}
 	var gpus []numa.MatrixGPU
-	reader := gpu.NewReader(nvml.New(nvml.WithLibraryPath(nvmlLib)), fsys.Sys, logger)
+	reader := gpu.NewReader(lib, fsys.Sys, logger)
 	defer reader.Shutdown()
 	if err := reader.Init(); err != nil {
 		logger.Warn("NVML unavailable; GPUs in PCI address order, no NVLinks", "err", err)
@@ -251,16 +340,23 @@ type probeSchedulerConfig struct {
 	cudaLib               string
 	fsys                  numa.FS
 	logger                *slog.Logger
+	// runner runs the rounds; nil means the probe child.
+	runner probes.RoundRunner
 }
 
 // newProbeScheduler joins the probe scheduler to the sources it judges by:
 // NVML for the GPUs and whether they are idle, the topology for host nodes
 // and, with NVML, for what each path should give. The child is this same
-// binary.
+// binary unless c.runner is set.
 func newProbeScheduler(c probeSchedulerConfig, nvmlSampler *sampler.Sampler[*gpu.Snapshot], reader *gpu.Reader, topo func() *numa.Topology) (*probes.Scheduler, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("finding this binary to run the probe child: %w", err)
+	runner := c.runner
+	if runner == nil {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("finding this binary to run the probe child: %w", err)
+		}
+		runner = &probes.ChildRunner{Logger: c.logger, Command: []string{exe, "probe",
+			"--cuda.library=" + c.cudaLib, "--path.sysfs=" + c.fsys.Sys, "--path.procfs=" + c.fsys.Proc}}
 	}
 	var kinds []probes.Kind
 	for _, k := range c.kinds {
@@ -271,11 +367,10 @@ func newProbeScheduler(c probeSchedulerConfig, nvmlSampler *sampler.Sampler[*gpu
 		Options:              probes.Options{Probes: kinds, SizeBytes: c.size, Samples: c.samples},
 		UtilizationThreshold: c.util,
 		MaxDuty:              c.duty,
-		Runner: &probes.ChildRunner{Logger: c.logger, Command: []string{exe, "probe",
-			"--cuda.library=" + c.cudaLib, "--path.sysfs=" + c.fsys.Sys, "--path.procfs=" + c.fsys.Proc}},
-		GPUs:      nvmlSampler.LatestData,
-		Processes: reader.ComputeProcesses,
-		HostNodes: func(addr string) []int { return topo().HostNodes(addr) },
+		Runner:               runner,
+		GPUs:                 nvmlSampler.LatestData,
+		Processes:            reader.ComputeProcesses,
+		HostNodes:            func(addr string) []int { return topo().HostNodes(addr) },
 		Annotate: func(g *probes.GPURound) {
 			probes.PathFor(nvmlSampler.LatestData(), topo(), g.PCIBusID).Annotate(g)
 		},

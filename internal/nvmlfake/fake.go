@@ -112,12 +112,25 @@ var dgxBuses = []int{0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb}
 // NVSwitch bus numbers on a DGX H100.
 var nvswitchBuses = []int{0x05, 0x06, 0x07, 0x08}
 
+// AWS p5.48xlarge GPU bus numbers, as in sysfsfake's aws-p5 tree: each
+// GPU at the bottom of its own tray's switch tree.
+var p5Buses = []int{0x53, 0x64, 0x75, 0x86, 0x97, 0xa8, 0xb9, 0xca}
+
 // NewDGXH100 models a DGX H100: 8 GPUs, two sockets, every GPU's 18
 // NVLinks on the four NVSwitches.
-func NewDGXH100() *Machine {
+func NewDGXH100() *Machine { return newHGXH100(dgxBuses) }
+
+// NewAWSP5 models an AWS p5.48xlarge: the same eight H100 SXM GPUs on
+// NVSwitches as a DGX H100, GPUs 0-3 on one socket and 4-7 on the other,
+// at the bus numbers of sysfsfake's aws-p5 tree.
+func NewAWSP5() *Machine { return newHGXH100(p5Buses) }
+
+// newHGXH100 is an HGX H100 board of eight GPUs at buses, the first four
+// on one socket: every GPU's 18 NVLinks on the four NVSwitches.
+func newHGXH100(buses []int) *Machine {
 	m := newMachine(dgxh100.New())
 	for i, g := range m.GPUs {
-		g.setBus(dgxBuses[i])
+		g.setBus(buses[i])
 		g.PowerLimitMW = 700000
 		for l := range g.NVLinks {
 			g.NVLinks[l] = Link{Up: true, Version: uint32(nvml.NVLINK_VERSION_4_0), RemoteType: nvml.NVLINK_DEVICE_TYPE_SWITCH,
@@ -218,11 +231,28 @@ func (m *Machine) Update(f func()) {
 
 // SendXID delivers an XID event for GPU i (-1: no device).
 func (m *Machine) SendXID(i int, xid uint64) {
+	m.events <- m.xidEvent(i, xid)
+}
+
+// TrySendXID delivers an XID event for GPU i unless the queue of events
+// nobody has waited for yet is full, and reports whether it did. The
+// simulated node uses it: with the XID collector off nothing waits, and a
+// fault must not block the node.
+func (m *Machine) TrySendXID(i int, xid uint64) bool {
+	select {
+	case m.events <- m.xidEvent(i, xid):
+		return true
+	default:
+		return false
+	}
+}
+
+func (m *Machine) xidEvent(i int, xid uint64) nvml.EventData {
 	ev := nvml.EventData{EventType: nvml.EventTypeXidCriticalError, EventData: xid}
 	if i >= 0 {
 		ev.Device = m.GPUs[i].Device
 	}
-	m.events <- ev
+	return ev
 }
 
 func (m *Machine) setLibraryFuncs() {

@@ -454,20 +454,29 @@ func TestTxtarRefuses(t *testing.T) {
 	}
 }
 
-// TestMatchesNVMLFake checks that the DGX's GPUs are where the fake NVML
-// of the same machine says, so tests can join the two.
+// TestMatchesNVMLFake checks that the DGX's and the p5's GPUs are where
+// the fake NVML of the same machine says, so tests and the simulated node
+// can join the two.
 func TestMatchesNVMLFake(t *testing.T) {
-	var want []string
-	for _, g := range nvmlfake.NewDGXH100().GPUs {
-		want = append(want, g.PciBusID)
-	}
-	for _, m := range []*Machine{DGXH100(), DGXH100Faults()} {
-		var got []string
-		for _, g := range m.GPUs() {
-			got = append(got, g.Addr)
+	for _, c := range []struct {
+		nvml     *nvmlfake.Machine
+		machines []*Machine
+	}{
+		{nvmlfake.NewDGXH100(), []*Machine{DGXH100(), DGXH100Faults()}},
+		{nvmlfake.NewAWSP5(), []*Machine{AWSP5(), AWSP5Faults()}},
+	} {
+		var want []string
+		for _, g := range c.nvml.GPUs {
+			want = append(want, g.PciBusID)
 		}
-		if !slices.Equal(got, want) {
-			t.Errorf("%s GPUs %v, nvmlfake %v", m.Name, got, want)
+		for _, m := range c.machines {
+			var got []string
+			for _, g := range m.GPUs() {
+				got = append(got, g.Addr)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s GPUs %v, nvmlfake %v", m.Name, got, want)
+			}
 		}
 	}
 }

@@ -1,0 +1,349 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
+	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
+)
+
+// effects are the faults in force at one tick, sorted by what they touch.
+// The live machine writes a healthy state and lays these over it, so a
+// fault that is gone leaves nothing behind but the counts it added.
+type effects struct {
+	gpus []gpuEffects
+	// fns by PCI function address.
+	fns map[string]*fnEffects
+}
+
+type gpuEffects struct {
+	// Width and Generation are the PCIe link's trained state; 0 leaves it
+	// at its maximum.
+	Width, Generation int
+	// linksDown are NVLinks that are down; linkErrors the error rate of
+	// links that are erroring, per second.
+	linksDown  map[int]bool
+	linkErrors map[int]float64
+	// reasons are the clock event reasons held active.
+	reasons []string
+	// farProcess, when set, is a process on the GPU that runs and keeps
+	// its memory on the other socket.
+	farProcess *sysfsfake.Process
+}
+
+// fnEffects is what faults do to one NIC function: its RDMA ports and
+// network interfaces share the physical port.
+type fnEffects struct {
+	down bool
+	// downs and ups are the transitions this tick: a port that went down
+	// adds to link_downed and carrier_down_count.
+	downs, ups int64
+	// rate is the share of the port rate trained; 1 in health.
+	rate float64
+	// symbolErrors per second.
+	symbolErrors float64
+}
+
+// farProcessPID is the PID of the process a process_far_socket fault puts
+// on GPU i; no profile uses PIDs in this range.
+func farProcessPID(i int) int { return 7000 + i }
+
+// effects works out the faults in force at now. It also does what a fault
+// does once, as it happens: an XID is delivered the first time its fault
+// is seen. n.mu is held.
+func (n *Node) effects(now time.Time) effects {
+	eff := effects{gpus: make([]gpuEffects, len(n.machine.GPUs)), fns: map[string]*fnEffects{}}
+	for i := range eff.gpus {
+		eff.gpus[i] = gpuEffects{linksDown: map[int]bool{}, linkErrors: map[int]float64{}}
+	}
+	fn := func(device string) *fnEffects {
+		addr := n.fnOf[device]
+		e := eff.fns[addr]
+		if e == nil {
+			e = &fnEffects{rate: 1}
+			eff.fns[addr] = e
+		}
+		return e
+	}
+	flapping := map[string]*activeFault{}
+	for _, af := range n.faults {
+		var g *gpuEffects
+		if af.GPU >= 0 {
+			g = &eff.gpus[af.GPU]
+		}
+		switch af.Kind {
+		case PCIeWidth:
+			g.Width = af.Width
+		case PCIeGeneration:
+			g.Generation = af.Generation
+		case NVLinkDown:
+			g.linksDown[af.Link] = true
+		case NVLinkErrors:
+			g.linkErrors[af.Link] = af.PerSecond
+		case NICRate:
+			fn(af.Device).rate = af.Fraction
+		case NICDown:
+			fn(af.Device).down = true
+		case NICFlapping:
+			flapping[n.fnOf[af.Device]] = af
+			fn(af.Device)
+		case NICSymbolErrors:
+			fn(af.Device).symbolErrors = af.PerSecond
+		case ProcessFarSocket:
+			g.farProcess = n.farProcess(af.GPU)
+		case Throttle:
+			g.reasons = append(g.reasons, af.Reason)
+		case XID:
+			if !af.fired {
+				af.fired = true
+				if !n.nvml.TrySendXID(af.GPU, af.Code) {
+					n.logger.Warn("XID not delivered: nothing is waiting for NVML events (is the xid collector off?)", "gpu", af.GPU, "xid", af.Code)
+				}
+			}
+		}
+	}
+	// Port states: every function's state follows its faults, and each
+	// change is a transition the counters show.
+	for addr, st := range n.live.fns {
+		e := eff.fns[addr]
+		if e == nil {
+			if st.up {
+				continue
+			}
+			e = &fnEffects{rate: 1}
+			eff.fns[addr] = e
+		}
+		if af := flapping[addr]; af != nil {
+			// Down for a period from the moment the fault appeared, then
+			// up for a period, and so on. Every transition since the last
+			// tick is counted, however many fit in it.
+			if !af.started {
+				af.started = true
+				if !st.up {
+					af.downs = 1 // it was down already: that down is counted
+				}
+			}
+			k := int64(max(now.Sub(af.since), 0) / af.Period)
+			downs, ups := k/2+1, (k+1)/2
+			e.downs, e.ups = downs-af.downs, ups-af.ups
+			af.downs, af.ups = downs, ups
+			e.down = k%2 == 0
+		} else if e.down == st.up {
+			if e.down {
+				e.downs = 1
+			} else {
+				e.ups = 1
+			}
+		}
+		st.up = !e.down
+	}
+	return eff
+}
+
+// farProcess is the process a process_far_socket fault puts on GPU i: a
+// job started with its CPUs bound to the other socket, so its threads run
+// there and its memory was first touched there.
+func (n *Node) farProcess(i int) *sysfsfake.Process {
+	g := n.machine.GPUs[i]
+	far := -1
+	for _, node := range n.live.nodeIDs {
+		if node != g.NUMANode {
+			far = node
+			break
+		}
+	}
+	cpus := n.live.nodeCPUs[far]
+	pid := farProcessPID(i)
+	pages := make([]uint64, len(n.live.nodeIDs))
+	for j, node := range n.live.nodeIDs {
+		switch node {
+		case far:
+			pages[j] = 1_800_000
+		case g.NUMANode:
+			pages[j] = 200_000
+		}
+	}
+	return &sysfsfake.Process{
+		PID: pid, PPID: 1, Comm: "python", Exe: "/usr/bin/python3", GPUs: []string{g.PCIBusID},
+		CPUsAllowed: formatCPUs(cpus), Threads: spreadThreads(pid, 16, cpus), Pages: pages,
+		Cgroup: fmt.Sprintf("/user.slice/user-1000.slice/session-%d.scope", 40+i),
+	}
+}
+
+// formatCPUs prints CPUs in the kernel's list form.
+func formatCPUs(cpus []int) string {
+	var b strings.Builder
+	for i := 0; i < len(cpus); {
+		j := i
+		for j+1 < len(cpus) && cpus[j+1] == cpus[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(cpus[i]))
+		if j > i {
+			fmt.Fprintf(&b, "-%d", cpus[j])
+		}
+		i = j + 1
+	}
+	return b.String()
+}
+
+// throttleFields are the NVML fields that keep time for a clock event
+// reason, in nanoseconds; hw_slowdown has none.
+var throttleFields = map[string]uint32{
+	"sw_power_cap":            nvml.FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP,
+	"sw_thermal_slowdown":     nvml.FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,
+	"hw_thermal_slowdown":     nvml.FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN,
+	"hw_power_brake_slowdown": nvml.FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
+}
+
+// reasonMask is a clock event reason's bit.
+func reasonMask(name string) uint64 {
+	for _, r := range gpu.ClockEventReasons {
+		if r.Name == name {
+			return r.Mask
+		}
+	}
+	return 0
+}
+
+// throttledClockMHz is the SM clock a reason holds a GPU at, roughly: a
+// thermal or power brake slowdown halves it or worse, a software cap takes
+// a few hundred MHz.
+var throttledClockMHz = map[string]uint32{
+	"hw_thermal_slowdown":     1095,
+	"hw_power_brake_slowdown": 765,
+	"hw_slowdown":             1200,
+	"sw_thermal_slowdown":     1545,
+	"sw_power_cap":            1710,
+}
+
+// clockMask is what NVML reports for reasons: a hardware slowdown of any
+// cause also sets hw_slowdown, as the driver does.
+func clockMask(reasons []string) uint64 {
+	var m uint64
+	for _, r := range reasons {
+		m |= reasonMask(r)
+		if r == "hw_thermal_slowdown" || r == "hw_power_brake_slowdown" {
+			m |= reasonMask("hw_slowdown")
+		}
+	}
+	return m
+}
+
+// ibLaneGbps are InfiniBand lane speeds, slowest first.
+var ibLaneGbps = []struct {
+	name string
+	gbps float64
+}{{"SDR", 2.5}, {"DDR", 5}, {"QDR", 10}, {"FDR", 14.0625}, {"EDR", 25}, {"HDR", 50}, {"NDR", 100}, {"XDR", 200}}
+
+// scaleRate returns an RDMA port's rate file for fraction of rate: the
+// same lanes at a slower speed where one gives it (a port trained down),
+// else the same speed on fewer lanes, else the bare rate.
+func scaleRate(rate string, fraction float64) string {
+	num, rest, ok := strings.Cut(rate, " Gb/sec")
+	gbps, err := strconv.ParseFloat(num, 64)
+	if !ok || err != nil {
+		return rate
+	}
+	width, speed := 4, ""
+	if inner, ok := strings.CutPrefix(rest, " ("); ok {
+		w, s, _ := strings.Cut(strings.TrimSuffix(inner, ")"), "X")
+		if v, err := strconv.Atoi(w); err == nil && v > 0 {
+			width = v
+		}
+		speed = strings.TrimSpace(s)
+	}
+	target := gbps * fraction
+	near := func(a, b float64) bool { return math.Abs(a-b) < 0.01*b }
+	for _, l := range ibLaneGbps {
+		if near(l.gbps*float64(width), target) {
+			return fmt.Sprintf("%s Gb/sec (%dX %s)", formatGbps(l.gbps*float64(width)), width, l.name)
+		}
+	}
+	for _, l := range ibLaneGbps {
+		if l.name != speed {
+			continue
+		}
+		for _, w := range []int{1, 2, 4, 8, 12} {
+			if near(l.gbps*float64(w), target) {
+				return fmt.Sprintf("%s Gb/sec (%dX %s)", formatGbps(l.gbps*float64(w)), w, l.name)
+			}
+		}
+	}
+	return formatGbps(target) + " Gb/sec"
+}
+
+// formatGbps prints a rate as the kernel does: whole, or with ".5".
+func formatGbps(v float64) string {
+	whole := math.Floor(v)
+	if v-whole >= 0.5 {
+		return fmt.Sprintf("%d.5", int64(whole))
+	}
+	return strconv.FormatInt(int64(whole), 10)
+}
+
+// describeMachine lists what faults may name: the GPUs from NVML, with
+// their NUMA nodes from sysfs, and the NICs, each name mapped to its PCI
+// function.
+func describeMachine(nv *nvmlfake.Machine, m *sysfsfake.Machine) (*Machine, map[string]string) {
+	mc := &Machine{NICs: map[string]MachineNIC{}, NUMANodes: len(m.Nodes)}
+	for _, g := range nv.GPUs {
+		node := -1
+		if d := m.Device(g.PciBusID); d != nil {
+			node = d.NUMANode
+		}
+		mc.GPUs = append(mc.GPUs, MachineGPU{PCIBusID: g.PciBusID, NVLinks: len(g.NVLinks),
+			MaxGeneration: g.PCIeMaxGen, MaxWidth: g.PCIeMaxWidth, NUMANode: node})
+	}
+	fnOf := map[string]string{}
+	walkDevices(m, func(d *sysfsfake.Device) {
+		if len(d.RDMA) == 0 && len(d.Net) == 0 {
+			return
+		}
+		var nic MachineNIC
+		for _, ib := range d.RDMA {
+			for _, p := range ib.Ports {
+				nic.Rate = nic.Rate || p.Rate != ""
+				nic.SymbolErrors = nic.SymbolErrors || p.Counters != nil
+			}
+		}
+		for _, nd := range d.Net {
+			nic.Rate = nic.Rate || nd.Speed > 0
+		}
+		for _, ib := range d.RDMA {
+			fnOf[ib.Name] = d.Addr
+			r := nic
+			r.RDMA = true
+			mc.NICs[ib.Name] = r
+		}
+		for _, nd := range d.Net {
+			fnOf[nd.Name] = d.Addr
+			mc.NICs[nd.Name] = nic
+		}
+	})
+	return mc, fnOf
+}
+
+// walkDevices calls f for every PCI function, depth first.
+func walkDevices(m *sysfsfake.Machine, f func(d *sysfsfake.Device)) {
+	var visit func(ds []*sysfsfake.Device)
+	visit = func(ds []*sysfsfake.Device) {
+		for _, d := range ds {
+			f(d)
+			visit(d.Children)
+		}
+	}
+	for _, hb := range m.HostBridges {
+		visit(hb.Devices)
+	}
+}

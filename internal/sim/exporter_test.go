@@ -1,0 +1,293 @@
+package sim_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/gpulink/gpulink_exporter/collector"
+	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/internal/scrape"
+	"github.com/gpulink/gpulink_exporter/internal/sim"
+	"github.com/gpulink/gpulink_exporter/internal/testwait"
+	"github.com/gpulink/gpulink_exporter/numa"
+	"github.com/gpulink/gpulink_exporter/probes"
+)
+
+// exporter is the daemon's wiring (main.go) over a simulated node, with
+// the samplers stepped by the test instead of their tickers.
+type exporter struct {
+	node     *sim.Node
+	faults   string
+	nvml     *sampler.Sampler[*gpu.Snapshot]
+	topo     *sampler.Sampler[*numa.Topology]
+	place    *sampler.Sampler[*numa.PlacementSnapshot]
+	nic      *sampler.Sampler[*numa.NICSnapshot]
+	xid      *gpu.XIDWatcher
+	sched    *probes.Scheduler
+	handler  http.Handler
+	sampled  time.Time
+	samplers []interface{ SampleOnce(context.Context) }
+}
+
+func newExporter(t *testing.T, profile string) *exporter {
+	t.Helper()
+	e := &exporter{faults: filepath.Join(t.TempDir(), "faults.yaml")}
+	n, err := sim.Start(sim.Config{Profile: profile, FaultsFile: e.faults, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	e.node = n
+	fsys := n.FS()
+	reader := gpu.NewReader(n.NVML(), fsys.Sys, nil)
+	t.Cleanup(reader.Shutdown)
+	if err := reader.Init(); err != nil {
+		t.Fatal(err)
+	}
+	opts := sampler.Options{Interval: time.Hour, Timeout: 10 * time.Second}
+	e.nvml = sampler.New[*gpu.Snapshot]("nvml", reader, opts)
+	e.topo = sampler.New[*numa.Topology]("topology", &numa.TopologyReader{FS: fsys}, opts)
+	e.place = sampler.New[*numa.PlacementSnapshot]("process", &numa.PlacementReader{
+		FS: fsys, Processes: reader.ComputeProcesses, Topology: e.topo.LatestData, GPUs: reader.Identities}, opts)
+	e.nic = sampler.New[*numa.NICSnapshot]("nic", &numa.NICReader{FS: fsys}, opts)
+	e.samplers = []interface{ SampleOnce(context.Context) }{e.nvml, e.topo, e.place, e.nic}
+	e.xid = gpu.NewXIDWatcher(reader, nil)
+	e.xid.Wait = 20 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go e.xid.Run(ctx, 10*time.Millisecond)
+	e.sched, err = probes.NewScheduler(probes.SchedulerConfig{
+		Policy: probes.PolicyAlways, Runner: n.Runner(), GPUs: e.nvml.LatestData, Processes: reader.ComputeProcesses,
+		HostNodes: func(addr string) []int { return e.topo.LatestData().HostNodes(addr) },
+		Annotate: func(g *probes.GPURound) {
+			probes.PathFor(e.nvml.LatestData(), e.topo.LatestData(), g.PCIBusID).Annotate(g)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(collector.NewNVMLCollector(e.nvml), collector.NewXIDCollector(e.xid, reader),
+		collector.NewTopologyCollector(e.topo, reader), collector.NewNICCollector(e.nic),
+		collector.NewProcessCollector(e.place, true), collector.NewProbeCollector(e.sched),
+		collector.NewExporterCollector(e.nvml, e.xid, e.topo, e.place, e.nic, e.sched, n))
+	e.handler = scrape.NewHandler(reg, []scrape.Versioned{e.nvml, e.xid, e.topo, e.place, e.nic, e.sched, n}, 0, nil)
+	testwait.Until(t, func() bool { return e.xid.Status().Up })
+	e.sampled = time.Now()
+	return e
+}
+
+// tick moves the node d on, reads the fault file, samples every source
+// and runs a probe round, as the daemon's tickers would.
+func (e *exporter) tick(t *testing.T, d time.Duration) {
+	t.Helper()
+	if err := e.node.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	e.sampled = e.sampled.Add(d)
+	if err := e.node.Advance(e.sampled); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range e.samplers {
+		s.SampleOnce(context.Background())
+	}
+	e.sched.RunRound(context.Background())
+}
+
+func (e *exporter) scrape(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(e.handler)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape: %d %v", resp.StatusCode, err)
+	}
+	return string(b)
+}
+
+// value is the sample of family name whose labels include want; it fails
+// the test unless exactly one matches.
+func value(t *testing.T, body, name string, want map[string]string) float64 {
+	t.Helper()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mf := mfs[name]
+	if mf == nil {
+		t.Fatalf("no family %s", name)
+	}
+	var found []*dto.Metric
+	for _, m := range mf.Metric {
+		match := 0
+		for _, l := range m.Label {
+			if v, ok := want[l.GetName()]; ok && v == l.GetValue() {
+				match++
+			}
+		}
+		if match == len(want) {
+			found = append(found, m)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%d series of %s match %v", len(found), name, want)
+	}
+	m := found[0]
+	switch {
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	}
+	t.Fatalf("%s is neither gauge nor counter", name)
+	return 0
+}
+
+func promtoolCheck(t *testing.T, name, body string) {
+	t.Helper()
+	promtool := os.Getenv("PROMTOOL")
+	if promtool == "" {
+		t.Log("PROMTOOL not set (make test sets it): promtool check metrics skipped")
+		return
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(body)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Errorf("%s: promtool check metrics: %v\n%s", name, err, out.String())
+	}
+}
+
+// TestSimulatedExporter runs the exporter's sources and collectors on each
+// profile: the scrape passes promtool, every source is up, nothing is
+// broken on the healthy node, and a fault file changes the metrics its
+// faults are about.
+func TestSimulatedExporter(t *testing.T) {
+	for _, c := range []struct {
+		profile, nic, nicIf string
+		host                float64 // host_to_device of GPU 0 from its own node, bytes/s
+	}{
+		{"dgx-h100", "mlx5_1", "ibp41s0", 0.87 * 63.01538461538462e9},
+		{"aws-p5", "rdmap76s0", "", 0.9 * 15.753846153846155e9},
+	} {
+		t.Run(c.profile, func(t *testing.T) {
+			e := newExporter(t, c.profile)
+			e.tick(t, time.Second)
+			e.tick(t, time.Second)
+			body := e.scrape(t)
+			promtoolCheck(t, c.profile, body)
+			for _, src := range []string{"nvml", "xid", "topology", "process", "nic", "probe", "sim"} {
+				if v := value(t, body, "gpulink_source_up", map[string]string{"source": src}); v != 1 {
+					t.Errorf("source %s down", src)
+				}
+			}
+			gpu0 := map[string]string{"gpu": "0"}
+			if v := value(t, body, "gpulink_gpu_nvlinks_active", gpu0); v != 18 {
+				t.Errorf("GPU 0 has %g NVLinks up", v)
+			}
+			if v := value(t, body, "gpulink_process_misaffine", gpu0); v != 0 {
+				t.Errorf("GPU 0's process misaffine %g", v)
+			}
+			h2d := map[string]string{"gpu": "0", "probe": "host_to_device", "host_numa_node": "0"}
+			if v := value(t, body, "gpulink_probe_bandwidth_bytes_per_second", h2d); v < 0.99*c.host || v > 1.01*c.host {
+				t.Errorf("GPU 0 host_to_device %g, want %g", v, c.host)
+			}
+			if v := value(t, body, "gpulink_probe_runs_total", map[string]string{"gpu": "7", "result": "success"}); v != 2 {
+				t.Errorf("GPU 7 successful rounds %g, want 2", v)
+			}
+			energy := value(t, body, "gpulink_gpu_energy_joules_total", gpu0)
+
+			// A fault file, read while running.
+			faults := `faults:
+- {kind: pcie_width, gpu: 0, width: 2}
+- {kind: nic_down, device: ` + c.nic + `}
+- {kind: throttle, gpu: 4, reason: hw_thermal_slowdown}
+- {kind: xid, gpu: 5, code: 79}
+- {kind: process_far_socket, gpu: 3}
+`
+			if err := os.WriteFile(e.faults, []byte(faults), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			e.tick(t, time.Second)
+			testwait.Until(t, func() bool { return len(e.xid.Counts()) == 1 })
+			body = e.scrape(t)
+			promtoolCheck(t, c.profile+" with faults", body)
+			if v := value(t, body, "gpulink_gpu_pcie_link_width", gpu0); v != 2 {
+				t.Errorf("GPU 0 PCIe width %g, want 2", v)
+			}
+			if v := value(t, body, "gpulink_probe_pcie_link_width_under_load", gpu0); v != 2 {
+				t.Errorf("GPU 0 width under load %g, want 2", v)
+			}
+			if v := value(t, body, "gpulink_probe_bandwidth_ratio", h2d); v > 0.5 {
+				t.Errorf("GPU 0 at x2: host_to_device ratio %g", v)
+			}
+			if v := value(t, body, "gpulink_nic_port_up", map[string]string{"device": c.nic}); v != 0 {
+				t.Errorf("%s up %g, want 0", c.nic, v)
+			}
+			if c.nicIf != "" {
+				if v := value(t, body, "gpulink_net_interface_up", map[string]string{"device": c.nicIf}); v != 0 {
+					t.Errorf("%s up %g, want 0", c.nicIf, v)
+				}
+			}
+			if v := value(t, body, "gpulink_gpu_clock_event_reason_active", map[string]string{"gpu": "4", "reason": "hw_thermal_slowdown"}); v != 1 {
+				t.Errorf("GPU 4 hw_thermal_slowdown %g", v)
+			}
+			if v := value(t, body, "gpulink_gpu_xid_errors_total", map[string]string{"gpu": "5", "xid": "79"}); v != 1 {
+				t.Errorf("GPU 5 XID 79 count %g", v)
+			}
+			if v := value(t, body, "gpulink_gpu_misaffine_processes", map[string]string{"gpu": "3"}); v != 1 {
+				t.Errorf("GPU 3 misaffine processes %g", v)
+			}
+			if v := value(t, body, "gpulink_gpu_energy_joules_total", gpu0); v <= energy {
+				t.Errorf("energy did not grow: %g -> %g", energy, v)
+			}
+
+			// Removing them restores health.
+			if err := os.WriteFile(e.faults, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			e.tick(t, time.Second)
+			body = e.scrape(t)
+			if v := value(t, body, "gpulink_gpu_pcie_link_width", gpu0); v != 16 {
+				t.Errorf("GPU 0 PCIe width %g after removal", v)
+			}
+			if v := value(t, body, "gpulink_nic_port_up", map[string]string{"device": c.nic}); v != 1 {
+				t.Errorf("%s up %g after removal", c.nic, v)
+			}
+			if v := value(t, body, "gpulink_gpu_clock_event_reason_active", map[string]string{"gpu": "4", "reason": "hw_thermal_slowdown"}); v != 0 {
+				t.Errorf("GPU 4 hw_thermal_slowdown %g after removal", v)
+			}
+			if v := value(t, body, "gpulink_gpu_misaffine_processes", map[string]string{"gpu": "3"}); v != 0 {
+				t.Errorf("GPU 3 misaffine processes %g after removal", v)
+			}
+			if v := value(t, body, "gpulink_probe_bandwidth_ratio", h2d); v < 0.85 {
+				t.Errorf("GPU 0 host_to_device ratio %g after removal", v)
+			}
+			if v := value(t, body, "gpulink_source_errors_total", map[string]string{"source": "sim"}); v != 0 {
+				t.Errorf("sim errors %g", v)
+			}
+		})
+	}
+}

@@ -1,0 +1,115 @@
+package sim
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
+	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
+	"github.com/gpulink/gpulink_exporter/numa"
+)
+
+// Profile is a machine the simulated node can be: its NVML, its sysfs and
+// procfs tree, and how fast its links move data.
+type Profile struct {
+	Name        string
+	Description string
+	// NewNVML builds the NVML side; NewSysfs the sysfs and procfs side
+	// in good health, built afresh for every change written (faults are
+	// laid over a fresh copy, so that removing one restores health).
+	NewNVML  func() *nvmlfake.Machine
+	NewSysfs func() *sysfsfake.Machine
+	Links    LinkModel
+}
+
+// LinkModel is what the modelled probes measure against what the path
+// allows. The shares are those of real copies: a DMA over PCIe carries
+// its data in TLPs with headers, and the copy engines and the memory
+// controllers leave a little of the peak unused.
+type LinkModel struct {
+	// HostEfficiency is the share of the slowest PCIe hop's current rate a
+	// host<->device copy reaches: 0.87 of Gen5 x16 is the 55 GB/s a DGX
+	// H100 measures.
+	HostEfficiency float64
+	// InterSocketBytesPerSecond bounds a host copy whose buffer sits on
+	// another NUMA node: the share of the socket interconnect one copy
+	// gets.
+	InterSocketBytesPerSecond float64
+}
+
+// What the other links give, the same on every profile (H100 SXM).
+const (
+	// NVLink 4: 25 GB/s of payload per link and direction; copies reach
+	// 0.86 of it.
+	nvlinkEfficiency = 0.86
+	// Local HBM copies reach 0.85 of the peak.
+	hbmEfficiency = 0.85
+	// PCIe peer to peer through the host (no NVLink between the pair).
+	pcieP2PEfficiency = 0.8
+	// Each direction of a bidirectional copy, against a one-way copy.
+	hostBidirectionalShare = 0.96
+	peerBidirectionalShare = 0.97
+	// Latencies: a pointer chase in pinned host memory, one in a peer's
+	// memory, an empty kernel from launch to the host seeing it done.
+	hostLatencySeconds   = 1.2e-6
+	remoteNodeLatencyAdd = 0.15e-6
+	peerLatencySeconds   = 0.85e-6
+	launchLatencySeconds = 10e-6
+)
+
+// Profiles are the machines the simulated node can be, by name.
+var Profiles = map[string]Profile{
+	"dgx-h100": {
+		Name:        "dgx-h100",
+		Description: "NVIDIA DGX H100: 8 H100 SXM on NVSwitch, 2 Sapphire Rapids sockets, 8 ConnectX-7 NDR ports and 2 Ethernet ports, Gen5 x16 to every GPU",
+		NewNVML:     nvmlfake.NewDGXH100,
+		NewSysfs:    sysfsfake.DGXH100,
+		Links:       LinkModel{HostEfficiency: 0.87, InterSocketBytesPerSecond: 53e9},
+	},
+	"aws-p5": {
+		Name:        "aws-p5",
+		Description: "AWS p5.48xlarge: 8 H100 SXM on NVSwitch, 2 EPYC sockets, 32 EFA devices, each GPU tray behind a Gen4 x8 uplink",
+		NewNVML:     nvmlfake.NewAWSP5,
+		NewSysfs:    awsP5,
+		// 0.9 of Gen4 x8 is 14.2 GB/s; a Gen4 link loses less to TLP
+		// overhead than Gen5 at the payload size the switches use.
+		Links: LinkModel{HostEfficiency: 0.9, InterSocketBytesPerSecond: 40e9},
+	},
+}
+
+// ProfileNames lists the profiles in name order.
+func ProfileNames() []string { return slices.Sorted(maps.Keys(Profiles)) }
+
+// awsP5 is sysfsfake's p5.48xlarge with a second job, on GPU 5, so that
+// two GPUs are busy as on the DGX (which has three).
+func awsP5() *sysfsfake.Machine {
+	m := sysfsfake.AWSP5()
+	const cpus = "48-95,144-191" // node 1, GPU 5's socket
+	m.Processes = append(m.Processes, sysfsfake.Process{
+		PID: 3535, PPID: 1, Comm: "python", Exe: "/usr/bin/python3.10", GPUs: []string{"0000:a8:00.0"},
+		CPUsAllowed: cpus, Threads: spreadThreads(3535, 12, mustCPUs(cpus)),
+		Pages: []uint64{6_000, 1_400_000}, Cgroup: "/system.slice/train-gpu5.service",
+	})
+	return m
+}
+
+// spreadThreads returns n tasks of pid with TIDs pid, pid+1, ..., spread
+// evenly over cpus, the main thread on the first.
+func spreadThreads(pid, n int, cpus []int) []sysfsfake.Thread {
+	step := max(1, len(cpus)/n)
+	ts := make([]sysfsfake.Thread, n)
+	for i := range ts {
+		ts[i] = sysfsfake.Thread{TID: pid + i, CPU: cpus[i*step%len(cpus)]}
+	}
+	return ts
+}
+
+// mustCPUs parses a CPU list written in this package.
+func mustCPUs(list string) []int {
+	s, err := numa.ParseCPUList(list)
+	if err != nil {
+		panic(fmt.Sprintf("sim: CPU list %q: %v", list, err))
+	}
+	return s.CPUs()
+}
