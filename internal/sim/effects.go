@@ -172,29 +172,9 @@ func (n *Node) farProcess(i int) *sysfsfake.Process {
 	}
 	return &sysfsfake.Process{
 		PID: pid, PPID: 1, Comm: "python", Exe: "/usr/bin/python3", GPUs: []string{g.PCIBusID},
-		CPUsAllowed: formatCPUs(cpus), Threads: spreadThreads(pid, 16, cpus), Pages: pages,
+		CPUsAllowed: sysfsfake.FormatList(cpus), Threads: sysfsfake.ThreadsOn(pid, 16, cpus), Pages: pages,
 		Cgroup: fmt.Sprintf("/user.slice/user-1000.slice/session-%d.scope", 40+i),
 	}
-}
-
-// formatCPUs prints CPUs in the kernel's list form.
-func formatCPUs(cpus []int) string {
-	var b strings.Builder
-	for i := 0; i < len(cpus); {
-		j := i
-		for j+1 < len(cpus) && cpus[j+1] == cpus[j]+1 {
-			j++
-		}
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.Itoa(cpus[i]))
-		if j > i {
-			fmt.Fprintf(&b, "-%d", cpus[j])
-		}
-		i = j + 1
-	}
-	return b.String()
 }
 
 // throttleFields are the NVML fields that keep time for a clock event

@@ -88,21 +88,10 @@ func awsP5() *sysfsfake.Machine {
 	const cpus = "48-95,144-191" // node 1, GPU 5's socket
 	m.Processes = append(m.Processes, sysfsfake.Process{
 		PID: 3535, PPID: 1, Comm: "python", Exe: "/usr/bin/python3.10", GPUs: []string{"0000:a8:00.0"},
-		CPUsAllowed: cpus, Threads: spreadThreads(3535, 12, mustCPUs(cpus)),
+		CPUsAllowed: cpus, Threads: sysfsfake.ThreadsOn(3535, 12, mustCPUs(cpus)),
 		Pages: []uint64{6_000, 1_400_000}, Cgroup: "/system.slice/train-gpu5.service",
 	})
 	return m
-}
-
-// spreadThreads returns n tasks of pid with TIDs pid, pid+1, ..., spread
-// evenly over cpus, the main thread on the first.
-func spreadThreads(pid, n int, cpus []int) []sysfsfake.Thread {
-	step := max(1, len(cpus)/n)
-	ts := make([]sysfsfake.Thread, n)
-	for i := range ts {
-		ts[i] = sysfsfake.Thread{TID: pid + i, CPU: cpus[i*step%len(cpus)]}
-	}
-	return ts
 }
 
 // mustCPUs parses a CPU list written in this package.

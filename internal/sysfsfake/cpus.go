@@ -49,8 +49,8 @@ func mustList(s string) []int {
 	return l
 }
 
-// formatList prints ascending numbers in the kernel's list form.
-func formatList(ns []int) string {
+// FormatList prints ascending numbers in the kernel's list form.
+func FormatList(ns []int) string {
 	var b strings.Builder
 	for i := 0; i < len(ns); {
 		j := i

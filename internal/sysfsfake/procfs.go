@@ -187,7 +187,7 @@ func (w *writer) status(p *Process, mi mapsInfo) string {
 		for _, n := range w.m.Nodes {
 			ids = append(ids, n.ID)
 		}
-		mems = formatList(ids)
+		mems = FormatList(ids)
 	}
 	cpus := mustList(p.CPUsAllowed) // check parsed both lists
 	rows := []struct{ k, v string }{
@@ -245,7 +245,7 @@ func (w *writer) status(p *Process, mi mapsInfo) string {
 		{"Speculation_Store_Bypass", "thread vulnerable"},
 		{"SpeculationIndirectBranch", "conditional enabled"},
 		{"Cpus_allowed", formatMask(cpus, w.nrCPUs)},
-		{"Cpus_allowed_list", formatList(cpus)},
+		{"Cpus_allowed_list", FormatList(cpus)},
 		{"Mems_allowed", formatMask(mustList(mems), maxNumNodes)},
 		{"Mems_allowed_list", mems},
 		{"voluntary_ctxt_switches", fmt.Sprint(p.PID * 37)},

@@ -15,14 +15,16 @@ func Profiles() map[string]func() *Machine {
 	}
 }
 
-// threads returns n tasks of pid with TIDs pid, pid+1, ..., spread evenly
+// threads returns n tasks of pid spread over a CPU list (ThreadsOn).
+func threads(pid, n int, cpus string) []Thread { return ThreadsOn(pid, n, mustList(cpus)) }
+
+// ThreadsOn returns n tasks of pid with TIDs pid, pid+1, ..., spread evenly
 // over cpus, the main thread on the first.
-func threads(pid, n int, cpus string) []Thread {
-	list := mustList(cpus)
-	step := max(1, len(list)/n)
+func ThreadsOn(pid, n int, cpus []int) []Thread {
+	step := max(1, len(cpus)/n)
 	ts := make([]Thread, n)
 	for i := range ts {
-		ts[i] = Thread{TID: pid + i, CPU: list[i*step%len(list)]}
+		ts[i] = Thread{TID: pid + i, CPU: cpus[i*step%len(cpus)]}
 	}
 	return ts
 }

@@ -400,8 +400,8 @@ func TestFormat(t *testing.T) {
 		if got := formatMask(l, c.nbits); got != c.mask {
 			t.Errorf("formatMask(%s, %d) = %s, want %s", c.list, c.nbits, got, c.mask)
 		}
-		if got := formatList(l); got != c.list {
-			t.Errorf("formatList(%s) = %s", c.list, got)
+		if got := FormatList(l); got != c.list {
+			t.Errorf("FormatList(%s) = %s", c.list, got)
 		}
 	}
 }

@@ -90,18 +90,18 @@ func (w *writer) nodes() {
 		ids = append(ids, n.ID)
 	}
 	for _, f := range []string{"online", "possible", "has_cpu", "has_memory", "has_normal_memory"} {
-		w.t.line(base+"/"+f, formatList(ids))
+		w.t.line(base+"/"+f, FormatList(ids))
 	}
 	for i, n := range w.m.Nodes {
 		dir := fmt.Sprintf("%s/node%d", base, n.ID)
-		w.t.line(dir+"/cpulist", formatList(w.nodeCPUs[n.ID]))
+		w.t.line(dir+"/cpulist", FormatList(w.nodeCPUs[n.ID]))
 		w.t.line(dir+"/cpumap", formatMask(w.nodeCPUs[n.ID], w.nrCPUs))
 		w.t.line(dir+"/distance", joinInts(w.m.Distances[i], " "))
 		w.t.file(dir+"/numastat", numastat(n.NUMAStat))
 		w.t.file(dir+"/meminfo", meminfo(n, w.hugeUsed[n.ID]))
 	}
 	for _, f := range []string{"online", "possible", "present"} {
-		w.t.line("sys/devices/system/cpu/"+f, formatList(w.cpus))
+		w.t.line("sys/devices/system/cpu/"+f, FormatList(w.cpus))
 	}
 }
 
@@ -203,7 +203,7 @@ func (w *writer) device(parent string, d *Device) {
 	if d.LocalCPUs != "" {
 		local = mustList(d.LocalCPUs) // check parsed it
 	}
-	t.line(dir+"/local_cpulist", formatList(local))
+	t.line(dir+"/local_cpulist", FormatList(local))
 	t.line(dir+"/local_cpus", formatMask(local, w.nrCPUs))
 	if d.MaxGen > 0 {
 		// Both ends of a link print its trained state; the lower end holds it.
