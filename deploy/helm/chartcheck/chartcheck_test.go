@@ -201,6 +201,8 @@ spec:
         args:
         - --path.sysfs=/host/sys
         - --path.procfs=/host/proc
+        - --collector.kubernetes
+        - --kubernetes.pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock
         env:
         - name: NVIDIA_VISIBLE_DEVICES
           value: all
@@ -219,10 +221,12 @@ spec:
         - {name: sys, mountPath: /host/sys, readOnly: true}
         - {name: proc, mountPath: /host/proc, readOnly: true}
         - {name: tmp, mountPath: /tmp}
+        - {name: pr, mountPath: /var/lib/kubelet/pod-resources, readOnly: true}
       volumes:
       - {name: sys, hostPath: {path: /sys}}
       - {name: proc, hostPath: {path: /proc}}
       - {name: tmp, emptyDir: {}}
+      - {name: pr, hostPath: {path: /var/lib/kubelet/pod-resources}}
 `
 
 func TestCheckDaemonSet(t *testing.T) {
@@ -250,6 +254,8 @@ func TestCheckDaemonSet(t *testing.T) {
 		{"caps kept", "drop: [ALL]", "drop: [NET_RAW]", "drop must be [ALL]"},
 		{"no seccomp", "type: RuntimeDefault", "type: Unconfined", "seccompProfile must be RuntimeDefault"},
 		{"dcgm on by default", "- --path.procfs=/host/proc", "- --path.procfs=/host/proc\n        - --collector.dcgm", "--collector.dcgm is on with default values"},
+		{"no pod attribution", "        - --collector.kubernetes\n", "", "--collector.kubernetes is missing"},
+		{"socket not from the host", "      - {name: pr, hostPath: {path: /var/lib/kubelet/pod-resources}}\n", "", "want the host's /var/lib/kubelet/pod-resources mounted"},
 	} {
 		if !strings.Contains(goodDaemonSet, tc.old) {
 			t.Fatalf("%s: %q not in the manifest", tc.name, tc.old)
@@ -259,22 +265,12 @@ func TestCheckDaemonSet(t *testing.T) {
 			t.Errorf("%s: errors %q lack %q", tc.name, got, tc.want)
 		}
 	}
-	got := check(goodDaemonSet, renderAll)
-	for _, want := range []string{"--collector.dcgm is missing", "--kubernetes.pod-resources-socket is missing"} {
-		if !strings.Contains(got, want) {
-			t.Errorf("all features: errors %q lack %q", got, want)
-		}
+	if got := check(goodDaemonSet, renderAll); !strings.Contains(got, "--collector.dcgm is missing") {
+		t.Errorf("all features: errors %q lack the missing DCGM flag", got)
 	}
 	all := strings.Replace(goodDaemonSet, "- --path.procfs=/host/proc", `- --path.procfs=/host/proc
-        - --collector.kubernetes
-        - --kubernetes.pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock
         - --collector.dcgm
         - --dcgm.address=$(NODE_IP):5555`, 1)
-	all = strings.Replace(all, "- {name: tmp, mountPath: /tmp}", "- {name: tmp, mountPath: /tmp}\n        - {name: pr, mountPath: /var/lib/kubelet/pod-resources, readOnly: true}", 1)
-	if got := check(all, renderAll); !strings.Contains(got, "want the host's /var/lib/kubelet/pod-resources mounted") {
-		t.Errorf("socket directory not from the host: errors %q", got)
-	}
-	all = strings.Replace(all, "- {name: tmp, emptyDir: {}}", "- {name: tmp, emptyDir: {}}\n      - {name: pr, hostPath: {path: /var/lib/kubelet/pod-resources}}", 1)
 	if got := check(all, renderAll); got != "" {
 		t.Errorf("all features: %s", got)
 	}

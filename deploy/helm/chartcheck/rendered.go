@@ -22,7 +22,7 @@ type renderMode int
 
 const (
 	// renderDefault: the chart's default values. No ServiceMonitor,
-	// PrometheusRule or dashboards; no optional collectors.
+	// PrometheusRule or dashboards, no DCGM; pod attribution on.
 	renderDefault renderMode = iota
 	// renderAll: every optional feature on (scripts/helm-check.sh's
 	// all-features values): ServiceMonitor, PrometheusRule, dashboards,
@@ -452,7 +452,9 @@ func checkDaemonSet(objs []object, mode renderMode) []error {
 		fail("no writable /tmp: the CUDA driver's JIT cache (CUDA_CACHE_PATH) lives there under a read-only root")
 	}
 
-	optional := map[string]string{"--collector.kubernetes": "podResources", "--kubernetes.pod-resources-socket": "podResources", "--collector.dcgm": "dcgm", "--dcgm.address": "dcgm"}
+	// Pod attribution is on by default (the chart exists for Kubernetes);
+	// DCGM only when asked for.
+	optional := map[string]string{"--collector.dcgm": "dcgm", "--dcgm.address": "dcgm"}
 	for flag, feature := range optional {
 		_, ok := flagValue(args, flag)
 		switch {
@@ -462,15 +464,19 @@ func checkDaemonSet(objs []object, mode renderMode) []error {
 			fail("%s is missing with %s.enabled", flag, feature)
 		}
 	}
-	if mode == renderAll {
-		sock, _ := flagValue(args, "--kubernetes.pod-resources-socket")
+	for _, flag := range []string{"--collector.kubernetes", "--kubernetes.pod-resources-socket"} {
+		if _, ok := flagValue(args, flag); !ok {
+			fail("%s is missing: podResources.enabled is on by default", flag)
+		}
+	}
+	if sock, ok := flagValue(args, "--kubernetes.pod-resources-socket"); ok {
 		dir := filepath.Dir(sock)
 		if mountedHost(dir) != dir {
 			fail("--kubernetes.pod-resources-socket=%s: want the host's %s mounted read-only at %s", sock, dir, dir)
 		}
-		if addr, _ := flagValue(args, "--dcgm.address"); addr == "" {
-			fail("--dcgm.address is empty")
-		}
+	}
+	if addr, _ := flagValue(args, "--dcgm.address"); mode == renderAll && addr == "" {
+		fail("--dcgm.address is empty")
 	}
 	return errs
 }
