@@ -5,6 +5,8 @@ GOFMT     ?= gofmt
 BINARY    := gpulink_exporter
 TOOLS_BIN := $(CURDIR)/.tools/bin
 PROMTOOL  := $(TOOLS_BIN)/promtool
+PROMETHEUS   := $(TOOLS_BIN)/prometheus
+ALERTMANAGER := $(TOOLS_BIN)/alertmanager
 DEVICE    := .device
 ARGS      ?=
 
@@ -31,7 +33,7 @@ export CGO_ENABLED := 1
 # this every cgo compile of it prints screens of warnings.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build run tools test fuzz vet fmt-check lint bench scrapebench device-build ptx-check clean
+.PHONY: all build run tools test e2e fuzz vet fmt-check lint bench scrapebench device-build device-dashboards ptx-check helm-check chart-sync demo clean
 
 all: build
 
@@ -59,11 +61,35 @@ fmt-check:
 
 lint: fmt-check vet
 
-# Tests find promtool through $PROMTOOL. -race makes them slow: go test runs
-# GOMAXPROCS packages at once, which on a small CI machine is about right.
-test: tools vet fmt-check
-	PROMTOOL=$(PROMTOOL) $(GO) test -count=1 -race -timeout 15m ./...
+# Tests find promtool, prometheus and alertmanager through $PROMTOOL,
+# $PROMETHEUS and $ALERTMANAGER: the e2e test (e2e/) runs the simulated node
+# under a real Prometheus and Alertmanager. -race makes the tests slow: go
+# test runs GOMAXPROCS packages at once, which on a small CI machine is
+# about right.
+TEST_ENV := PROMTOOL=$(PROMTOOL) PROMETHEUS=$(PROMETHEUS) ALERTMANAGER=$(ALERTMANAGER)
+test: tools vet fmt-check helm-check
+	$(TEST_ENV) $(GO) test -count=1 -race -timeout 20m ./...
 	$(MAKE) fuzz
+
+# Only the end-to-end test, verbose: alert latencies and dashboard queries.
+e2e: tools
+	$(TEST_ENV) $(GO) test -count=1 -v -timeout 10m ./e2e
+
+# Helm chart: copies of rules and dashboards current, lint, renders checked
+# against deploy/prometheus and dashboards/, deploy/kubernetes current.
+# Installs helm v3.22.0 into .tools/bin on first use (go install, ~2 min).
+helm-check:
+	scripts/helm-check.sh
+
+# Copy deploy/prometheus rules and dashboards/*.json into the chart, set its
+# appVersion from VERSION and regenerate deploy/kubernetes; then check.
+chart-sync:
+	scripts/helm-check.sh --sync
+
+# A simulated DGX H100 (FAULTS=file to inject faults) scraped by Prometheus
+# with the shipped rules, alerting to Alertmanager: see scripts/demo.sh.
+demo: build tools
+	scripts/demo.sh
 
 # A short run of every fuzz target (go test allows one -fuzz target per
 # run). The seed corpus always runs as part of go test; this explores
@@ -93,9 +119,19 @@ device-build: tools
 	$(GO) test -c -tags gpu -ldflags '-s -w' -o $(DEVICE)/gpu.test ./internal/gpu
 	$(GO) test -c -ldflags '-s -w' -o $(DEVICE)/collector.test ./collector
 	cp bench/*.sh bench/*.py $(DEVICE)/
-	@mkdir -p $(DEVICE)/ref
+	@mkdir -p $(DEVICE)/ref $(DEVICE)/dashboards $(DEVICE)/rules
 	cp bench/ref/*.py bench/ref/*.cu $(DEVICE)/ref/
+	cp dashboards/*.json $(DEVICE)/dashboards/
+	cp deploy/prometheus/gpulink.rules.yml $(DEVICE)/rules/
 	gzip -9 -c $(PROMTOOL) >$(DEVICE)/promtool.gz
+	@du -sh $(DEVICE)
+
+# For .device/dashboards-gpu.sh, Prometheus itself (14 MB gzipped). With
+# everything device-build puts there the tree passes the 64 MiB a device
+# call carries, so this drops the two test binaries.
+device-dashboards: device-build
+	rm -f $(DEVICE)/gpu.test $(DEVICE)/collector.test
+	gzip -9 -c $(PROMETHEUS) >$(DEVICE)/prometheus.gz
 	@du -sh $(DEVICE)
 
 # The probe kernels are hand-written PTX (one text for every driver from

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Install real promtool, prometheus and alertmanager binaries into .tools/bin
-# from the Debian packages, without installing the packages (so no services
-# are started, no users created and nothing outside the repository changes
-# except, if needed, the apt package lists).
+# Install real promtool and prometheus binaries into .tools/bin from the
+# Debian packages, without installing the packages (so no services are
+# started, no users created and nothing outside the repository changes
+# except, if needed, the apt package lists), and alertmanager built from the
+# Go module proxy: Debian's alertmanager reads its notification templates
+# from /usr/share/prometheus/alertmanager, which only the installed package
+# provides; upstream's has them built in.
 #
 # Usage: scripts/fetch-prom-tools.sh [DESTDIR]   (default: <repo>/.tools/bin)
 #
@@ -12,10 +15,11 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 dest=${1:-$repo/.tools/bin}
-pkgs=(prometheus prometheus-alertmanager)
+pkgs=(prometheus)
+ALERTMANAGER_VERSION=${ALERTMANAGER_VERSION:-v0.27.0}
 
 # Idempotent: nothing to do when all tools are there and promtool runs.
-if [[ -x $dest/promtool && -x $dest/prometheus && -x $dest/alertmanager ]] &&
+if [[ -x $dest/promtool && -x $dest/prometheus && -x $dest/alertmanager && -e $dest/.alertmanager-$ALERTMANAGER_VERSION ]] &&
 	"$dest/promtool" --version >/dev/null 2>&1; then
 	echo "prom tools already in $dest"
 	"$dest/promtool" --version 2>&1 | head -n1
@@ -56,9 +60,10 @@ done
 mkdir -p "$dest"
 install -m 0755 "$tmp/root/usr/bin/promtool" "$dest/promtool"
 install -m 0755 "$tmp/root/usr/bin/prometheus" "$dest/prometheus"
-install -m 0755 "$tmp/root/usr/bin/prometheus-alertmanager" "$dest/prometheus-alertmanager"
-# Upstream name, so callers need not know the Debian one.
-install -m 0755 "$tmp/root/usr/bin/prometheus-alertmanager" "$dest/alertmanager"
+rm -f "$dest/prometheus-alertmanager" "$dest"/.alertmanager-*
+# About 40 s on two cores; go is there wherever the exporter builds.
+GOFLAGS=-mod=mod GOBIN="$dest" go install "github.com/prometheus/alertmanager/cmd/alertmanager@$ALERTMANAGER_VERSION"
+touch "$dest/.alertmanager-$ALERTMANAGER_VERSION"
 
 echo "installed into $dest:"
 ls -l "$dest"
