@@ -80,7 +80,11 @@ func checkDashboards(t *testing.T, s *stack, node string) {
 			}
 		}
 		for _, v := range db.Templating.List {
+			// Grafana 10 writes a query variable's query as an object.
 			q, _ := v.Query.(string)
+			if obj, ok := v.Query.(map[string]any); ok {
+				q, _ = obj["query"].(string)
+			}
 			if m := labelValuesRE.FindStringSubmatch(q); m != nil {
 				run("variable "+v.Name, "group by ("+m[2]+") ("+m[1]+")")
 			}
