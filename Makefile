@@ -125,6 +125,7 @@ device-build: tools
 	cp deploy/prometheus/gpulink.rules.yml $(DEVICE)/rules/
 	gzip -9 -c $(PROMTOOL) >$(DEVICE)/promtool.gz
 	@du -sh $(DEVICE)
+	@[ $$(du -sb $(DEVICE) | cut -f1) -le 67108864 ] || { echo "$(DEVICE) is over the 64 MiB a device call carries: remove what the run does not need (collector.test, scrapebench)"; exit 1; }
 
 # For .device/dashboards-gpu.sh, Prometheus itself (14 MB gzipped). With
 # everything device-build puts there the tree passes the 64 MiB a device
