@@ -44,11 +44,9 @@ func (s *Syncer) Sync(m *Machine) error {
 	if err := os.MkdirAll(s.staging, 0o755); err != nil {
 		return err
 	}
-	ps := t.paths()
-	for _, p := range ps {
-		if !filepath.IsLocal(filepath.FromSlash(p)) {
-			return fmt.Errorf("sysfsfake: path %q leaves the root", p)
-		}
+	ps, err := t.localPaths()
+	if err != nil {
+		return err
 	}
 	// Files before symlinks, as in writeTo, so that nothing is written
 	// through a link.

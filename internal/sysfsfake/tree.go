@@ -81,11 +81,9 @@ func (t *tree) writeTo(root string) error {
 	if t.err != nil {
 		return t.err
 	}
-	ps := t.paths()
-	for _, p := range ps {
-		if !filepath.IsLocal(filepath.FromSlash(p)) {
-			return fmt.Errorf("sysfsfake: path %q leaves the root", p)
-		}
+	ps, err := t.localPaths()
+	if err != nil {
+		return err
 	}
 	for _, links := range []bool{false, true} {
 		for _, p := range ps {
@@ -149,4 +147,15 @@ func readTree(root string) (*tree, error) {
 		return nil, err
 	}
 	return t, t.err
+}
+
+// localPaths is t.paths(), refused if any of them would leave the root.
+func (t *tree) localPaths() ([]string, error) {
+	ps := t.paths()
+	for _, p := range ps {
+		if !filepath.IsLocal(filepath.FromSlash(p)) {
+			return nil, fmt.Errorf("sysfsfake: path %q leaves the root", p)
+		}
+	}
+	return ps, nil
 }
