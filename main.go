@@ -224,14 +224,8 @@ func main() {
 		if nvmlSampler == nil {
 			logger.Warn("the probes need the nvml collector to know the GPUs and whether they are idle; not probing")
 		} else {
-			first := *probeFirst
-			if first == 0 {
-				// The flag's 0 is no wait; the scheduler reads a zero
-				// delay as "use the default" (1m).
-				first = time.Nanosecond
-			}
 			s, err := newProbeScheduler(probeSchedulerConfig{
-				policy: *probePolicy, every: *probeEvery, first: first, jitter: *probeJitter,
+				policy: *probePolicy, every: *probeEvery, first: *probeFirst, jitter: *probeJitter,
 				timeout: *probeTimeout, size: int64(*probeSize), samples: *probeSamples, kinds: *probeKinds,
 				util: *probeUtil, duty: *probeDuty, cudaLib: *cudaLib, fsys: fsys, logger: logger, runner: probeRunner,
 			}, nvmlSampler, reader, topologyLatest(topology))

@@ -45,9 +45,10 @@ type SchedulerConfig struct {
 	// at random (default 0.1, at most 0.5), so that a fleet restarted at
 	// once does not probe in step. It cannot be set to none.
 	Jitter float64
-	// FirstDelay is the wait before the first round (default 1m,
-	// jittered): the NVML and process samples it decides on need to exist,
-	// and a daemon in a crash loop should not probe on every start.
+	// FirstDelay is the wait before the first round (jittered; zero is
+	// none). The daemon's flag defaults to 1m: the NVML and process
+	// samples a round decides on need to exist, and a daemon in a crash
+	// loop should not probe on every start.
 	FirstDelay time.Duration
 	// Timeout bounds one child run (default 60s).
 	Timeout time.Duration
@@ -125,7 +126,6 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		def  time.Duration
 	}{
 		{"interval", &cfg.Interval, 10 * time.Minute},
-		{"first delay", &cfg.FirstDelay, time.Minute},
 		{"timeout", &cfg.Timeout, time.Minute},
 	} {
 		if *d.v < 0 {
@@ -134,6 +134,9 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		if *d.v == 0 {
 			*d.v = d.def
 		}
+	}
+	if cfg.FirstDelay < 0 {
+		return nil, fmt.Errorf("probe first delay must be positive or zero, got %s", cfg.FirstDelay)
 	}
 	if cfg.MaxDuty == 0 {
 		cfg.MaxDuty = 0.001

@@ -579,6 +579,19 @@ func TestSchedulerRunLoop(t *testing.T) {
 		t.Errorf("%d rounds, want 2 (after the first delay and after the first interval)", n)
 	}
 
+	// A zero first delay is none, not a default.
+	f = newSched(t, &gpu.Snapshot{GPUs: []gpu.GPUState{idleGPU(0)}}, func(c *SchedulerConfig) { c.Interval = 5 * time.Minute })
+	f.s.rand = func() float64 { return 1 }
+	slept = nil
+	f.s.sleep = func(ctx context.Context, d time.Duration) bool {
+		slept = append(slept, d)
+		return len(slept) < 2
+	}
+	f.s.Run(context.Background())
+	if want := []time.Duration{0, 330 * time.Second}; !slices.Equal(slept, want) {
+		t.Errorf("no first delay: slept %v, want %v", slept, want)
+	}
+
 	// Real sleeping: a cancelled context ends Run.
 	f = newSched(t, &gpu.Snapshot{GPUs: []gpu.GPUState{idleGPU(0)}}, func(c *SchedulerConfig) { c.FirstDelay = time.Millisecond })
 	ctx, cancel := context.WithCancel(context.Background())
@@ -654,7 +667,7 @@ func TestSchedulerConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := s.cfg
-	if got.Policy != PolicyIdle || got.Interval != 10*time.Minute || got.Jitter != 0.1 || got.FirstDelay != time.Minute ||
+	if got.Policy != PolicyIdle || got.Interval != 10*time.Minute || got.Jitter != 0.1 || got.FirstDelay != 0 ||
 		got.Timeout != time.Minute || got.UtilizationThreshold != 0.05 || s.Policy() != PolicyIdle {
 		t.Errorf("defaults: %+v", got)
 	}
