@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"io/fs"
 	"regexp"
 	"strings"
@@ -10,31 +9,6 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/dashboards"
 )
-
-// grafanaPanel is the part of a Grafana panel that holds queries.
-type grafanaPanel struct {
-	Title   string         `json:"title"`
-	Targets []grafanaQuery `json:"targets"`
-	Panels  []grafanaPanel `json:"panels"`
-}
-
-type grafanaQuery struct {
-	RefID string `json:"refId"`
-	Expr  string `json:"expr"`
-}
-
-type grafanaDashboard struct {
-	UID        string         `json:"uid"`
-	Panels     []grafanaPanel `json:"panels"`
-	Templating struct {
-		List []struct {
-			Name  string `json:"name"`
-			Query any    `json:"query"`
-		} `json:"list"`
-	} `json:"templating"`
-}
-
-var labelValuesRE = regexp.MustCompile(`^\s*label_values\((.*),\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\)\s*$`)
 
 // expandVariables stands in for Grafana: the node variable is the node
 // under test, every GPU is selected, and the interval variables are what
@@ -50,8 +24,9 @@ func expandVariables(expr, instance string) string {
 	).Replace(expr)
 }
 
-// checkDashboards runs every panel query and every variable's query of
-// every shipped dashboard against the e2e Prometheus, with the node
+// checkDashboards runs every query of every shipped dashboard (panel
+// targets, template variables' selectors, annotations: the walk the PromQL
+// check in deploy/ uses) against the e2e Prometheus, with the node
 // variable set to node, and fails on an error or an empty answer.
 func checkDashboards(t *testing.T, s *stack, node string) {
 	ctx := context.Background()
@@ -64,41 +39,20 @@ func checkDashboards(t *testing.T, s *stack, node string) {
 		if err != nil {
 			return err
 		}
-		var db grafanaDashboard
-		if err := json.Unmarshal(b, &db); err != nil {
+		exprs, err := dashboards.Expressions(path, b)
+		if err != nil {
 			t.Errorf("%s: %v", path, err)
-			return nil
 		}
-		run := func(where, expr string) {
+		for _, e := range exprs {
 			n++
-			v, err := s.query(ctx, expandVariables(expr, node))
+			v, err := s.query(ctx, expandVariables(e.Expr, node))
 			switch {
 			case err != nil:
-				t.Errorf("%s %s: %v", db.UID, where, err)
+				t.Errorf("%s: %v", e.Where, err)
 			case len(v) == 0:
-				t.Errorf("%s %s: no data for %s", db.UID, where, expr)
+				t.Errorf("%s: no data for %s", e.Where, e.Expr)
 			}
 		}
-		for _, v := range db.Templating.List {
-			// Grafana 10 writes a query variable's query as an object.
-			q, _ := v.Query.(string)
-			if obj, ok := v.Query.(map[string]any); ok {
-				q, _ = obj["query"].(string)
-			}
-			if m := labelValuesRE.FindStringSubmatch(q); m != nil {
-				run("variable "+v.Name, "group by ("+m[2]+") ("+m[1]+")")
-			}
-		}
-		var walk func([]grafanaPanel)
-		walk = func(ps []grafanaPanel) {
-			for _, p := range ps {
-				for _, q := range p.Targets {
-					run("panel "+p.Title+" "+q.RefID, q.Expr)
-				}
-				walk(p.Panels)
-			}
-		}
-		walk(db.Panels)
 		return nil
 	})
 	if err != nil {
