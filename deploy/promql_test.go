@@ -299,7 +299,7 @@ func TestPromQLMetricNames(t *testing.T) {
 // The checker must be able to fail: each of these is wrong.
 func TestPromQLCheckerCatches(t *testing.T) {
 	c := newChecker(map[string]bool{"gpulink_gpu_info": true, "gpulink_nic_port_up": true},
-		[]located{{rule: rule{Record: "instance:gpulink_gpu_info:count"}}})
+		[]located{{Rule: Rule{Record: "instance:gpulink_gpu_info:count"}}})
 	for _, expr := range []string{
 		`gpulink_gpu_infoo`,
 		`rate(gpulink_gpu_info[5m]`,

@@ -39,23 +39,9 @@ const (
 	minFor   = 2 * time.Minute
 )
 
-type rule struct {
-	Record      string            `yaml:"record"`
-	Alert       string            `yaml:"alert"`
-	Expr        string            `yaml:"expr"`
-	For         string            `yaml:"for"`
-	Labels      map[string]string `yaml:"labels"`
-	Annotations map[string]string `yaml:"annotations"`
-}
-
-type ruleGroup struct {
-	Name  string `yaml:"name"`
-	Rules []rule `yaml:"rules"`
-}
-
 // located is a rule with where it came from, for messages.
 type located struct {
-	rule
+	Rule
 	file, group string
 }
 
@@ -108,9 +94,7 @@ func loadRules(t *testing.T) []located {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var rf struct {
-			Groups []ruleGroup `yaml:"groups"`
-		}
+		var rf RuleFile
 		dec := yaml.NewDecoder(bytes.NewReader(b))
 		dec.KnownFields(true)
 		if err := dec.Decode(&rf); err != nil {
@@ -118,7 +102,7 @@ func loadRules(t *testing.T) []located {
 		}
 		for _, g := range rf.Groups {
 			for _, r := range g.Rules {
-				out = append(out, located{rule: r, file: f, group: g.Name})
+				out = append(out, located{Rule: r, file: f, group: g.Name})
 			}
 		}
 	}

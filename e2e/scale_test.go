@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpulink/gpulink_exporter/deploy"
 	"github.com/prometheus/common/model"
 	yaml "go.yaml.in/yaml/v2"
 )
@@ -22,26 +23,6 @@ const (
 	timeScale = 30
 	minRange  = 4 * time.Second
 )
-
-type ruleFile struct {
-	Groups []ruleGroup `yaml:"groups"`
-}
-
-type ruleGroup struct {
-	Name     string `yaml:"name"`
-	Interval string `yaml:"interval,omitempty"`
-	Rules    []rule `yaml:"rules"`
-}
-
-type rule struct {
-	Record        string            `yaml:"record,omitempty"`
-	Alert         string            `yaml:"alert,omitempty"`
-	Expr          string            `yaml:"expr"`
-	For           string            `yaml:"for,omitempty"`
-	KeepFiringFor string            `yaml:"keep_firing_for,omitempty"`
-	Labels        map[string]string `yaml:"labels,omitempty"`
-	Annotations   map[string]string `yaml:"annotations,omitempty"`
-}
 
 // alertTiming is what the scaled rules give an alert: its for: and the
 // time its expression (or a recording rule it reads) needs to fill its
@@ -165,7 +146,7 @@ func scaleRules(t *testing.T, src, dst string) map[string]alertTiming {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var f ruleFile
+	var f deploy.RuleFile
 	if err := yaml.UnmarshalStrict(b, &f); err != nil {
 		t.Fatalf("%s: %v", src, err)
 	}
