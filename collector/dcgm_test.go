@@ -13,7 +13,6 @@ import (
 	"github.com/gpulink/gpulink_exporter/collector"
 	"github.com/gpulink/gpulink_exporter/internal/dcgm"
 	"github.com/gpulink/gpulink_exporter/internal/dcgm/dcgmfake"
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
@@ -35,7 +34,7 @@ func dcgmSnapshot() *dcgm.Snapshot {
 		Mode: "standalone", Version: "4.2.3", LibraryVersion: "4.1.1", Profiling: true,
 		GPUs: []dcgm.GPU{
 			{ID: 0, Index: 0, UUID: "GPU-a", PCIBusID: "0000:18:00.0", Health: health("nvlink", dcgm.HealthFail),
-				Profiling: dcgm.Profiling{SMActive: gpu.Some(0.5), PCIeTransmit: gpu.Some(1.5e9), NVLinkReceive: gpu.Some(4e10)}},
+				Profiling: dcgm.Profiling{SMActive: sampler.Some(0.5), PCIeTransmit: sampler.Some(1.5e9), NVLinkReceive: sampler.Some(4e10)}},
 			// No profiling values and no health (its check failed).
 			{ID: 1, Index: 1, UUID: "GPU-b", PCIBusID: "0000:2a:00.0"},
 		},

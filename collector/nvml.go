@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpulink/gpulink_exporter/internal/gpu"
@@ -134,31 +135,31 @@ func (o *out) gauge(d *prometheus.Desc, v float64, extra ...string) {
 	o.add(d, prometheus.GaugeValue, v, extra...)
 }
 
-func (o *out) optGauge(d *prometheus.Desc, v gpu.Opt[float64], extra ...string) {
+func (o *out) optGauge(d *prometheus.Desc, v sampler.Opt[float64], extra ...string) {
 	if v.Valid {
 		o.add(d, prometheus.GaugeValue, v.V, extra...)
 	}
 }
 
-func (o *out) optInt(d *prometheus.Desc, v gpu.Opt[int], extra ...string) {
+func (o *out) optInt(d *prometheus.Desc, v sampler.Opt[int], extra ...string) {
 	if v.Valid {
 		o.add(d, prometheus.GaugeValue, float64(v.V), extra...)
 	}
 }
 
-func (o *out) optBool(d *prometheus.Desc, v gpu.Opt[bool], extra ...string) {
+func (o *out) optBool(d *prometheus.Desc, v sampler.Opt[bool], extra ...string) {
 	if v.Valid {
 		o.add(d, prometheus.GaugeValue, boolFloat(v.V), extra...)
 	}
 }
 
-func (o *out) optUint(d *prometheus.Desc, t prometheus.ValueType, v gpu.Opt[uint64], extra ...string) {
+func (o *out) optUint(d *prometheus.Desc, t prometheus.ValueType, v sampler.Opt[uint64], extra ...string) {
 	if v.Valid {
 		o.add(d, t, float64(v.V), extra...)
 	}
 }
 
-func (o *out) optCounter(d *prometheus.Desc, v gpu.Opt[float64], extra ...string) {
+func (o *out) optCounter(d *prometheus.Desc, v sampler.Opt[float64], extra ...string) {
 	if v.Valid {
 		o.add(d, prometheus.CounterValue, v.V, extra...)
 	}

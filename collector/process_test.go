@@ -23,36 +23,36 @@ const (
 	placementCtr = "4f8a1d2c9b7e6f5a3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b"
 )
 
-func placementCPUs(s string) numa.Opt[numa.CPUSet] {
+func placementCPUs(s string) sampler.Opt[numa.CPUSet] {
 	c, err := numa.ParseCPUList(s)
 	if err != nil {
 		panic(err)
 	}
-	return numa.Some(c)
+	return sampler.Some(c)
 }
 
 // placementSnapshot has a healthy process in a pod, one pinned to the far
 // socket whose name is not UTF-8, one on a GPU whose node is unknown, and
 // a GPU without processes.
 func placementSnapshot() *numa.PlacementSnapshot {
-	f := numa.Some[float64]
+	f := sampler.Some[float64]
 	return &numa.PlacementSnapshot{GPUs: []numa.GPUPlacement{
 		{GPU: 0, UUID: "GPU-0", PCIBusID: "0000:18:00.0", NUMANode: 0, Processes: 1, Procs: []numa.GPUProcess{{
 			Placement: &numa.ProcessPlacement{PID: 4242, Comm: "python", PodUID: placementPod, ContainerID: placementCtr,
 				AllowedCPUs:  placementCPUs("0-55,112-167"),
-				MemoryByNode: numa.Some(map[int]uint64{0: 8192000000, 1: 49152000})},
+				MemoryByNode: sampler.Some(map[int]uint64{0: 8192000000, 1: 49152000})},
 			UsedGPUMemory:  f(1073741824),
 			RemoteCPURatio: f(0), RemoteThreadRatio: f(0.125), RemoteMemoryRatio: f(0.25),
-			NoLocalCPU: numa.Some(false), Misaffine: numa.Some(false),
+			NoLocalCPU: sampler.Some(false), Misaffine: sampler.Some(false),
 		}}},
 		{GPU: 4, UUID: "GPU-4", PCIBusID: "0000:9a:00.0", NUMANode: 1, Processes: 1, Misaffine: 1, Procs: []numa.GPUProcess{{
 			Placement: &numa.ProcessPlacement{PID: 5151, Comm: "bad\xffname", AllowedCPUs: placementCPUs("56-111,168-223"),
-				MemoryByNode: numa.Some(map[int]uint64{1: 819200000, 0: 7372800000})},
+				MemoryByNode: sampler.Some(map[int]uint64{1: 819200000, 0: 7372800000})},
 			RemoteCPURatio: f(1), RemoteThreadRatio: f(1), RemoteMemoryRatio: f(0.9),
-			NoLocalCPU: numa.Some(true), Misaffine: numa.Some(true),
+			NoLocalCPU: sampler.Some(true), Misaffine: sampler.Some(true),
 		}}},
 		{GPU: 6, UUID: "GPU-6", PCIBusID: "0000:ba:00.0", NUMANode: -1, Processes: 1, Unknown: 1, Procs: []numa.GPUProcess{{
-			Placement: &numa.ProcessPlacement{PID: 6161, Comm: "python", MemoryByNode: numa.Some(map[int]uint64{0: 4096})},
+			Placement: &numa.ProcessPlacement{PID: 6161, Comm: "python", MemoryByNode: sampler.Some(map[int]uint64{0: 4096})},
 		}}},
 		{GPU: 7, UUID: "GPU-7", PCIBusID: "0000:db:00.0", NUMANode: 1},
 	}}

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
 // NIC port health: RDMA ports (InfiniBand, RoCE, iWARP, EFA) from
@@ -47,24 +49,24 @@ const (
 // absent where the device does not have it or it could not be read.
 type RDMACounters struct {
 	// Standard IB port counters (ports/<n>/counters; hw_counters on EFA).
-	ReceiveBytes, TransmitBytes     Opt[uint64]
-	ReceivePackets, TransmitPackets Opt[uint64]
-	SymbolErrors                    Opt[uint64] // symbol_error
-	LinkDowned                      Opt[uint64] // link_downed
-	LinkErrorRecovery               Opt[uint64] // link_error_recovery
-	ReceiveErrors                   Opt[uint64] // port_rcv_errors
-	TransmitDiscards                Opt[uint64] // port_xmit_discards
-	TransmitWait                    Opt[uint64] // port_xmit_wait, in device ticks
+	ReceiveBytes, TransmitBytes     sampler.Opt[uint64]
+	ReceivePackets, TransmitPackets sampler.Opt[uint64]
+	SymbolErrors                    sampler.Opt[uint64] // symbol_error
+	LinkDowned                      sampler.Opt[uint64] // link_downed
+	LinkErrorRecovery               sampler.Opt[uint64] // link_error_recovery
+	ReceiveErrors                   sampler.Opt[uint64] // port_rcv_errors
+	TransmitDiscards                sampler.Opt[uint64] // port_xmit_discards
+	TransmitWait                    sampler.Opt[uint64] // port_xmit_wait, in device ticks
 
 	// Driver counters (ports/<n>/hw_counters).
-	OutOfSequence           Opt[uint64] // mlx5 out_of_sequence
-	NAKSequenceErrors       Opt[uint64] // mlx5 packet_seq_err
-	AdaptiveRetransmissions Opt[uint64] // mlx5 roce_adp_retrans
-	RetransmittedPackets    Opt[uint64] // EFA retrans_pkts
-	ECNMarkedPackets        Opt[uint64] // mlx5 np_ecn_marked_roce_packets
-	CNPHandled              Opt[uint64] // mlx5 rp_cnp_handled
-	LocalAckTimeouts        Opt[uint64] // mlx5 local_ack_timeout_err, EFA retrans_timeout_events
-	ReceiveDiscards         Opt[uint64] // EFA rx_drops
+	OutOfSequence           sampler.Opt[uint64] // mlx5 out_of_sequence
+	NAKSequenceErrors       sampler.Opt[uint64] // mlx5 packet_seq_err
+	AdaptiveRetransmissions sampler.Opt[uint64] // mlx5 roce_adp_retrans
+	RetransmittedPackets    sampler.Opt[uint64] // EFA retrans_pkts
+	ECNMarkedPackets        sampler.Opt[uint64] // mlx5 np_ecn_marked_roce_packets
+	CNPHandled              sampler.Opt[uint64] // mlx5 rp_cnp_handled
+	LocalAckTimeouts        sampler.Opt[uint64] // mlx5 local_ack_timeout_err, EFA retrans_timeout_events
+	ReceiveDiscards         sampler.Opt[uint64] // EFA rx_drops
 }
 
 // RDMAPort is one port of an RDMA device.
@@ -83,34 +85,34 @@ type RDMAPort struct {
 	// State and PhysState are the names in the state files ("ACTIVE",
 	// "LinkUp"), "" when unreadable; the IDs are their numbers.
 	State, PhysState     string
-	StateID, PhysStateID Opt[int]
+	StateID, PhysStateID sampler.Opt[int]
 	// RateBytes is the rate the link trained at, one direction, in bytes
 	// per second; Width its lanes and Speed the lane speed's name (NDR).
-	RateBytes Opt[float64]
-	Width     Opt[int]
+	RateBytes sampler.Opt[float64]
+	Width     sampler.Opt[int]
 	Speed     string
 	Counters  RDMACounters
 }
 
 // Up reports whether the port is ACTIVE with its physical link up; absent
 // when neither state could be read, or the one that could says up.
-func (p *RDMAPort) Up() Opt[bool] {
+func (p *RDMAPort) Up() sampler.Opt[bool] {
 	if p.StateID.Valid && p.StateID.V != IBStateActive ||
 		p.PhysStateID.Valid && p.PhysStateID.V != IBPhysStateLinkUp {
-		return Some(false)
+		return sampler.Some(false)
 	}
 	if p.StateID.Valid && p.PhysStateID.Valid {
-		return Some(true)
+		return sampler.Some(true)
 	}
-	return Opt[bool]{}
+	return sampler.Opt[bool]{}
 }
 
 // NetStats are a network interface's statistics/ counters.
 type NetStats struct {
-	ReceiveBytes, TransmitBytes     Opt[uint64]
-	ReceivePackets, TransmitPackets Opt[uint64]
-	ReceiveErrors, TransmitErrors   Opt[uint64]
-	ReceiveDropped, TransmitDropped Opt[uint64]
+	ReceiveBytes, TransmitBytes     sampler.Opt[uint64]
+	ReceivePackets, TransmitPackets sampler.Opt[uint64]
+	ReceiveErrors, TransmitErrors   sampler.Opt[uint64]
+	ReceiveDropped, TransmitDropped sampler.Opt[uint64]
 }
 
 // NetInterface is a network interface on a PCI function.
@@ -122,27 +124,27 @@ type NetInterface struct {
 	// OperState is the operstate file (up, down, unknown, dormant, ...);
 	// "" when unreadable.
 	OperState string
-	Carrier   Opt[bool]
+	Carrier   sampler.Opt[bool]
 	// SpeedBytes is the link speed in bytes per second; absent when the
 	// driver does not know it (speed -1, or EINVAL with no link).
-	SpeedBytes     Opt[float64]
-	CarrierChanges Opt[uint64]
-	MTU            Opt[int64]
+	SpeedBytes     sampler.Opt[float64]
+	CarrierChanges sampler.Opt[uint64]
+	MTU            sampler.Opt[int64]
 	Stats          NetStats
 }
 
 // Up reports whether the interface is operationally up. A driver that
 // does not track operstate reports "unknown"; its carrier decides then.
-func (n *NetInterface) Up() Opt[bool] {
+func (n *NetInterface) Up() sampler.Opt[bool] {
 	switch n.OperState {
 	case "":
-		return Opt[bool]{}
+		return sampler.Opt[bool]{}
 	case "up":
-		return Some(true)
+		return sampler.Some(true)
 	case "unknown":
 		return n.Carrier
 	}
-	return Some(false)
+	return sampler.Some(false)
 }
 
 // NICSnapshot is every RDMA port and physical network interface.
@@ -307,18 +309,18 @@ func rdmaKind(name, driver, nodeType, linkLayer string) RDMAKind {
 // readRDMAPort reads one port directory; identity is filled in by the caller.
 func readRDMAPort(t *tally, dir string) RDMAPort {
 	p := RDMAPort{NUMANode: -1}
-	state := func(name string) (Opt[int], string) {
+	state := func(name string) (sampler.Opt[int], string) {
 		path := filepath.Join(dir, name)
 		s := optString(t, path)
 		if !s.Valid {
-			return Opt[int]{}, ""
+			return sampler.Opt[int]{}, ""
 		}
 		id, label, err := parseIBState(s.V)
 		if err != nil {
 			t.Add(fmt.Errorf("%s: %w", path, err))
-			return Opt[int]{}, ""
+			return sampler.Opt[int]{}, ""
 		}
-		return Some(id), label
+		return sampler.Some(id), label
 	}
 	p.StateID, p.State = state("state")
 	p.PhysStateID, p.PhysState = state("phys_state")
@@ -327,22 +329,22 @@ func readRDMAPort(t *tally, dir string) RDMAPort {
 		if err != nil {
 			t.Add(fmt.Errorf("%s: %w", filepath.Join(dir, "rate"), err))
 		} else {
-			p.RateBytes, p.Speed = Some(r.BytesPerSecond), r.Speed
+			p.RateBytes, p.Speed = sampler.Some(r.BytesPerSecond), r.Speed
 			if r.Width > 0 {
-				p.Width = Some(r.Width)
+				p.Width = sampler.Some(r.Width)
 			}
 		}
 	}
 	p.LinkLayer = optString(t, filepath.Join(dir, "link_layer")).V
 
 	c := &p.Counters
-	std := func(name string) Opt[uint64] { return optUint(t, filepath.Join(dir, "counters", name)) }
-	hw := func(name string) Opt[uint64] { return optUint(t, filepath.Join(dir, "hw_counters", name)) }
+	std := func(name string) sampler.Opt[uint64] { return optUint(t, filepath.Join(dir, "counters", name)) }
+	hw := func(name string) sampler.Opt[uint64] { return optUint(t, filepath.Join(dir, "hw_counters", name)) }
 	// Data counters count 4-byte words. A port without them (EFA has
 	// no counters/ directory) has byte counts in hw_counters instead;
 	// one that has them but could not read them stays absent, so the
 	// series never switches source.
-	data := func(std, hwName string) Opt[uint64] {
+	data := func(std, hwName string) sampler.Opt[uint64] {
 		path := filepath.Join(dir, "counters", std)
 		if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
 			return hw(hwName)
@@ -353,11 +355,11 @@ func readRDMAPort(t *tally, dir string) RDMAPort {
 		}
 		if v.V > math.MaxUint64/4 {
 			t.Add(fmt.Errorf("%s: %d words overflow a byte count", path, v.V))
-			return Opt[uint64]{}
+			return sampler.Opt[uint64]{}
 		}
-		return Some(v.V * 4)
+		return sampler.Some(v.V * 4)
 	}
-	packets := func(std, hwName string) Opt[uint64] {
+	packets := func(std, hwName string) sampler.Opt[uint64] {
 		if _, err := os.Lstat(filepath.Join(dir, "counters", std)); errors.Is(err, fs.ErrNotExist) {
 			return hw(hwName)
 		}
@@ -521,16 +523,16 @@ func readNetInterface(t *tally, dir string) NetInterface {
 	n := NetInterface{NUMANode: -1}
 	n.OperState = optString(t, filepath.Join(dir, "operstate")).V
 	if v := optInt(t, filepath.Join(dir, "carrier")); v.Valid {
-		n.Carrier = Some(v.V != 0)
+		n.Carrier = sampler.Some(v.V != 0)
 	}
 	// Mb/s; -1 (SPEED_UNKNOWN, printed as 4294967295 by old kernels) when
 	// the driver does not know, EINVAL when there is no link.
 	if v := optInt(t, filepath.Join(dir, "speed")); v.Valid && v.V > 0 && v.V != math.MaxUint32 {
-		n.SpeedBytes = Some(float64(v.V) * 1e6 / 8)
+		n.SpeedBytes = sampler.Some(float64(v.V) * 1e6 / 8)
 	}
 	n.CarrierChanges = optUint(t, filepath.Join(dir, "carrier_changes"))
 	n.MTU = optInt(t, filepath.Join(dir, "mtu"))
-	stat := func(name string) Opt[uint64] { return optUint(t, filepath.Join(dir, "statistics", name)) }
+	stat := func(name string) sampler.Opt[uint64] { return optUint(t, filepath.Join(dir, "statistics", name)) }
 	s := &n.Stats
 	s.ReceiveBytes, s.TransmitBytes = stat("rx_bytes"), stat("tx_bytes")
 	s.ReceivePackets, s.TransmitPackets = stat("rx_packets"), stat("tx_packets")

@@ -190,14 +190,14 @@ func nicIf(t *testing.T, s *NICSnapshot, name string) *NetInterface {
 	return nil
 }
 
-func wantCount(t *testing.T, what string, got Opt[uint64], want uint64) {
+func wantCount(t *testing.T, what string, got sampler.Opt[uint64], want uint64) {
 	t.Helper()
 	if !got.Valid || got.V != want {
 		t.Errorf("%s = %+v, want %d", what, got, want)
 	}
 }
 
-func wantNone[T any](t *testing.T, what string, got Opt[T]) {
+func wantNone[T any](t *testing.T, what string, got sampler.Opt[T]) {
 	t.Helper()
 	if got.Valid {
 		t.Errorf("%s = %v, want absent", what, got.V)
@@ -221,13 +221,13 @@ func TestNICReaderTree(t *testing.T) {
 		ib.LinkLayer != "InfiniBand" {
 		t.Errorf("mlx5_0 identity = %q numa %d driver %q kind %q layer %q", ib.PCIAddress, ib.NUMANode, ib.Driver, ib.Kind, ib.LinkLayer)
 	}
-	if ib.State != "ACTIVE" || ib.StateID != Some(4) || ib.PhysState != "LinkUp" || ib.PhysStateID != Some(5) {
+	if ib.State != "ACTIVE" || ib.StateID != sampler.Some(4) || ib.PhysState != "LinkUp" || ib.PhysStateID != sampler.Some(5) {
 		t.Errorf("mlx5_0 state = %q %+v / %q %+v", ib.State, ib.StateID, ib.PhysState, ib.PhysStateID)
 	}
-	if ib.Up() != Some(true) {
+	if ib.Up() != sampler.Some(true) {
 		t.Errorf("mlx5_0 up = %+v", ib.Up())
 	}
-	if ib.RateBytes != Some(50e9) || ib.Width != Some(4) || ib.Speed != "NDR" {
+	if ib.RateBytes != sampler.Some(50e9) || ib.Width != sampler.Some(4) || ib.Speed != "NDR" {
 		t.Errorf("mlx5_0 rate = %+v width %+v speed %q", ib.RateBytes, ib.Width, ib.Speed)
 	}
 	c := ib.Counters
@@ -251,14 +251,14 @@ func TestNICReaderTree(t *testing.T) {
 	wantNone(t, "mlx5 receive discards", c.ReceiveDiscards)
 
 	roce := nicPort(t, snap, "mlx5_1", 1)
-	if roce.Kind != RDMARoCE || roce.Up() != Some(false) || roce.StateID != Some(1) || roce.PhysStateID != Some(3) ||
-		roce.RateBytes != Some(25e9/8) {
+	if roce.Kind != RDMARoCE || roce.Up() != sampler.Some(false) || roce.StateID != sampler.Some(1) || roce.PhysStateID != sampler.Some(3) ||
+		roce.RateBytes != sampler.Some(25e9/8) {
 		t.Errorf("mlx5_1 = kind %q up %+v state %+v phys %+v rate %+v",
 			roce.Kind, roce.Up(), roce.StateID, roce.PhysStateID, roce.RateBytes)
 	}
 
 	efa := nicPort(t, snap, "rdmap17s0", 1)
-	if efa.Kind != RDMAEFA || efa.NUMANode != -1 || efa.PCIAddress != "0000:11:00.0" || efa.RateBytes != Some(12.5e9) {
+	if efa.Kind != RDMAEFA || efa.NUMANode != -1 || efa.PCIAddress != "0000:11:00.0" || efa.RateBytes != sampler.Some(12.5e9) {
 		t.Errorf("EFA = kind %q numa %d pci %q rate %+v", efa.Kind, efa.NUMANode, efa.PCIAddress, efa.RateBytes)
 	}
 	c = efa.Counters
@@ -279,8 +279,8 @@ func TestNICReaderTree(t *testing.T) {
 		t.Errorf("interfaces not sorted: %s %s", snap.Interfaces[0].Name, snap.Interfaces[1].Name)
 	}
 	ipoib := nicIf(t, snap, "ibp1s0")
-	if ipoib.PCIAddress != "0000:01:00.0" || ipoib.NUMANode != 1 || ipoib.Up() != Some(true) ||
-		ipoib.SpeedBytes != Some(50e9) || ipoib.Carrier != Some(true) || ipoib.MTU != Some(int64(4092)) {
+	if ipoib.PCIAddress != "0000:01:00.0" || ipoib.NUMANode != 1 || ipoib.Up() != sampler.Some(true) ||
+		ipoib.SpeedBytes != sampler.Some(50e9) || ipoib.Carrier != sampler.Some(true) || ipoib.MTU != sampler.Some(int64(4092)) {
 		t.Errorf("ibp1s0 = %+v", ipoib)
 	}
 	wantCount(t, "carrier changes", ipoib.CarrierChanges, 2)
@@ -293,7 +293,7 @@ func TestNICReaderTree(t *testing.T) {
 	wantCount(t, "tx dropped", st.TransmitDropped, 8)
 
 	eth0 := nicIf(t, snap, "eth0")
-	if eth0.PCIAddress != "0000:00:03.0" || eth0.NUMANode != -1 || eth0.Up() != Some(true) {
+	if eth0.PCIAddress != "0000:00:03.0" || eth0.NUMANode != -1 || eth0.Up() != sampler.Some(true) {
 		t.Errorf("eth0 = %+v", eth0)
 	}
 	wantNone(t, "virtio speed -1", eth0.SpeedBytes)
@@ -320,7 +320,7 @@ func TestNICUnreadableFileDropsOneValue(t *testing.T) {
 			wantNone(t, "symbol errors", p.Counters.SymbolErrors)
 			wantCount(t, "link downed", p.Counters.LinkDowned, 6)
 			wantCount(t, "receive bytes", p.Counters.ReceiveBytes, 4000)
-			if p.Up() != Some(true) || p.RateBytes != Some(50e9) {
+			if p.Up() != sampler.Some(true) || p.RateBytes != sampler.Some(50e9) {
 				t.Errorf("other values of the port were dropped: %+v", p)
 			}
 			if len(snap.Ports) != 3 || len(snap.Interfaces) != 2 {
@@ -342,7 +342,7 @@ func TestNICBadStateAndRateDropThatValue(t *testing.T) {
 	p := nicPort(t, snap, "mlx5_1", 1)
 	wantNone(t, "state", p.StateID)
 	wantNone(t, "rate", p.RateBytes)
-	if p.State != "" || p.PhysStateID != Some(3) || p.Up() != Some(false) {
+	if p.State != "" || p.PhysStateID != sampler.Some(3) || p.Up() != sampler.Some(false) {
 		t.Errorf("mlx5_1 = state %q phys %+v up %+v", p.State, p.PhysStateID, p.Up())
 	}
 	eth0 := nicIf(t, snap, "eth0")
@@ -384,7 +384,7 @@ func TestNICNoRDMA(t *testing.T) {
 		t.Fatalf("interfaces = %+v, want eno1", snap.Interfaces)
 	}
 	n := snap.Interfaces[0]
-	if n.Name != "eno1" || n.NUMANode != 0 || n.Up() != Some(false) || n.SpeedBytes.Valid {
+	if n.Name != "eno1" || n.NUMANode != 0 || n.Up() != sampler.Some(false) || n.SpeedBytes.Valid {
 		t.Errorf("eno1 = %+v", n)
 	}
 	// The NUMA node is 0 here because the file says 0, not by default.
@@ -555,7 +555,7 @@ func nicFileUint(t *testing.T, path string) uint64 {
 func wholeMLX5(t *testing.T, p *RDMAPort, skipSymbol bool) {
 	t.Helper()
 	c := p.Counters
-	for name, v := range map[string]Opt[uint64]{
+	for name, v := range map[string]sampler.Opt[uint64]{
 		"receive bytes": c.ReceiveBytes, "transmit bytes": c.TransmitBytes,
 		"receive packets": c.ReceivePackets, "transmit packets": c.TransmitPackets,
 		"link downed": c.LinkDowned, "link error recovery": c.LinkErrorRecovery,
@@ -594,11 +594,11 @@ func TestNICProfileDGXH100(t *testing.T) {
 		}
 		switch p.Device {
 		case "mlx5_8", "mlx5_9":
-			if p.Kind != RDMARoCE || p.RateBytes != Some(25e9) {
+			if p.Kind != RDMARoCE || p.RateBytes != sampler.Some(25e9) {
 				t.Errorf("%s: kind %q rate %+v, want roce at 25e9", p.Device, p.Kind, p.RateBytes)
 			}
 		default:
-			if p.Kind != RDMAInfiniBand || p.RateBytes != Some(50e9) || p.Up() != Some(true) {
+			if p.Kind != RDMAInfiniBand || p.RateBytes != sampler.Some(50e9) || p.Up() != sampler.Some(true) {
 				t.Errorf("%s: kind %q rate %+v up %+v", p.Device, p.Kind, p.RateBytes, p.Up())
 			}
 		}
@@ -615,11 +615,11 @@ func TestNICProfileDGXH100(t *testing.T) {
 		t.Errorf("%d interfaces, want 8 IPoIB and 2 Ethernet (lo left out)", len(snap.Interfaces))
 	}
 	ib := nicIf(t, snap, "ibp25s0")
-	if ib.PCIAddress != "0000:19:00.0" || ib.NUMANode != 0 || ib.SpeedBytes != Some(50e9) || ib.Up() != Some(true) {
+	if ib.PCIAddress != "0000:19:00.0" || ib.NUMANode != 0 || ib.SpeedBytes != sampler.Some(50e9) || ib.Up() != sampler.Some(true) {
 		t.Errorf("ibp25s0 = %+v", ib)
 	}
 	eth := nicIf(t, snap, "enp228s0f0np0")
-	if eth.PCIAddress != "0000:e4:00.0" || eth.NUMANode != 1 || eth.SpeedBytes != Some(25e9) {
+	if eth.PCIAddress != "0000:e4:00.0" || eth.NUMANode != 1 || eth.SpeedBytes != sampler.Some(25e9) {
 		t.Errorf("enp228s0f0np0 = %+v", eth)
 	}
 }
@@ -637,11 +637,11 @@ func TestNICProfileDGXH100Faults(t *testing.T) {
 		wholeMLX5(t, &snap.Ports[i], snap.Ports[i].Device == "mlx5_1")
 	}
 	wantNone(t, "mlx5_1 symbol errors", nicPort(t, snap, "mlx5_1", 1).Counters.SymbolErrors)
-	if p := nicPort(t, snap, "mlx5_2", 1); p.RateBytes != Some(25e9) || p.Up() != Some(true) || p.Speed != "HDR" {
+	if p := nicPort(t, snap, "mlx5_2", 1); p.RateBytes != sampler.Some(25e9) || p.Up() != sampler.Some(true) || p.Speed != "HDR" {
 		t.Errorf("mlx5_2 rate %+v (%s), up %+v; want 25e9 bytes/s and up", p.RateBytes, p.Speed, p.Up())
 	}
 	p := nicPort(t, snap, "mlx5_3", 1)
-	if p.Up() != Some(false) || p.StateID != Some(1) || p.State != "DOWN" || p.PhysStateID != Some(3) || p.PhysState != "Disabled" {
+	if p.Up() != sampler.Some(false) || p.StateID != sampler.Some(1) || p.State != "DOWN" || p.PhysStateID != sampler.Some(3) || p.PhysState != "Disabled" {
 		t.Errorf("mlx5_3 = up %+v, state %+v %q, phys %+v %q", p.Up(), p.StateID, p.State, p.PhysStateID, p.PhysState)
 	}
 	for _, name := range []string{"mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7"} {
@@ -650,10 +650,10 @@ func TestNICProfileDGXH100Faults(t *testing.T) {
 		}
 	}
 	n := nicIf(t, snap, "ibp92s0")
-	if n.Up() != Some(false) || n.Carrier != Some(false) || n.SpeedBytes.Valid {
+	if n.Up() != sampler.Some(false) || n.Carrier != sampler.Some(false) || n.SpeedBytes.Valid {
 		t.Errorf("ibp92s0 = up %+v, carrier %+v, speed %+v", n.Up(), n.Carrier, n.SpeedBytes)
 	}
-	if n := nicIf(t, snap, "ibp59s0"); n.SpeedBytes != Some(25e9) {
+	if n := nicIf(t, snap, "ibp59s0"); n.SpeedBytes != sampler.Some(25e9) {
 		t.Errorf("ibp59s0 speed %+v", n.SpeedBytes)
 	}
 }
@@ -670,7 +670,7 @@ func TestNICProfileAWSP5(t *testing.T) {
 	for i := range snap.Ports {
 		p := &snap.Ports[i]
 		c := p.Counters
-		if p.Kind != RDMAEFA || p.LinkLayer != "Unspecified" || p.RateBytes != Some(12.5e9) || p.Up() != Some(true) ||
+		if p.Kind != RDMAEFA || p.LinkLayer != "Unspecified" || p.RateBytes != sampler.Some(12.5e9) || p.Up() != sampler.Some(true) ||
 			!c.ReceiveBytes.Valid || !c.TransmitBytes.Valid || !c.ReceivePackets.Valid || !c.TransmitPackets.Valid ||
 			!c.ReceiveDiscards.Valid || !c.RetransmittedPackets.Valid || !c.LocalAckTimeouts.Valid ||
 			c.SymbolErrors.Valid || c.OutOfSequence.Valid {
@@ -690,7 +690,7 @@ func TestNICProfileAWSP5(t *testing.T) {
 	if len(snap.Interfaces) != 1 {
 		t.Fatalf("interfaces %+v, want ens32 alone", snap.Interfaces)
 	}
-	if n := snap.Interfaces[0]; n.Name != "ens32" || n.PCIAddress != "0000:11:00.0" || n.SpeedBytes.Valid || n.Up() != Some(true) {
+	if n := snap.Interfaces[0]; n.Name != "ens32" || n.PCIAddress != "0000:11:00.0" || n.SpeedBytes.Valid || n.Up() != sampler.Some(true) {
 		t.Errorf("ens32 = %+v", n)
 	}
 }
@@ -701,10 +701,10 @@ func TestNICProfileAWSP5Faults(t *testing.T) {
 	if perr != nil {
 		t.Fatal(perr)
 	}
-	if p := nicPort(t, snap, "rdmap127s0", 1); p.Up() != Some(false) || p.StateID != Some(1) || p.PhysStateID != Some(3) {
+	if p := nicPort(t, snap, "rdmap127s0", 1); p.Up() != sampler.Some(false) || p.StateID != sampler.Some(1) || p.PhysStateID != sampler.Some(3) {
 		t.Errorf("rdmap127s0 = up %+v state %+v phys %+v", p.Up(), p.StateID, p.PhysStateID)
 	}
-	if p := nicPort(t, snap, "rdmap128s0", 1); p.Up() != Some(true) {
+	if p := nicPort(t, snap, "rdmap128s0", 1); p.Up() != sampler.Some(true) {
 		t.Errorf("rdmap128s0 up %+v", p.Up())
 	}
 }
@@ -722,7 +722,7 @@ func TestNICProfileNoGPU(t *testing.T) {
 		t.Fatalf("interfaces %+v, want enp65s0f0 alone", snap.Interfaces)
 	}
 	n := snap.Interfaces[0]
-	if n.Name != "enp65s0f0" || n.PCIAddress != "0000:41:00.0" || n.NUMANode != 0 || n.SpeedBytes != Some(3.125e9) {
+	if n.Name != "enp65s0f0" || n.PCIAddress != "0000:41:00.0" || n.NUMANode != 0 || n.SpeedBytes != sampler.Some(3.125e9) {
 		t.Errorf("enp65s0f0 = %+v", n)
 	}
 }
@@ -740,8 +740,8 @@ func TestNICProfileH200VM(t *testing.T) {
 		t.Fatalf("interfaces %+v, want eth0 alone (lo, ifb0, ifb1 are virtual)", snap.Interfaces)
 	}
 	n := snap.Interfaces[0]
-	if n.Name != "eth0" || n.PCIAddress != "0000:00:03.0" || n.NUMANode != -1 || n.Up() != Some(true) ||
-		n.MTU != Some(int64(1400)) {
+	if n.Name != "eth0" || n.PCIAddress != "0000:00:03.0" || n.NUMANode != -1 || n.Up() != sampler.Some(true) ||
+		n.MTU != sampler.Some(int64(1400)) {
 		t.Errorf("eth0 = %+v", n)
 	}
 	wantNone(t, "eth0 speed", n.SpeedBytes)

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
 // NUMANode is one NUMA node: its CPUs, memory, distances and allocation
@@ -14,7 +16,7 @@ type NUMANode struct {
 	ID   int
 	CPUs CPUSet
 	// MemTotal and MemFree are in bytes.
-	MemTotal, MemFree Opt[uint64]
+	MemTotal, MemFree sampler.Opt[uint64]
 	// Distances are the node's row of the SLIT, by node ID: 10 is local.
 	Distances map[int]int
 	// Stat holds numastat counters (pages): numa_hit, numa_miss,
@@ -75,10 +77,10 @@ func (f FS) readNode(t *tally, id int, ids []int) NUMANode {
 		mem, err := parseNodeMeminfo(s.V)
 		t.Add(wrapPath(dir, "meminfo", err))
 		if v, ok := mem["MemTotal"]; ok {
-			n.MemTotal = Some(v)
+			n.MemTotal = sampler.Some(v)
 		}
 		if v, ok := mem["MemFree"]; ok {
-			n.MemFree = Some(v)
+			n.MemFree = sampler.Some(v)
 		}
 	}
 	return n

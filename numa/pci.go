@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
 // DeviceKind is what a PCI function is, as far as link health cares.
@@ -43,8 +45,8 @@ func kindOf(class uint32, vendor uint16) DeviceKind {
 // port or a switch downstream port, the link below it.
 type PCIeLink struct {
 	// Speed and MaxSpeed are in transfers per second (32e9 for Gen5).
-	Speed, MaxSpeed Opt[float64]
-	Width, MaxWidth Opt[int]
+	Speed, MaxSpeed sampler.Opt[float64]
+	Width, MaxWidth sampler.Opt[int]
 }
 
 // pcieGenerations maps a transfer rate in GT/s to its PCIe generation and
@@ -100,34 +102,34 @@ func GenerationLaneBandwidth(gen int) float64 {
 // PCIe" on current kernels, "8 GT/s" or "2.5 GT/s" on older ones. The
 // kernel prints "Unknown" (or "Unknown speed") for a link it cannot read,
 // which is absent, not an error.
-func parseLinkSpeed(s string) (Opt[float64], error) {
+func parseLinkSpeed(s string) (sampler.Opt[float64], error) {
 	s = strings.TrimSpace(s)
 	if s == "" || strings.HasPrefix(s, "Unknown") {
-		return Opt[float64]{}, nil
+		return sampler.Opt[float64]{}, nil
 	}
 	num, unit, _ := strings.Cut(s, " ")
 	if !strings.HasPrefix(unit, "GT/s") {
-		return Opt[float64]{}, fmt.Errorf("link speed %q: want \"<n> GT/s\"", s)
+		return sampler.Opt[float64]{}, fmt.Errorf("link speed %q: want \"<n> GT/s\"", s)
 	}
 	v, err := strconv.ParseFloat(num, 64)
 	if err != nil || v <= 0 || v > 1024 {
-		return Opt[float64]{}, fmt.Errorf("link speed %q: bad rate", s)
+		return sampler.Opt[float64]{}, fmt.Errorf("link speed %q: bad rate", s)
 	}
-	return Some(v * 1e9), nil
+	return sampler.Some(v * 1e9), nil
 }
 
 // parseLinkWidth parses current_link_width / max_link_width. Width 0 is
 // what a link that is down reports; it is kept, since it is the fault.
-func parseLinkWidth(s string) (Opt[int], error) {
+func parseLinkWidth(s string) (sampler.Opt[int], error) {
 	s = strings.TrimSpace(s)
 	if s == "" || strings.HasPrefix(s, "Unknown") {
-		return Opt[int]{}, nil
+		return sampler.Opt[int]{}, nil
 	}
 	v, err := strconv.Atoi(s)
 	if err != nil || v < 0 || v > 32 {
-		return Opt[int]{}, fmt.Errorf("link width %q: want 0-32 lanes", s)
+		return sampler.Opt[int]{}, fmt.Errorf("link width %q: want 0-32 lanes", s)
 	}
-	return Some(v), nil
+	return sampler.Some(v), nil
 }
 
 // readPCIeLink reads a function's link files from its sysfs directory.
@@ -135,10 +137,10 @@ func parseLinkWidth(s string) (Opt[int], error) {
 // VM) have none: the result is all absent.
 func readPCIeLink(t *tally, dir string) PCIeLink {
 	var l PCIeLink
-	speed := func(name string) Opt[float64] {
+	speed := func(name string) sampler.Opt[float64] {
 		s := optString(t, filepath.Join(dir, name))
 		if !s.Valid {
-			return Opt[float64]{}
+			return sampler.Opt[float64]{}
 		}
 		v, err := parseLinkSpeed(s.V)
 		if err != nil {
@@ -146,10 +148,10 @@ func readPCIeLink(t *tally, dir string) PCIeLink {
 		}
 		return v
 	}
-	width := func(name string) Opt[int] {
+	width := func(name string) sampler.Opt[int] {
 		s := optString(t, filepath.Join(dir, name))
 		if !s.Valid {
-			return Opt[int]{}
+			return sampler.Opt[int]{}
 		}
 		v, err := parseLinkWidth(s.V)
 		if err != nil {
@@ -172,7 +174,7 @@ type PCIDevice struct {
 	// NUMANode is sysfs numa_node; -1 when the platform does not say.
 	NUMANode int
 	// LocalCPUs are the CPUs the platform calls close to the device.
-	LocalCPUs    Opt[CPUSet]
+	LocalCPUs    sampler.Opt[CPUSet]
 	Link         PCIeLink
 	Driver       string
 	HostBridge   string // pci0000:15
@@ -273,7 +275,7 @@ func (f FS) readPCIDevice(t *tally, rel string) *PCIDevice {
 		if err != nil {
 			t.Add(fmt.Errorf("%s: %w", filepath.Join(dir, "local_cpulist"), err))
 		} else {
-			d.LocalCPUs = Some(set)
+			d.LocalCPUs = sampler.Some(set)
 		}
 	}
 	d.Link = readPCIeLink(t, dir)

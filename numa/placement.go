@@ -81,18 +81,18 @@ type GPUProcess struct {
 	// Placement is shared by every GPU the process holds.
 	Placement *ProcessPlacement
 	// UsedGPUMemory is the device memory it holds on this GPU, in bytes.
-	UsedGPUMemory Opt[float64]
+	UsedGPUMemory sampler.Opt[float64]
 	// RemoteCPURatio is the share of its allowed CPUs that are not on the
 	// GPU's node; RemoteThreadRatio the share of its threads that last ran
 	// off that node; RemoteMemoryRatio the share of its resident bytes on
 	// other nodes. Absent where unknown.
-	RemoteCPURatio, RemoteThreadRatio, RemoteMemoryRatio Opt[float64]
+	RemoteCPURatio, RemoteThreadRatio, RemoteMemoryRatio sampler.Opt[float64]
 	// NoLocalCPU is true when none of its allowed CPUs is on the GPU's
 	// node.
-	NoLocalCPU Opt[bool]
+	NoLocalCPU sampler.Opt[bool]
 	// Misaffine is the verdict (see MisaffineRatio); absent when it
 	// cannot be judged.
-	Misaffine Opt[bool]
+	Misaffine sampler.Opt[bool]
 }
 
 // Sample lists the GPU processes and reads each once, concurrently. A
@@ -156,7 +156,7 @@ func (r *PlacementReader) Sample(ctx context.Context) (*PlacementSnapshot, error
 		}
 		done[key{p.GPU, p.PID}] = true
 		gp := judge(topo, g.NUMANode, pl)
-		gp.UsedGPUMemory = Opt[float64]{V: p.UsedMemory.V, Valid: p.UsedMemory.Valid}
+		gp.UsedGPUMemory = sampler.Opt[float64]{V: p.UsedMemory.V, Valid: p.UsedMemory.Valid}
 		g.Processes++
 		switch {
 		case !gp.Misaffine.Valid:
@@ -192,7 +192,7 @@ var mapsPool = sync.Pool{New: func() any { return newMapsScratch() }}
 // meanwhile.
 func (r *PlacementReader) readAll(ctx context.Context, pids []int, t *tally) (map[int]*ProcessPlacement, error) {
 	type memory struct {
-		m   Opt[map[int]uint64]
+		m   sampler.Opt[map[int]uint64]
 		err error
 	}
 	type files struct {
@@ -250,10 +250,10 @@ func judge(topo *Topology, gpuNode int, p *ProcessPlacement) GPUProcess {
 		return gp
 	}
 	if len(topo.Nodes) <= 1 {
-		zero := Some(0.0)
+		zero := sampler.Some(0.0)
 		if p.AllowedCPUs.Valid && p.AllowedCPUs.V.Count() > 0 {
 			gp.RemoteCPURatio = zero
-			gp.NoLocalCPU = Some(false)
+			gp.NoLocalCPU = sampler.Some(false)
 		}
 		if len(p.ThreadCPUs) > 0 {
 			gp.RemoteThreadRatio = zero
@@ -261,7 +261,7 @@ func judge(topo *Topology, gpuNode int, p *ProcessPlacement) GPUProcess {
 		if p.MemoryByNode.Valid && memTotal(p.MemoryByNode.V) > 0 {
 			gp.RemoteMemoryRatio = zero
 		}
-		gp.Misaffine = Some(false)
+		gp.Misaffine = sampler.Some(false)
 		return gp
 	}
 	node := topo.Node(gpuNode)
@@ -273,8 +273,8 @@ func judge(topo *Topology, gpuNode int, p *ProcessPlacement) GPUProcess {
 		if p.AllowedCPUs.Valid {
 			if n := p.AllowedCPUs.V.Count(); n > 0 {
 				local := p.AllowedCPUs.V.Intersect(node.CPUs).Count()
-				gp.RemoteCPURatio = Some(float64(n-local) / float64(n))
-				gp.NoLocalCPU = Some(local == 0)
+				gp.RemoteCPURatio = sampler.Some(float64(n-local) / float64(n))
+				gp.NoLocalCPU = sampler.Some(local == 0)
 			}
 		}
 		if n := len(p.ThreadCPUs); n > 0 {
@@ -284,13 +284,13 @@ func judge(topo *Topology, gpuNode int, p *ProcessPlacement) GPUProcess {
 					remote++
 				}
 			}
-			gp.RemoteThreadRatio = Some(float64(remote) / float64(n))
+			gp.RemoteThreadRatio = sampler.Some(float64(remote) / float64(n))
 		}
 	}
 	if p.MemoryByNode.Valid {
 		if total := memTotal(p.MemoryByNode.V); total > 0 {
 			remote := total - float64(p.MemoryByNode.V[gpuNode])
-			gp.RemoteMemoryRatio = Some(max(0, remote/total))
+			gp.RemoteMemoryRatio = sampler.Some(max(0, remote/total))
 		}
 	}
 	gp.Misaffine = misaffine(gp)
@@ -298,26 +298,26 @@ func judge(topo *Topology, gpuNode int, p *ProcessPlacement) GPUProcess {
 }
 
 // misaffine ORs the four tests, any of which may be unknown.
-func misaffine(gp GPUProcess) Opt[bool] {
+func misaffine(gp GPUProcess) sampler.Opt[bool] {
 	known := true
-	for _, r := range []Opt[float64]{gp.RemoteCPURatio, gp.RemoteThreadRatio, gp.RemoteMemoryRatio} {
+	for _, r := range []sampler.Opt[float64]{gp.RemoteCPURatio, gp.RemoteThreadRatio, gp.RemoteMemoryRatio} {
 		switch {
 		case !r.Valid:
 			known = false
 		case r.V > MisaffineRatio:
-			return Some(true)
+			return sampler.Some(true)
 		}
 	}
 	switch {
 	case !gp.NoLocalCPU.Valid:
 		known = false
 	case gp.NoLocalCPU.V:
-		return Some(true)
+		return sampler.Some(true)
 	}
 	if !known {
-		return Opt[bool]{}
+		return sampler.Opt[bool]{}
 	}
-	return Some(false)
+	return sampler.Some(false)
 }
 
 // memTotal sums resident bytes, in floating point: fixture values may

@@ -44,7 +44,7 @@ func dgxTopology(t testing.TB) *numa.Topology {
 			"0000:18:00.0": {Address: "0000:18:00.0", Kind: numa.KindGPU, NUMANode: 0},
 			"0000:3a:00.0": {Address: "0000:3a:00.0", Kind: numa.KindGPU, NUMANode: 0},
 			"0000:9a:00.0": {Address: "0000:9a:00.0", Kind: numa.KindGPU, NUMANode: 1},
-			"0000:ba:00.0": {Address: "0000:ba:00.0", Kind: numa.KindGPU, NUMANode: -1, LocalCPUs: numa.Some(cpus("0-223"))},
+			"0000:ba:00.0": {Address: "0000:ba:00.0", Kind: numa.KindGPU, NUMANode: -1, LocalCPUs: sampler.Some(cpus("0-223"))},
 		},
 	}
 }
@@ -150,7 +150,7 @@ var (
 
 func on(g gpu.Process, pid int) gpu.Process {
 	g.PID = pid
-	g.UsedMemory = gpu.Some(float64(1 << 30))
+	g.UsedMemory = sampler.Some(float64(1 << 30))
 	return g
 }
 
@@ -176,7 +176,7 @@ func gpuOf(t *testing.T, s *numa.PlacementSnapshot, index int) *numa.GPUPlacemen
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 
-func wantRatio(t *testing.T, what string, got numa.Opt[float64], want float64) {
+func wantRatio(t *testing.T, what string, got sampler.Opt[float64], want float64) {
 	t.Helper()
 	if !got.Valid || !near(got.V, want) {
 		t.Errorf("%s = %+v, want %v", what, got, want)
@@ -201,10 +201,10 @@ func TestPlacementHealthy(t *testing.T) {
 	wantRatio(t, "remote CPU", p.RemoteCPURatio, 0)
 	wantRatio(t, "remote thread", p.RemoteThreadRatio, 0)
 	wantRatio(t, "remote memory", p.RemoteMemoryRatio, 0)
-	if p.Misaffine != numa.Some(false) || p.NoLocalCPU != numa.Some(false) {
+	if p.Misaffine != sampler.Some(false) || p.NoLocalCPU != sampler.Some(false) {
 		t.Errorf("misaffine %+v, no local CPU %+v", p.Misaffine, p.NoLocalCPU)
 	}
-	if p.UsedGPUMemory != numa.Some(float64(1<<30)) {
+	if p.UsedGPUMemory != sampler.Some(float64(1<<30)) {
 		t.Errorf("GPU memory %+v", p.UsedGPUMemory)
 	}
 }
@@ -226,7 +226,7 @@ func TestPlacementPinnedFarSocket(t *testing.T) {
 	wantRatio(t, "remote CPU", p.RemoteCPURatio, 1)
 	wantRatio(t, "remote thread", p.RemoteThreadRatio, 1)
 	wantRatio(t, "remote memory", p.RemoteMemoryRatio, 0.9)
-	if p.Misaffine != numa.Some(true) || p.NoLocalCPU != numa.Some(true) {
+	if p.Misaffine != sampler.Some(true) || p.NoLocalCPU != sampler.Some(true) {
 		t.Errorf("misaffine %+v, no local CPU %+v", p.Misaffine, p.NoLocalCPU)
 	}
 }
@@ -252,7 +252,7 @@ func TestPlacementEachRule(t *testing.T) {
 				Processes: func() ([]gpu.Process, error) { return []gpu.Process{on(gpu0, 100)}, nil },
 				Topology:  func() *numa.Topology { return dgxTopology(t) }}
 			p := gpuOf(t, sample(t, r), 0).Procs[0]
-			if p.Misaffine != numa.Some(tc.want) {
+			if p.Misaffine != sampler.Some(tc.want) {
 				t.Errorf("misaffine %+v, want %v (%+v)", p.Misaffine, tc.want, p)
 			}
 		})
@@ -273,7 +273,7 @@ func TestPlacementUnpinnedSpread(t *testing.T) {
 	wantRatio(t, "remote CPU", p.RemoteCPURatio, 0.5)
 	wantRatio(t, "remote thread", p.RemoteThreadRatio, 0.5)
 	wantRatio(t, "remote memory", p.RemoteMemoryRatio, 0.45)
-	if p.Misaffine != numa.Some(false) || g.Misaffine != 0 {
+	if p.Misaffine != sampler.Some(false) || g.Misaffine != 0 {
 		t.Errorf("misaffine %+v, GPU %+v", p.Misaffine, g)
 	}
 }
@@ -296,7 +296,7 @@ func TestPlacementSingleNodeVM(t *testing.T) {
 	wantRatio(t, "remote CPU", p.RemoteCPURatio, 0)
 	wantRatio(t, "remote thread", p.RemoteThreadRatio, 0)
 	wantRatio(t, "remote memory", p.RemoteMemoryRatio, 0)
-	if p.Misaffine != numa.Some(false) || p.Placement.PodUID != "" || p.Placement.ContainerID != "" {
+	if p.Misaffine != sampler.Some(false) || p.Placement.PodUID != "" || p.Placement.ContainerID != "" {
 		t.Errorf("process %+v", p)
 	}
 }
@@ -359,7 +359,7 @@ func TestPlacementPartiallyRead(t *testing.T) {
 	if g.Procs[0].Misaffine.Valid || g.Procs[0].RemoteMemoryRatio.Valid || !g.Procs[0].RemoteCPURatio.Valid {
 		t.Errorf("pid 1: %+v", g.Procs[0])
 	}
-	if g.Procs[1].Misaffine != numa.Some(true) {
+	if g.Procs[1].Misaffine != sampler.Some(true) {
 		t.Errorf("pid 2: %+v", g.Procs[1])
 	}
 }
@@ -694,7 +694,7 @@ func TestPlacementFixtures(t *testing.T) {
 				wantRatio(t, fmt.Sprintf("pid %d remote CPU", w.pid), p.RemoteCPURatio, w.cpu)
 				wantRatio(t, fmt.Sprintf("pid %d remote thread", w.pid), p.RemoteThreadRatio, w.thread)
 				wantRatio(t, fmt.Sprintf("pid %d remote memory", w.pid), p.RemoteMemoryRatio, w.mem)
-				if p.Misaffine != numa.Some(w.misaffine) {
+				if p.Misaffine != sampler.Some(w.misaffine) {
 					t.Errorf("pid %d: misaffine %+v, want %v", w.pid, p.Misaffine, w.misaffine)
 				}
 			}

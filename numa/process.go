@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
+
 	"github.com/prometheus/procfs"
 )
 
@@ -44,7 +46,7 @@ type ProcessPlacement struct {
 	Comm string
 	// AllowedCPUs is status's Cpus_allowed_list: the CPUs the scheduler
 	// may put the process's main thread on (taskset, cgroup cpuset).
-	AllowedCPUs Opt[CPUSet]
+	AllowedCPUs sampler.Opt[CPUSet]
 	// ThreadCPUs is the CPU each thread last ran on (stat field 39), at
 	// most maxProcThreads of them; empty when none could be read.
 	ThreadCPUs []int
@@ -52,7 +54,7 @@ type ProcessPlacement struct {
 	// numa_maps: anonymous and file pages the process maps. Absent when
 	// numa_maps may not be read (it needs ptrace access to the process:
 	// root or CAP_SYS_PTRACE).
-	MemoryByNode Opt[map[int]uint64]
+	MemoryByNode sampler.Opt[map[int]uint64]
 	// PodUID and ContainerID come from the process's cgroup path; empty
 	// when it is not in a Kubernetes pod or a container.
 	PodUID, ContainerID string
@@ -134,7 +136,7 @@ func (f FS) readProcessFiles(pid int, buf []byte) (ProcessPlacement, error) {
 		case perr != nil:
 			t.Add(fmt.Errorf("%s/status: %w", dir, perr))
 		case found:
-			p.AllowedCPUs = Some(cpus)
+			p.AllowedCPUs = sampler.Some(cpus)
 		}
 	}
 
@@ -208,13 +210,13 @@ func newMapsScratch() *mapsScratch { return &mapsScratch{buf: make([]byte, numaM
 
 // readProcessMemory reads numa_maps: resident bytes by node. It streams
 // the file through the parser, read once and never held whole.
-func (f FS) readProcessMemory(pid int, s *mapsScratch) (Opt[map[int]uint64], error) {
+func (f FS) readProcessMemory(pid int, s *mapsScratch) (sampler.Opt[map[int]uint64], error) {
 	var t tally
 	dir := f.proc(strconv.Itoa(pid))
 	path := dir + "/numa_maps"
 	fd, err := openProcFile(path)
 	if gone := procErr(&t, pid, dir, err); gone != nil || err != nil {
-		return Opt[map[int]uint64]{}, cmp.Or(gone, t.Err())
+		return sampler.Opt[map[int]uint64]{}, cmp.Or(gone, t.Err())
 	}
 	defer syscall.Close(fd)
 	m, err := s.numa.parse(fdReader{fd, path}, s.buf)
@@ -222,9 +224,9 @@ func (f FS) readProcessMemory(pid int, s *mapsScratch) (Opt[map[int]uint64], err
 		err = fmt.Errorf("%s: %w", path, err) // a parse error
 	}
 	if gone := procErr(&t, pid, dir, err); gone != nil || err != nil {
-		return Opt[map[int]uint64]{}, cmp.Or(gone, t.Err())
+		return sampler.Opt[map[int]uint64]{}, cmp.Or(gone, t.Err())
 	}
-	return Some(m), nil
+	return sampler.Some(m), nil
 }
 
 // openProcFile opens a file to read. Raw calls, not os.Open: that adds a

@@ -24,7 +24,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
@@ -36,14 +35,6 @@ type FS struct {
 
 func (f FS) sys(parts ...string) string  { return filepath.Join(append([]string{f.Sys}, parts...)...) }
 func (f FS) proc(parts ...string) string { return filepath.Join(append([]string{f.Proc}, parts...)...) }
-
-// Opt is a value that may be absent: the file does not exist on this kernel
-// or device, or it could not be read this time.
-// It is the gpu package's, so the collectors render both alike.
-type Opt[T any] = gpu.Opt[T]
-
-// Some returns a present value.
-func Some[T any](v T) Opt[T] { return gpu.Some(v) }
 
 // tally is the sampler's: one bad file drops one value and is counted.
 type tally = sampler.Tally
@@ -67,41 +58,41 @@ func absent(err error) bool {
 }
 
 // optString reads a file that may be missing; other failures are counted.
-func optString(t *tally, path string) Opt[string] {
+func optString(t *tally, path string) sampler.Opt[string] {
 	s, err := readString(path)
 	if err != nil {
 		if !absent(err) {
 			t.Add(err)
 		}
-		return Opt[string]{}
+		return sampler.Opt[string]{}
 	}
-	return Some(s)
+	return sampler.Some(s)
 }
 
 // optInt reads a decimal or 0x-prefixed integer file.
-func optInt(t *tally, path string) Opt[int64] {
+func optInt(t *tally, path string) sampler.Opt[int64] {
 	s := optString(t, path)
 	if !s.Valid {
-		return Opt[int64]{}
+		return sampler.Opt[int64]{}
 	}
 	v, err := strconv.ParseInt(s.V, 0, 64)
 	if err != nil {
 		t.Add(fmt.Errorf("%s: %w", path, err))
-		return Opt[int64]{}
+		return sampler.Opt[int64]{}
 	}
-	return Some(v)
+	return sampler.Some(v)
 }
 
 // optUint reads an unsigned counter file.
-func optUint(t *tally, path string) Opt[uint64] {
+func optUint(t *tally, path string) sampler.Opt[uint64] {
 	s := optString(t, path)
 	if !s.Valid {
-		return Opt[uint64]{}
+		return sampler.Opt[uint64]{}
 	}
 	v, err := strconv.ParseUint(s.V, 0, 64)
 	if err != nil {
 		t.Add(fmt.Errorf("%s: %w", path, err))
-		return Opt[uint64]{}
+		return sampler.Opt[uint64]{}
 	}
-	return Some(v)
+	return sampler.Some(v)
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
 // Topology is the machine's layout: NUMA nodes and the PCIe tree of every
@@ -267,14 +269,14 @@ func (t *Topology) HostPath(d *PCIDevice) []Hop {
 	return hops
 }
 
-func minOpt[T int | float64](a, b Opt[T]) Opt[T] {
+func minOpt[T int | float64](a, b sampler.Opt[T]) sampler.Opt[T] {
 	switch {
 	case !a.Valid:
 		return b
 	case !b.Valid:
 		return a
 	}
-	return Some(min(a.V, b.V))
+	return sampler.Some(min(a.V, b.V))
 }
 
 // SlowestHop is the hop that bounds host<->device copies: the lowest

@@ -375,7 +375,7 @@ func TestNICLinks(t *testing.T) {
 			}
 			continue
 		}
-		if l.Speed != numa.Some(tc.gts) || l.Width != numa.Some(tc.width) || l.MaxWidth != numa.Some(tc.width) {
+		if l.Speed != sampler.Some(tc.gts) || l.Width != sampler.Some(tc.width) || l.MaxWidth != sampler.Some(tc.width) {
 			t.Errorf("%s %s link %+v, want %v GT/s x%d", tc.profile, tc.addr, l, tc.gts/1e9, tc.width)
 		}
 	}

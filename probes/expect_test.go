@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
+
 	"github.com/gpulink/gpulink_exporter/internal/gpu"
 	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
 	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
@@ -204,10 +206,10 @@ func TestPathNVLinkRates(t *testing.T) {
 	link := func(version int, speed float64) gpu.NVLink {
 		l := gpu.NVLink{Active: true, RemotePCIBusID: "0000:00:07.0", RemoteType: "gpu"}
 		if version > 0 {
-			l.Version = gpu.Some(version)
+			l.Version = sampler.Some(version)
 		}
 		if speed > 0 {
-			l.SpeedBytes = gpu.Some(speed)
+			l.SpeedBytes = sampler.Some(speed)
 		}
 		return l
 	}
@@ -226,9 +228,9 @@ func TestPathNVLinkRates(t *testing.T) {
 	} {
 		snap := &gpu.Snapshot{GPUs: []gpu.GPUState{
 			{Identity: gpu.Identity{PCIBusID: "0000:00:06.0"}, NVLinks: tc.links,
-				PCIe: gpu.PCIeLink{MaxGeneration: gpu.Some(5), MaxWidth: gpu.Some(16)}},
+				PCIe: gpu.PCIeLink{MaxGeneration: sampler.Some(5), MaxWidth: sampler.Some(16)}},
 			{Identity: gpu.Identity{PCIBusID: "0000:00:07.0"},
-				PCIe: gpu.PCIeLink{MaxGeneration: gpu.Some(5), MaxWidth: gpu.Some(16)}},
+				PCIe: gpu.PCIeLink{MaxGeneration: sampler.Some(5), MaxWidth: sampler.Some(16)}},
 		}}
 		wantNear(t, tc.name, probes.PathFor(snap, nil, "0000:00:06.0").PeerBytesPerSecond["0000:00:07.0"], tc.want)
 	}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
+
 	"github.com/gpulink/gpulink_exporter/internal/gpu"
 )
 
@@ -64,9 +66,9 @@ func busID(i int) string { return fmt.Sprintf("0000:%02x:00.0", 0x18+0x10*i) }
 func idleGPU(i int) gpu.GPUState {
 	return gpu.GPUState{
 		Identity:    gpu.Identity{Index: i, UUID: fmt.Sprintf("GPU-%d", i), PCIBusID: busID(i)},
-		Utilization: gpu.Some(0.0),
-		ComputeMode: gpu.Some("default"),
-		MIGEnabled:  gpu.Some(false),
+		Utilization: sampler.Some(0.0),
+		ComputeMode: sampler.Some("default"),
+		MIGEnabled:  sampler.Some(false),
 	}
 }
 
@@ -182,21 +184,21 @@ func TestSchedulerSkipReasons(t *testing.T) {
 		{"idle GPU", func(*gpu.GPUState) {}, nil, nil, "", ""},
 		{"lost", func(g *gpu.GPUState) { g.Lost = true }, nil, nil, SkipLost, SkipLost},
 		{"no PCI address", func(g *gpu.GPUState) { g.PCIBusID = "" }, nil, nil, SkipLost, SkipLost},
-		{"MIG", func(g *gpu.GPUState) { g.MIGEnabled = gpu.Some(true) }, nil, nil, SkipMIG, SkipMIG},
-		{"prohibited", func(g *gpu.GPUState) { g.ComputeMode = gpu.Some("prohibited") }, nil, nil, SkipProhibited, SkipProhibited},
-		{"exclusive process", func(g *gpu.GPUState) { g.ComputeMode = gpu.Some("exclusive_process") }, nil, nil, SkipExclusiveProcess, SkipExclusiveProcess},
-		{"exclusive thread", func(g *gpu.GPUState) { g.ComputeMode = gpu.Some("exclusive_thread") }, nil, nil, SkipExclusiveProcess, SkipExclusiveProcess},
-		{"lost beats MIG", func(g *gpu.GPUState) { g.Lost, g.MIGEnabled = true, gpu.Some(true) }, nil, nil, SkipLost, SkipLost},
-		{"MIG beats compute mode", func(g *gpu.GPUState) { g.MIGEnabled, g.ComputeMode = gpu.Some(true), gpu.Some("prohibited") }, nil, nil, SkipMIG, SkipMIG},
-		{"unknown compute mode and MIG", func(g *gpu.GPUState) { g.ComputeMode, g.MIGEnabled = gpu.Opt[string]{}, gpu.Opt[bool]{} }, nil, nil, "", ""},
+		{"MIG", func(g *gpu.GPUState) { g.MIGEnabled = sampler.Some(true) }, nil, nil, SkipMIG, SkipMIG},
+		{"prohibited", func(g *gpu.GPUState) { g.ComputeMode = sampler.Some("prohibited") }, nil, nil, SkipProhibited, SkipProhibited},
+		{"exclusive process", func(g *gpu.GPUState) { g.ComputeMode = sampler.Some("exclusive_process") }, nil, nil, SkipExclusiveProcess, SkipExclusiveProcess},
+		{"exclusive thread", func(g *gpu.GPUState) { g.ComputeMode = sampler.Some("exclusive_thread") }, nil, nil, SkipExclusiveProcess, SkipExclusiveProcess},
+		{"lost beats MIG", func(g *gpu.GPUState) { g.Lost, g.MIGEnabled = true, sampler.Some(true) }, nil, nil, SkipLost, SkipLost},
+		{"MIG beats compute mode", func(g *gpu.GPUState) { g.MIGEnabled, g.ComputeMode = sampler.Some(true), sampler.Some("prohibited") }, nil, nil, SkipMIG, SkipMIG},
+		{"unknown compute mode and MIG", func(g *gpu.GPUState) { g.ComputeMode, g.MIGEnabled = sampler.Opt[string]{}, sampler.Opt[bool]{} }, nil, nil, "", ""},
 		{"busy process", func(*gpu.GPUState) {}, []gpu.Process{{GPU: 0, PCIBusID: strings.ToUpper(busID(0)), PID: 4242}}, nil, SkipBusyProcess, ""},
 		{"busy process by UUID", func(*gpu.GPUState) {}, []gpu.Process{{GPU: 0, UUID: "GPU-0", PID: 4242}}, nil, SkipBusyProcess, ""},
 		{"process on another GPU", func(*gpu.GPUState) {}, []gpu.Process{{GPU: 1, UUID: "GPU-1", PCIBusID: busID(1), PID: 4242}}, nil, "", ""},
 		{"process list fails", func(*gpu.GPUState) {}, nil, errors.New("NVML: Unknown Error"), SkipBusyProcess, ""},
-		{"busy utilization", func(g *gpu.GPUState) { g.Utilization = gpu.Some(0.5) }, nil, nil, SkipBusyUtilization, ""},
-		{"utilization at threshold", func(g *gpu.GPUState) { g.Utilization = gpu.Some(0.05) }, nil, nil, "", ""},
-		{"utilization unknown", func(g *gpu.GPUState) { g.Utilization = gpu.Opt[float64]{} }, nil, nil, "", ""},
-		{"process beats utilization", func(g *gpu.GPUState) { g.Utilization = gpu.Some(1.0) }, []gpu.Process{{PCIBusID: busID(0)}}, nil, SkipBusyProcess, ""},
+		{"busy utilization", func(g *gpu.GPUState) { g.Utilization = sampler.Some(0.5) }, nil, nil, SkipBusyUtilization, ""},
+		{"utilization at threshold", func(g *gpu.GPUState) { g.Utilization = sampler.Some(0.05) }, nil, nil, "", ""},
+		{"utilization unknown", func(g *gpu.GPUState) { g.Utilization = sampler.Opt[float64]{} }, nil, nil, "", ""},
+		{"process beats utilization", func(g *gpu.GPUState) { g.Utilization = sampler.Some(1.0) }, []gpu.Process{{PCIBusID: busID(0)}}, nil, SkipBusyProcess, ""},
 	} {
 		for _, policy := range []string{PolicyIdle, PolicyAlways} {
 			want := tc.idle
@@ -234,7 +236,7 @@ func TestSchedulerSkipReasons(t *testing.T) {
 
 func TestSchedulerProcessesAskedPerGPU(t *testing.T) {
 	gpus := []gpu.GPUState{idleGPU(0), idleGPU(1), idleGPU(2)}
-	gpus[2].ComputeMode = gpu.Some("prohibited")
+	gpus[2].ComputeMode = sampler.Some("prohibited")
 	f := newSched(t, &gpu.Snapshot{GPUs: gpus}, nil)
 	f.s.RunRound(context.Background())
 	// Fresh before each GPU that could be probed; not for one that cannot.
@@ -301,8 +303,8 @@ func TestSchedulerOneGPUAtATimeInSnapshotOrder(t *testing.T) {
 
 func TestSchedulerPeers(t *testing.T) {
 	gpus := []gpu.GPUState{idleGPU(0), idleGPU(1), idleGPU(2), idleGPU(3), idleGPU(4), idleGPU(5)}
-	gpus[4].ComputeMode = gpu.Some("exclusive_process")
-	gpus[5].Utilization = gpu.Some(0.9)
+	gpus[4].ComputeMode = sampler.Some("exclusive_process")
+	gpus[5].Utilization = sampler.Some(0.9)
 	pair := func(a, b, nvlinks int, write bool) gpu.Pair {
 		return gpu.Pair{GPU: a, Peer: b, NVLinks: nvlinks, P2P: map[string]bool{"write": write}}
 	}
@@ -675,7 +677,7 @@ func TestSchedulerConfig(t *testing.T) {
 
 func TestSchedulerPublishedSnapshotsAreImmutable(t *testing.T) {
 	gpus := []gpu.GPUState{idleGPU(0), idleGPU(1), idleGPU(2)}
-	gpus[2].ComputeMode = gpu.Some("prohibited")
+	gpus[2].ComputeMode = sampler.Some("prohibited")
 	f := newSched(t, &gpu.Snapshot{GPUs: gpus, Pairs: nvswitch(gpus)}, nil)
 	f.s.RunRound(context.Background())
 	first := f.s.Latest()

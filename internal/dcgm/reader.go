@@ -83,17 +83,17 @@ var (
 	// profilingFields and the Profiling field each one fills.
 	profilingFields = []struct {
 		id  godcgm.Short
-		set func(*Profiling) *gpu.Opt[float64]
+		set func(*Profiling) *sampler.Opt[float64]
 	}{
-		{godcgm.DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO, func(p *Profiling) *gpu.Opt[float64] { return &p.GraphicsEngineActive }},
-		{godcgm.DCGM_FI_PROF_SM_UTIL_RATIO, func(p *Profiling) *gpu.Opt[float64] { return &p.SMActive }},
-		{godcgm.DCGM_FI_PROF_SM_OCCUPANCY_RATIO, func(p *Profiling) *gpu.Opt[float64] { return &p.SMOccupancy }},
-		{godcgm.DCGM_FI_PROF_TENSOR_UTIL_RATIO, func(p *Profiling) *gpu.Opt[float64] { return &p.TensorActive }},
-		{godcgm.DCGM_FI_PROF_DRAM_UTIL_RATIO, func(p *Profiling) *gpu.Opt[float64] { return &p.DRAMActive }},
-		{godcgm.DCGM_FI_PROF_PCIE_TX_BYTES, func(p *Profiling) *gpu.Opt[float64] { return &p.PCIeTransmit }},
-		{godcgm.DCGM_FI_PROF_PCIE_RX_BYTES, func(p *Profiling) *gpu.Opt[float64] { return &p.PCIeReceive }},
-		{godcgm.DCGM_FI_PROF_NVLINK_TX_BYTES, func(p *Profiling) *gpu.Opt[float64] { return &p.NVLinkTransmit }},
-		{godcgm.DCGM_FI_PROF_NVLINK_RX_BYTES, func(p *Profiling) *gpu.Opt[float64] { return &p.NVLinkReceive }},
+		{godcgm.DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO, func(p *Profiling) *sampler.Opt[float64] { return &p.GraphicsEngineActive }},
+		{godcgm.DCGM_FI_PROF_SM_UTIL_RATIO, func(p *Profiling) *sampler.Opt[float64] { return &p.SMActive }},
+		{godcgm.DCGM_FI_PROF_SM_OCCUPANCY_RATIO, func(p *Profiling) *sampler.Opt[float64] { return &p.SMOccupancy }},
+		{godcgm.DCGM_FI_PROF_TENSOR_UTIL_RATIO, func(p *Profiling) *sampler.Opt[float64] { return &p.TensorActive }},
+		{godcgm.DCGM_FI_PROF_DRAM_UTIL_RATIO, func(p *Profiling) *sampler.Opt[float64] { return &p.DRAMActive }},
+		{godcgm.DCGM_FI_PROF_PCIE_TX_BYTES, func(p *Profiling) *sampler.Opt[float64] { return &p.PCIeTransmit }},
+		{godcgm.DCGM_FI_PROF_PCIE_RX_BYTES, func(p *Profiling) *sampler.Opt[float64] { return &p.PCIeReceive }},
+		{godcgm.DCGM_FI_PROF_NVLINK_TX_BYTES, func(p *Profiling) *sampler.Opt[float64] { return &p.NVLinkTransmit }},
+		{godcgm.DCGM_FI_PROF_NVLINK_RX_BYTES, func(p *Profiling) *sampler.Opt[float64] { return &p.NVLinkReceive }},
 	}
 )
 
@@ -428,7 +428,7 @@ func store(g *GPU, v godcgm.FieldValue_v2, t *sampler.Tally) {
 	for _, f := range profilingFields {
 		if f.id == v.FieldID {
 			if x, ok := fieldNumber(v); ok {
-				*f.set(&g.Profiling) = gpu.Some(x)
+				*f.set(&g.Profiling) = sampler.Some(x)
 			}
 			return
 		}

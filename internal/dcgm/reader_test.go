@@ -143,7 +143,7 @@ func pass() []SystemHealth {
 	return out
 }
 
-func some(v float64) gpu.Opt[float64] { return gpu.Some(v) }
+func some(v float64) sampler.Opt[float64] { return sampler.Some(v) }
 
 func wantPair() *Snapshot {
 	h0 := pass()

@@ -1,6 +1,8 @@
 package dcgm
 
-import "github.com/gpulink/gpulink_exporter/internal/gpu"
+import (
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
+)
 
 // Snapshot is one sample of DCGM: the engine it came from and, per GPU,
 // the profiling fields and the health watches.
@@ -44,23 +46,23 @@ type GPU struct {
 type Profiling struct {
 	// GraphicsEngineActive is the share of time any graphics or compute
 	// engine was active (DCGM_FI_PROF_GR_ENGINE_ACTIVE).
-	GraphicsEngineActive gpu.Opt[float64]
+	GraphicsEngineActive sampler.Opt[float64]
 	// SMActive is the share of time at least one warp was resident on an
 	// SM, averaged over all SMs (DCGM_FI_PROF_SM_ACTIVE).
-	SMActive gpu.Opt[float64]
+	SMActive sampler.Opt[float64]
 	// SMOccupancy is resident warps over the most an SM can hold,
 	// averaged over all SMs (DCGM_FI_PROF_SM_OCCUPANCY).
-	SMOccupancy gpu.Opt[float64]
+	SMOccupancy sampler.Opt[float64]
 	// TensorActive is the share of cycles the tensor pipes were active
 	// (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE).
-	TensorActive gpu.Opt[float64]
+	TensorActive sampler.Opt[float64]
 	// DRAMActive is the share of cycles device memory was sending or
 	// receiving data (DCGM_FI_PROF_DRAM_ACTIVE).
-	DRAMActive gpu.Opt[float64]
+	DRAMActive sampler.Opt[float64]
 	// PCIe and NVLink rates, in bytes per second, headers included
 	// (DCGM_FI_PROF_PCIE_TX_BYTES, _RX_BYTES, DCGM_FI_PROF_NVLINK_TX_BYTES,
 	// _RX_BYTES). Transmit is from the GPU.
-	PCIeTransmit, PCIeReceive, NVLinkTransmit, NVLinkReceive gpu.Opt[float64]
+	PCIeTransmit, PCIeReceive, NVLinkTransmit, NVLinkReceive sampler.Opt[float64]
 }
 
 // HealthResult is DCGM's verdict on one health system.

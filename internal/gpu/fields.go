@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
+
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
@@ -56,23 +58,23 @@ func readFields(rd *read, h nvml.Device, g *GPUState) {
 	add := func(id, scope uint32, what string, set func(float64)) {
 		reqs = append(reqs, fieldRequest{id, scope, what, set})
 	}
-	add(nvml.FI_DEV_MEMORY_TEMP, 0, "memory temperature", func(v float64) { g.MemoryTemperature = Some(v) })
+	add(nvml.FI_DEV_MEMORY_TEMP, 0, "memory temperature", func(v float64) { g.MemoryTemperature = sampler.Some(v) })
 	g.Throttle.Seconds = map[string]float64{}
 	for _, t := range throttleFields {
 		reason := t.reason
 		add(t.field, 0, "clock event time "+reason, func(v float64) { g.Throttle.Seconds[reason] = v / 1e9 })
 	}
-	add(nvml.FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS, 0, "PCIe correctable errors", func(v float64) { g.PCIe.CorrectableErrors = Some(v) })
+	add(nvml.FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS, 0, "PCIe correctable errors", func(v float64) { g.PCIe.CorrectableErrors = sampler.Some(v) })
 	for i := range g.NVLinks {
 		link := &g.NVLinks[i]
 		scope := uint32(link.Link)
 		add(nvml.FI_DEV_NVLINK_GET_SPEED, scope, "NVLink speed", func(v float64) {
 			if v > 0 { // a down link reports 0: no speed, not a slow one
-				link.SpeedBytes = Some(v * 1e6) // MBps
+				link.SpeedBytes = sampler.Some(v * 1e6) // MBps
 			}
 		})
-		add(nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, scope, "NVLink TX bytes", func(v float64) { link.TransmitBytes = Some(v * 1024) })
-		add(nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, scope, "NVLink RX bytes", func(v float64) { link.ReceiveBytes = Some(v * 1024) })
+		add(nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, scope, "NVLink TX bytes", func(v float64) { link.TransmitBytes = sampler.Some(v * 1024) })
+		add(nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, scope, "NVLink RX bytes", func(v float64) { link.ReceiveBytes = sampler.Some(v * 1024) })
 		for _, f := range nvlinkErrorFields {
 			name := f.name
 			add(f.id, scope, "NVLink "+name+" errors (field)", func(v float64) { link.Errors[name] = v })

@@ -49,7 +49,7 @@ func TestRealSample(t *testing.T) {
 		if g.Lost || g.UUID == "" || !busIDForm.MatchString(g.PCIBusID) {
 			t.Errorf("GPU %d: lost %v uuid %q bus %q", g.Index, g.Lost, g.UUID, g.PCIBusID)
 		}
-		for name, v := range map[string]Opt[float64]{"SM clock": g.Clocks.SM, "temperature": g.GPUTemperature,
+		for name, v := range map[string]sampler.Opt[float64]{"SM clock": g.Clocks.SM, "temperature": g.GPUTemperature,
 			"power": g.Power, "memory total": g.MemoryTotal, "energy": g.Energy} {
 			if !v.Valid || v.V <= 0 {
 				t.Errorf("GPU %d %s = %+v, want a positive reading", g.Index, name, v)

@@ -24,7 +24,7 @@ type Process struct {
 	// UsedMemory is the device memory the process holds, in bytes; absent
 	// where NVML does not say (it answers "not available" to an
 	// unprivileged caller, and on some MIG and vGPU set-ups).
-	UsedMemory Opt[float64]
+	UsedMemory sampler.Opt[float64]
 }
 
 // ComputeProcesses lists the compute processes on every GPU, sorted by GPU
@@ -77,9 +77,9 @@ func deviceProcesses(id Identity, h nvml.Device, errs *sampler.Tally) []Process 
 	add := func(infos []nvml.ProcessInfo) {
 		for _, p := range infos {
 			pid := int(p.Pid)
-			mem := Opt[float64]{}
+			mem := sampler.Opt[float64]{}
 			if p.UsedGpuMemory != math.MaxUint64 { // NVML_VALUE_NOT_AVAILABLE
-				mem = Some(float64(p.UsedGpuMemory))
+				mem = sampler.Some(float64(p.UsedGpuMemory))
 			}
 			if i, dup := seen[pid]; dup {
 				if !out[i].UsedMemory.Valid {

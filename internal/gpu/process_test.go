@@ -28,10 +28,10 @@ func TestComputeProcesses(t *testing.T) {
 		t.Fatalf("ComputeProcesses: %v", err)
 	}
 	want := []gpu.Process{
-		{GPU: 0, UUID: m.GPUs[0].UUID, PCIBusID: "0000:18:00.0", PID: 4242, UsedMemory: gpu.Some(float64(2 << 30))},
-		{GPU: 0, UUID: m.GPUs[0].UUID, PCIBusID: "0000:18:00.0", PID: 6161, UsedMemory: gpu.Some(float64(3 << 30))},
+		{GPU: 0, UUID: m.GPUs[0].UUID, PCIBusID: "0000:18:00.0", PID: 4242, UsedMemory: sampler.Some(float64(2 << 30))},
+		{GPU: 0, UUID: m.GPUs[0].UUID, PCIBusID: "0000:18:00.0", PID: 6161, UsedMemory: sampler.Some(float64(3 << 30))},
 		{GPU: 0, UUID: m.GPUs[0].UUID, PCIBusID: "0000:18:00.0", PID: 7000},
-		{GPU: 4, UUID: m.GPUs[4].UUID, PCIBusID: "0000:9a:00.0", PID: 5151, UsedMemory: gpu.Some(float64(1 << 30))},
+		{GPU: 4, UUID: m.GPUs[4].UUID, PCIBusID: "0000:9a:00.0", PID: 5151, UsedMemory: sampler.Some(float64(1 << 30))},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %+v\nwant %+v", got, want)

@@ -54,7 +54,7 @@ type systemInfo struct {
 type device struct {
 	handle    nvml.Device
 	id        Identity
-	supported Opt[uint64] // clock event reasons the GPU reports
+	supported sampler.Opt[uint64] // clock event reasons the GPU reports
 	links     []linkStatic
 }
 
@@ -194,7 +194,7 @@ func (r *Reader) identify(i int, h nvml.Device) *device {
 		id.MemoryBusWidth = int(v)
 	}
 	if v, ret := h.GetSupportedClocksEventReasons(); ret == nvml.SUCCESS {
-		d.supported = Some(v)
+		d.supported = sampler.Some(v)
 	}
 	return d
 }
@@ -335,7 +335,7 @@ func (r *Reader) readGPU(d *device, errs *sampler.Tally) GPUState {
 	// Ask the cheapest call first: a lost GPU answers it with GPU_IS_LOST
 	// and is not asked anything else.
 	if v, ret := h.GetPerformanceState(); rd.ok("performance state", ret) {
-		g.PerformanceState = Some(int(v))
+		g.PerformanceState = sampler.Some(int(v))
 	}
 	if rd.lost {
 		g.Lost = true
@@ -359,45 +359,45 @@ func (r *Reader) readGPU(d *device, errs *sampler.Tally) GPUState {
 func readClocks(rd *read, h nvml.Device, g *GPUState) {
 	const mhz = 1e6
 	if v, ret := h.GetClockInfo(nvml.CLOCK_SM); rd.ok("SM clock", ret) {
-		g.Clocks.SM = Some(float64(v) * mhz)
+		g.Clocks.SM = sampler.Some(float64(v) * mhz)
 	}
 	if v, ret := h.GetMaxClockInfo(nvml.CLOCK_SM); rd.ok("SM max clock", ret) {
-		g.Clocks.SMMax = Some(float64(v) * mhz)
+		g.Clocks.SMMax = sampler.Some(float64(v) * mhz)
 	}
 	if v, ret := h.GetClockInfo(nvml.CLOCK_MEM); rd.ok("memory clock", ret) {
-		g.Clocks.Memory = Some(float64(v) * mhz)
+		g.Clocks.Memory = sampler.Some(float64(v) * mhz)
 	}
 	if v, ret := h.GetMaxClockInfo(nvml.CLOCK_MEM); rd.ok("memory max clock", ret) {
-		g.Clocks.MemoryMax = Some(float64(v) * mhz)
+		g.Clocks.MemoryMax = sampler.Some(float64(v) * mhz)
 	}
 	if v, ret := h.GetCurrentClocksEventReasons(); rd.ok("clock event reasons", ret) {
-		g.Throttle.Active = Some(v)
+		g.Throttle.Active = sampler.Some(v)
 	}
 	g.Throttle.Supported = rd.d.supported
 }
 
 func readPowerThermal(rd *read, h nvml.Device, g *GPUState) {
 	if v, ret := h.GetTemperature(nvml.TEMPERATURE_GPU); rd.ok("GPU temperature", ret) {
-		g.GPUTemperature = Some(float64(v))
+		g.GPUTemperature = sampler.Some(float64(v))
 	}
 	if v, ret := h.GetPowerUsage(); rd.ok("power usage", ret) {
-		g.Power = Some(float64(v) / 1000)
+		g.Power = sampler.Some(float64(v) / 1000)
 	}
 	if v, ret := h.GetEnforcedPowerLimit(); rd.ok("enforced power limit", ret) {
-		g.PowerLimit = Some(float64(v) / 1000)
+		g.PowerLimit = sampler.Some(float64(v) / 1000)
 	}
 	if v, ret := h.GetTotalEnergyConsumption(); rd.ok("energy", ret) {
-		g.Energy = Some(float64(v) / 1000)
+		g.Energy = sampler.Some(float64(v) / 1000)
 	}
 	if u, ret := h.GetUtilizationRates(); rd.ok("utilization", ret) {
-		g.Utilization = Some(float64(u.Gpu) / 100)
-		g.MemoryUtilization = Some(float64(u.Memory) / 100)
+		g.Utilization = sampler.Some(float64(u.Gpu) / 100)
+		g.MemoryUtilization = sampler.Some(float64(u.Memory) / 100)
 	}
 	if v, ret := h.GetComputeMode(); rd.ok("compute mode", ret) {
-		g.ComputeMode = Some(computeModeName(v))
+		g.ComputeMode = sampler.Some(computeModeName(v))
 	}
 	if cur, _, ret := h.GetMigMode(); rd.ok("MIG mode", ret) {
-		g.MIGEnabled = Some(cur == nvml.DEVICE_MIG_ENABLE)
+		g.MIGEnabled = sampler.Some(cur == nvml.DEVICE_MIG_ENABLE)
 	}
 }
 
@@ -421,24 +421,24 @@ func readMemory(rd *read, h nvml.Device, g *GPUState) {
 	m, ret := h.GetMemoryInfo_v2()
 	switch {
 	case ret == nvml.SUCCESS:
-		g.MemoryUsed = Some(float64(m.Used))
-		g.MemoryTotal = Some(float64(m.Total))
-		g.MemoryReserved = Some(float64(m.Reserved))
+		g.MemoryUsed = sampler.Some(float64(m.Used))
+		g.MemoryTotal = sampler.Some(float64(m.Total))
+		g.MemoryReserved = sampler.Some(float64(m.Reserved))
 		return
 	case ret == nvml.ERROR_GPU_IS_LOST:
 		rd.ok("memory info", ret)
 		return
 	}
 	if m, ret := h.GetMemoryInfo(); rd.ok("memory info", ret) {
-		g.MemoryUsed = Some(float64(m.Used))
-		g.MemoryTotal = Some(float64(m.Total))
+		g.MemoryUsed = sampler.Some(float64(m.Used))
+		g.MemoryTotal = sampler.Some(float64(m.Total))
 	}
 }
 
 func readECC(rd *read, h nvml.Device, g *GPUState) {
 	e := &g.ECC
 	for _, c := range []struct {
-		dst  *Opt[float64]
+		dst  *sampler.Opt[float64]
 		typ  nvml.MemoryErrorType
 		kind nvml.EccCounterType
 		what string
@@ -449,30 +449,30 @@ func readECC(rd *read, h nvml.Device, g *GPUState) {
 		{&e.UncorrectedAggregate, nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.AGGREGATE_ECC, "ECC uncorrected aggregate"},
 	} {
 		if v, ret := h.GetTotalEccErrors(c.typ, c.kind); rd.ok(c.what, ret) {
-			*c.dst = Some(float64(v))
+			*c.dst = sampler.Some(float64(v))
 		}
 	}
 	if corr, unc, pending, failed, ret := h.GetRemappedRows(); rd.ok("remapped rows", ret) {
-		e.RemappedCorrectable = Some(float64(corr))
-		e.RemappedUncorrectable = Some(float64(unc))
-		e.RemapPending = Some(pending)
-		e.RemapFailed = Some(failed)
+		e.RemappedCorrectable = sampler.Some(float64(corr))
+		e.RemappedUncorrectable = sampler.Some(float64(unc))
+		e.RemapPending = sampler.Some(pending)
+		e.RemapFailed = sampler.Some(failed)
 	}
 	if p, ret := h.GetRetiredPages(nvml.PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS); rd.ok("retired pages (single bit)", ret) {
-		e.RetiredSingleBit = Some(float64(len(p)))
+		e.RetiredSingleBit = sampler.Some(float64(len(p)))
 	}
 	if p, ret := h.GetRetiredPages(nvml.PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR); rd.ok("retired pages (double bit)", ret) {
-		e.RetiredDoubleBit = Some(float64(len(p)))
+		e.RetiredDoubleBit = sampler.Some(float64(len(p)))
 	}
 	if v, ret := h.GetRetiredPagesPendingStatus(); rd.ok("retired pages pending", ret) {
-		e.RetiredPending = Some(v == nvml.FEATURE_ENABLED)
+		e.RetiredPending = sampler.Some(v == nvml.FEATURE_ENABLED)
 	}
 }
 
 func readPCIe(rd *read, h nvml.Device, g *GPUState) {
 	p := &g.PCIe
 	for _, c := range []struct {
-		dst  *Opt[int]
+		dst  *sampler.Opt[int]
 		get  func() (int, nvml.Return)
 		what string
 	}{
@@ -483,11 +483,11 @@ func readPCIe(rd *read, h nvml.Device, g *GPUState) {
 		{&p.GPUMaxGeneration, h.GetGpuMaxPcieLinkGeneration, "PCIe GPU max generation"},
 	} {
 		if v, ret := c.get(); rd.ok(c.what, ret) {
-			*c.dst = Some(v)
+			*c.dst = sampler.Some(v)
 		}
 	}
 	if v, ret := h.GetPcieReplayCounter(); rd.ok("PCIe replay counter", ret) {
-		p.Replays = Some(float64(v))
+		p.Replays = sampler.Some(float64(v))
 	}
 	// No PCIe byte counters: NVML's count fields are 32 bits wide and wrap
 	// every 78 ms at Gen5 x16 speed, and its throughput call read 0.6 MB/s
@@ -544,7 +544,7 @@ func readNVLinks(rd *read, h nvml.Device, d *device) []NVLink {
 // linkStatic is what an NVLink keeps while its state stays the same.
 type linkStatic struct {
 	read, active          bool
-	version               Opt[int]
+	version               sampler.Opt[int]
 	remoteBus, remoteType string
 }
 
@@ -574,7 +574,7 @@ func readLinkStatic(rd *read, h nvml.Device, l int, active bool) linkStatic {
 	errsBefore := rd.errs.Count
 	if v, ret := h.GetNvLinkVersion(l); rd.ok("NVLink version", ret) {
 		if major := nvlinkMajor(v); major > 0 {
-			c.version = Some(major)
+			c.version = sampler.Some(major)
 		}
 	}
 	if !active {

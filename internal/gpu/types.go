@@ -2,17 +2,11 @@
 // nothing of Prometheus: the collector package renders what it returns.
 package gpu
 
-import "time"
+import (
+	"time"
 
-// Opt is a reading that may be absent: the GPU does not support it, or it
-// could not be read this time.
-type Opt[T any] struct {
-	V     T
-	Valid bool
-}
-
-// Some returns a present reading.
-func Some[T any](v T) Opt[T] { return Opt[T]{V: v, Valid: true} }
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
+)
 
 // Identity is what does not change while the driver is loaded.
 type Identity struct {
@@ -56,14 +50,14 @@ var ClockEventReasons = []ClockEventReason{
 
 // Clocks holds clock frequencies in hertz.
 type Clocks struct {
-	SM, SMMax, Memory, MemoryMax Opt[float64]
+	SM, SMMax, Memory, MemoryMax sampler.Opt[float64]
 }
 
 // Throttle says whether and for how long clocks were held down, and why.
 type Throttle struct {
 	// Active is the current reasons bit mask; Supported the ones this GPU
 	// can report.
-	Active, Supported Opt[uint64]
+	Active, Supported sampler.Opt[uint64]
 	// Seconds is the time spent in each reason since the driver loaded, by
 	// reason name; only reasons NVML keeps time for appear.
 	Seconds map[string]float64
@@ -71,38 +65,38 @@ type Throttle struct {
 
 // ECC holds memory error counts and row remapping state.
 type ECC struct {
-	CorrectedVolatile, UncorrectedVolatile   Opt[float64]
-	CorrectedAggregate, UncorrectedAggregate Opt[float64]
+	CorrectedVolatile, UncorrectedVolatile   sampler.Opt[float64]
+	CorrectedAggregate, UncorrectedAggregate sampler.Opt[float64]
 	// Row remapping (A100 and later).
-	RemappedCorrectable, RemappedUncorrectable Opt[float64]
-	RemapPending, RemapFailed                  Opt[bool]
+	RemappedCorrectable, RemappedUncorrectable sampler.Opt[float64]
+	RemapPending, RemapFailed                  sampler.Opt[bool]
 	// Page retirement (before A100).
-	RetiredSingleBit, RetiredDoubleBit Opt[float64]
-	RetiredPending                     Opt[bool]
+	RetiredSingleBit, RetiredDoubleBit sampler.Opt[float64]
+	RetiredPending                     sampler.Opt[bool]
 }
 
 // PCIeLink is the GPU's own PCIe link as NVML reports it.
 type PCIeLink struct {
-	Generation, Width Opt[int]
+	Generation, Width sampler.Opt[int]
 	// MaxGeneration and MaxWidth are what GPU and slot together allow;
 	// GPUMaxGeneration is what the GPU alone supports.
-	MaxGeneration, MaxWidth, GPUMaxGeneration Opt[int]
-	Replays, CorrectableErrors                Opt[float64]
+	MaxGeneration, MaxWidth, GPUMaxGeneration sampler.Opt[int]
+	Replays, CorrectableErrors                sampler.Opt[float64]
 }
 
 // NVLink is one NVLink of a GPU.
 type NVLink struct {
 	Link    int
 	Active  bool
-	Version Opt[int]
+	Version sampler.Opt[int]
 	// SpeedBytes is the link's rate in bytes per second, one direction.
-	SpeedBytes Opt[float64]
+	SpeedBytes sampler.Opt[float64]
 	// Remote end, only for active links.
 	RemotePCIBusID string
 	RemoteType     string // gpu, switch, ibmnpu, unknown
 	// Errors by kind: crc_flit, crc_data, replay, recovery.
 	Errors                      map[string]float64
-	TransmitBytes, ReceiveBytes Opt[float64]
+	TransmitBytes, ReceiveBytes sampler.Opt[float64]
 }
 
 // GPUState is one GPU in one sample.
@@ -112,23 +106,23 @@ type GPUState struct {
 	// other reading of it is valid then.
 	Lost bool
 
-	PerformanceState Opt[int]
+	PerformanceState sampler.Opt[int]
 	Clocks           Clocks
 	Throttle         Throttle
 
-	GPUTemperature, MemoryTemperature Opt[float64] // celsius
-	Power, PowerLimit                 Opt[float64] // watts
-	Energy                            Opt[float64] // joules since driver load
-	Utilization, MemoryUtilization    Opt[float64] // 0..1
-	MemoryUsed, MemoryTotal           Opt[float64] // bytes
-	MemoryReserved                    Opt[float64] // bytes the driver keeps
+	GPUTemperature, MemoryTemperature sampler.Opt[float64] // celsius
+	Power, PowerLimit                 sampler.Opt[float64] // watts
+	Energy                            sampler.Opt[float64] // joules since driver load
+	Utilization, MemoryUtilization    sampler.Opt[float64] // 0..1
+	MemoryUsed, MemoryTotal           sampler.Opt[float64] // bytes
+	MemoryReserved                    sampler.Opt[float64] // bytes the driver keeps
 
 	ECC     ECC
 	PCIe    PCIeLink
 	NVLinks []NVLink
 
-	ComputeMode Opt[string]
-	MIGEnabled  Opt[bool]
+	ComputeMode sampler.Opt[string]
+	MIGEnabled  sampler.Opt[bool]
 }
 
 // ActiveNVLinks counts the GPU's links that are up.
