@@ -116,7 +116,7 @@ device-build: tools
 	@mkdir -p $(DEVICE)
 	$(GO) build -ldflags '$(LDFLAGS) -s -w' -o $(DEVICE)/$(BINARY) .
 	CGO_ENABLED=0 $(GO) build -ldflags '-s -w' -o $(DEVICE)/scrapebench ./bench/scrapebench
-	$(GO) test -c -tags gpu -ldflags '-s -w' -o $(DEVICE)/gpu.test ./internal/gpu
+	$(GO) test -c -tags gpu -ldflags '-s -w' -o $(DEVICE)/gpu.test ./internal/nvml
 	$(GO) test -c -ldflags '-s -w' -o $(DEVICE)/collector.test ./collector
 	cp bench/*.sh bench/*.py $(DEVICE)/
 	@mkdir -p $(DEVICE)/ref $(DEVICE)/dashboards $(DEVICE)/rules

@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -29,7 +29,7 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/collector"
 	"github.com/gpulink/gpulink_exporter/internal/dcgm"
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/podresources"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/scrape"
@@ -53,9 +53,9 @@ func main() {
 		nicEvery          = app.Flag("nic.interval", "How often to read NIC port state and counters.").Default("5s").Duration()
 		processEvery      = app.Flag("process.interval", "How often to read the CPU and memory placement of GPU processes. Reading a process's numa_maps walks its page tables: a few ms per GiB resident.").Default("15s").Duration()
 		perProcess        = app.Flag("process.per-process-metrics", "Export gpulink_process_* series per GPU process; without it only the per-GPU counts.").Default("true").Bool()
-		nvmlLib           = app.Flag("nvml.library", "Path or name of the NVML library to load.").Default("libnvidia-ml.so.1").String()
-		nvmlEvery         = app.Flag("nvml.interval", "How often to sample NVML.").Default("5s").Duration()
-		nvmlTimeout       = app.Flag("nvml.timeout", "Deadline of one NVML sample; past it the source is reported down and stale.").Default("4s").Duration()
+		nvmlLib           = app.Flag("gonvml.library", "Path or name of the NVML library to load.").Default("libnvidia-ml.so.1").String()
+		nvmlEvery         = app.Flag("gonvml.interval", "How often to sample NVML.").Default("5s").Duration()
+		nvmlTimeout       = app.Flag("gonvml.timeout", "Deadline of one NVML sample; past it the source is reported down and stale.").Default("4s").Duration()
 		cudaLib           = app.Flag("cuda.library", "Path or name of the CUDA driver library the probes load.").Default("libcuda.so.1").String()
 		probePolicy       = app.Flag("probe.policy", "When to run the CUDA link probes: idle (only on a GPU with no other compute process and low utilisation), always, or off. Never on a GPU in EXCLUSIVE_PROCESS or PROHIBITED compute mode, with MIG on, or lost.").Default(probes.PolicyIdle).Enum(probes.Policies...)
 		probeEvery        = app.Flag("probe.interval", "How often to probe each GPU (with jitter); stretched when a round costs more than --probe.max-duty allows.").Default("10m").Duration()
@@ -92,7 +92,7 @@ func main() {
 
 	logger := promslog.New(logConfig)
 	fsys := numa.FS{Sys: *sysfsRoot, Proc: *procfsRoot}
-	newNVML := func() nvml.Interface { return nvml.New(nvml.WithLibraryPath(*nvmlLib)) }
+	newNVML := func() gonvml.Interface { return gonvml.New(gonvml.WithLibraryPath(*nvmlLib)) }
 	// With --sim the three hardware seams are the simulated node's; exit
 	// removes its tree on every way out.
 	var simNode *sim.Node
@@ -158,9 +158,9 @@ func main() {
 	var versions []scrape.Versioned
 	// Sources that label GPUs by NVML index ask the reader; without it
 	// they know GPUs by PCI address alone.
-	var gpuIDs interface{ Identities() []gpu.Identity }
-	var reader *gpu.Reader
-	var nvmlSampler *sampler.Sampler[*gpu.Snapshot]
+	var gpuIDs interface{ Identities() []nvml.Identity }
+	var reader *nvml.Reader
+	var nvmlSampler *sampler.Sampler[*nvml.Snapshot]
 	var probeRunner probes.RoundRunner // the probe child unless simulated
 	if simNode != nil {
 		logger.Info("serving a simulated node", "profile", *simProfile, "faults", *simFaults, "sysfs", fsys.Sys, "procfs", fsys.Proc)
@@ -171,7 +171,7 @@ func main() {
 	}
 
 	if switches.Enabled("nvml") || switches.Enabled("xid") || switches.Enabled("process") {
-		reader = gpu.NewReader(newNVML(), fsys.Sys, logger)
+		reader = nvml.NewReader(newNVML(), fsys.Sys, logger)
 		defer reader.Shutdown()
 		if err := reader.Init(); err != nil {
 			// Not fatal: a machine without a driver still serves the rest,
@@ -180,7 +180,7 @@ func main() {
 		}
 		gpuIDs = reader
 		if switches.Enabled("nvml") {
-			nvmlSampler = sampler.New[*gpu.Snapshot]("nvml", reader, sampler.Options{
+			nvmlSampler = sampler.New[*nvml.Snapshot]("nvml", reader, sampler.Options{
 				Interval: *nvmlEvery, Timeout: *nvmlTimeout, Logger: logger})
 			go nvmlSampler.Run(ctx)
 			reg.MustRegister(collector.NewNVMLCollector(nvmlSampler))
@@ -188,7 +188,7 @@ func main() {
 			versions = append(versions, nvmlSampler)
 		}
 		if switches.Enabled("xid") {
-			w := gpu.NewXIDWatcher(reader, logger)
+			w := nvml.NewXIDWatcher(reader, logger)
 			go w.Run(ctx, *nvmlEvery)
 			reg.MustRegister(collector.NewXIDCollector(w, reader))
 			statuses = append(statuses, w)
@@ -241,7 +241,7 @@ func main() {
 	}
 	// NVML's identities give the DCGM and pod series NVML's index and PCI
 	// address; without NVML they carry DCGM's and the kubelet's alone.
-	var nvmlIDs func() []gpu.Identity
+	var nvmlIDs func() []nvml.Identity
 	if gpuIDs != nil {
 		nvmlIDs = gpuIDs.Identities
 	}
@@ -292,7 +292,7 @@ func main() {
 
 // printTopology is the topology command: one NVML sample for the NVLink
 // counts (none without a driver), the PCIe tree from sysfs.
-func printTopology(fsys numa.FS, lib nvml.Interface, logger *slog.Logger) error {
+func printTopology(fsys numa.FS, lib gonvml.Interface, logger *slog.Logger) error {
 	topo, err := fsys.Topology()
 	if topo == nil {
 		return err
@@ -301,7 +301,7 @@ func printTopology(fsys numa.FS, lib nvml.Interface, logger *slog.Logger) error 
 		logger.Warn("some topology values could not be read", "err", err)
 	}
 	var gpus []numa.MatrixGPU
-	reader := gpu.NewReader(lib, fsys.Sys, logger)
+	reader := nvml.NewReader(lib, fsys.Sys, logger)
 	defer reader.Shutdown()
 	if err := reader.Init(); err != nil {
 		logger.Warn("NVML unavailable; GPUs in PCI address order, no NVLinks", "err", err)
@@ -342,7 +342,7 @@ type probeSchedulerConfig struct {
 // NVML for the GPUs and whether they are idle, the topology for host nodes
 // and, with NVML, for what each path should give. The child is this same
 // binary unless c.runner is set.
-func newProbeScheduler(c probeSchedulerConfig, nvmlSampler *sampler.Sampler[*gpu.Snapshot], reader *gpu.Reader, topo func() *numa.Topology) (*probes.Scheduler, error) {
+func newProbeScheduler(c probeSchedulerConfig, nvmlSampler *sampler.Sampler[*nvml.Snapshot], reader *nvml.Reader, topo func() *numa.Topology) (*probes.Scheduler, error) {
 	runner := c.runner
 	if runner == nil {
 		exe, err := os.Executable()
@@ -386,8 +386,8 @@ func topologyLatest(s *sampler.Sampler[*numa.Topology]) func() *numa.Topology {
 // the PCIe tree, as the daemon uses them. Without NVML only the PCIe part
 // is known.
 func expectedPaths(topo *numa.Topology, sysfs, nvmlLib string, logger *slog.Logger) func(*probes.GPURound) {
-	var snap *gpu.Snapshot
-	reader := gpu.NewReader(nvml.New(nvml.WithLibraryPath(nvmlLib)), sysfs, logger)
+	var snap *nvml.Snapshot
+	reader := nvml.NewReader(gonvml.New(gonvml.WithLibraryPath(nvmlLib)), sysfs, logger)
 	if err := reader.Init(); err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		snap, _ = reader.Sample(ctx)

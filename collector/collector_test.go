@@ -13,14 +13,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/gpulink/gpulink_exporter/collector"
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/numa"
@@ -31,9 +31,9 @@ import (
 // node is the daemon's NVML wiring over a fake machine.
 type node struct {
 	m       *nvmlfake.Machine
-	reader  *gpu.Reader
-	nvml    *sampler.Sampler[*gpu.Snapshot]
-	xid     *gpu.XIDWatcher
+	reader  *nvml.Reader
+	nvml    *sampler.Sampler[*nvml.Snapshot]
+	xid     *nvml.XIDWatcher
 	reg     *prometheus.Registry
 	cancel  context.CancelFunc
 	metrics *collector.NVMLCollector
@@ -41,9 +41,9 @@ type node struct {
 
 func newNode(t *testing.T, m *nvmlfake.Machine) *node {
 	t.Helper()
-	n := &node{m: m, reader: gpu.NewReader(m, "", nil)}
-	n.nvml = sampler.New[*gpu.Snapshot]("nvml", n.reader, sampler.Options{Interval: time.Hour, Timeout: 200 * time.Millisecond})
-	n.xid = gpu.NewXIDWatcher(n.reader, nil)
+	n := &node{m: m, reader: nvml.NewReader(m, "", nil)}
+	n.nvml = sampler.New[*nvml.Snapshot]("nvml", n.reader, sampler.Options{Interval: time.Hour, Timeout: 200 * time.Millisecond})
+	n.xid = nvml.NewXIDWatcher(n.reader, nil)
 	n.xid.Wait = 20 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
@@ -133,7 +133,7 @@ gpulink_gpu_nvlinks_active` + labels(g1...) + ` 17
 # TYPE gpulink_gpu_clock_event_reason_active gauge
 `
 	for i, g := range [][]string{g0, g1} {
-		for _, r := range gpu.ClockEventReasons {
+		for _, r := range nvml.ClockEventReasons {
 			v := "0"
 			if i == 1 && r.Name == "hw_thermal_slowdown" {
 				v = "1"
@@ -185,8 +185,8 @@ gpulink_gpu_nvlinks_active` + labels(g1...) + ` 17
 func TestRetiredPages(t *testing.T) {
 	m := nvmlfake.NewH200Pair()
 	m.Update(func() {
-		m.GPUs[0].RetiredPages = map[nvml.PageRetirementCause]int{
-			nvml.PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS: 2, nvml.PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR: 1}
+		m.GPUs[0].RetiredPages = map[gonvml.PageRetirementCause]int{
+			gonvml.PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS: 2, gonvml.PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR: 1}
 		m.GPUs[0].RetiredPending = true
 	})
 	body := newNode(t, m).scrape(t)
@@ -287,9 +287,9 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 	}
 	pn := newPlacementNode(t, "dgx-h100-faults")
 	n := &node{m: pn.m, reader: pn.reader}
-	n.nvml = sampler.New[*gpu.Snapshot]("nvml", n.reader, sampler.Options{Interval: time.Hour})
+	n.nvml = sampler.New[*nvml.Snapshot]("nvml", n.reader, sampler.Options{Interval: time.Hour})
 	n.nvml.SampleOnce(context.Background())
-	n.xid = gpu.NewXIDWatcher(n.reader, nil)
+	n.xid = nvml.NewXIDWatcher(n.reader, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go n.xid.Run(ctx, 10*time.Millisecond)

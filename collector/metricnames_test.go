@@ -19,7 +19,7 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/collector"
 	"github.com/gpulink/gpulink_exporter/internal/dcgm"
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/podresources"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/sim"
@@ -101,18 +101,18 @@ func simulatedDGX(t *testing.T) []prometheus.Collector {
 	}
 	t.Cleanup(func() { n.Close() })
 	fsys := n.FS()
-	reader := gpu.NewReader(n.NVML(), fsys.Sys, nil)
+	reader := nvml.NewReader(n.NVML(), fsys.Sys, nil)
 	t.Cleanup(reader.Shutdown)
 	if err := reader.Init(); err != nil {
 		t.Fatal(err)
 	}
 	opts := sampler.Options{Interval: time.Hour, Timeout: 10 * time.Second}
-	nvmlS := sampler.New[*gpu.Snapshot]("nvml", reader, opts)
+	nvmlS := sampler.New[*nvml.Snapshot]("nvml", reader, opts)
 	topo := sampler.New[*numa.Topology]("topology", &numa.TopologyReader{FS: fsys}, opts)
 	place := sampler.New[*numa.PlacementSnapshot]("process", &numa.PlacementReader{
 		FS: fsys, Processes: reader.ComputeProcesses, Topology: topo.LatestData, GPUs: reader.Identities}, opts)
 	nic := sampler.New[*numa.NICSnapshot]("nic", &numa.NICReader{FS: fsys}, opts)
-	xid := gpu.NewXIDWatcher(reader, nil)
+	xid := nvml.NewXIDWatcher(reader, nil)
 	xid.Wait = 20 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

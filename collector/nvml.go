@@ -4,7 +4,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 )
 
 // gpuLabels join every per-GPU series with dcgm-exporter, node_exporter and
@@ -17,7 +17,7 @@ func gpuDesc(subsystem, name, help string, extra ...string) *prometheus.Desc {
 
 // NVMLCollector renders the NVML source's snapshot.
 type NVMLCollector struct {
-	snapshotMetrics[*gpu.Snapshot]
+	snapshotMetrics[*nvml.Snapshot]
 	d nvmlDescs
 }
 
@@ -38,7 +38,7 @@ type nvmlDescs struct {
 }
 
 // NewNVMLCollector renders the snapshots of src.
-func NewNVMLCollector(src latester[*gpu.Snapshot]) *NVMLCollector {
+func NewNVMLCollector(src latester[*nvml.Snapshot]) *NVMLCollector {
 	c := &NVMLCollector{d: nvmlDescs{
 		driverInfo: newDesc("", "driver_info", "NVIDIA driver, CUDA driver API and NVML versions; value 1.",
 			"driver_version", "cuda_driver_version", "nvml_version"),
@@ -96,7 +96,7 @@ func NewNVMLCollector(src latester[*gpu.Snapshot]) *NVMLCollector {
 		pairP2P: newDesc("gpu", "pair_p2p_supported", "1 if peer-to-peer access of this kind is supported between the GPUs.",
 			"gpu", "peer_gpu", "capability"),
 	}}
-	c.snapshotMetrics = snapshotMetrics[*gpu.Snapshot]{src: src, render: c.render}
+	c.snapshotMetrics = snapshotMetrics[*nvml.Snapshot]{src: src, render: c.render}
 	return c
 }
 
@@ -173,7 +173,7 @@ func numaLabel(n int) string {
 	return itoa(n)
 }
 
-func (c *NVMLCollector) render(s *gpu.Snapshot) []prometheus.Metric {
+func (c *NVMLCollector) render(s *nvml.Snapshot) []prometheus.Metric {
 	d := &c.d
 	o := &out{}
 	o.gauge(d.driverInfo, 1, s.DriverVersion, s.CUDADriverVersion, s.NVMLVersion)
@@ -195,7 +195,7 @@ func (c *NVMLCollector) render(s *gpu.Snapshot) []prometheus.Metric {
 		a, b := itoa(p.GPU), itoa(p.Peer)
 		o.gauge(d.pairInfo, 1, a, b, p.Level)
 		o.gauge(d.pairNVLinks, float64(p.NVLinks), a, b)
-		for _, cp := range gpu.P2PCapabilities {
+		for _, cp := range nvml.P2PCapabilities {
 			if ok, known := p.P2P[cp]; known {
 				o.gauge(d.pairP2P, boolFloat(ok), a, b, cp)
 			}
@@ -204,7 +204,7 @@ func (c *NVMLCollector) render(s *gpu.Snapshot) []prometheus.Metric {
 	return o.ms
 }
 
-func (c *NVMLCollector) renderGPU(o *out, g *gpu.GPUState) {
+func (c *NVMLCollector) renderGPU(o *out, g *nvml.GPUState) {
 	d := &c.d
 	o.optInt(d.pstate, g.PerformanceState)
 	o.optGauge(d.clock, g.Clocks.SM, "sm")
@@ -212,14 +212,14 @@ func (c *NVMLCollector) renderGPU(o *out, g *gpu.GPUState) {
 	o.optGauge(d.clockMax, g.Clocks.SMMax, "sm")
 	o.optGauge(d.clockMax, g.Clocks.MemoryMax, "memory")
 	if g.Throttle.Active.Valid {
-		for _, r := range gpu.ClockEventReasons {
+		for _, r := range nvml.ClockEventReasons {
 			if g.Throttle.Supported.Valid && g.Throttle.Supported.V&r.Mask == 0 {
 				continue
 			}
 			o.gauge(d.reasonActive, boolFloat(g.Throttle.Active.V&r.Mask != 0), r.Name)
 		}
 	}
-	for _, r := range gpu.ClockEventReasons {
+	for _, r := range nvml.ClockEventReasons {
 		if v, ok := g.Throttle.Seconds[r.Name]; ok {
 			o.add(d.reasonSeconds, prometheus.CounterValue, v, r.Name)
 		}
@@ -253,7 +253,7 @@ func (c *NVMLCollector) renderGPU(o *out, g *gpu.GPUState) {
 	o.optBool(d.retiredPending, e.RetiredPending)
 }
 
-func (c *NVMLCollector) renderPCIe(o *out, p *gpu.PCIeLink) {
+func (c *NVMLCollector) renderPCIe(o *out, p *nvml.PCIeLink) {
 	d := &c.d
 	o.optInt(d.pcieGen, p.Generation)
 	o.optInt(d.pcieMaxGen, p.MaxGeneration)
@@ -264,7 +264,7 @@ func (c *NVMLCollector) renderPCIe(o *out, p *gpu.PCIeLink) {
 	o.optCounter(d.pcieCorrectable, p.CorrectableErrors)
 }
 
-func (c *NVMLCollector) renderNVLinks(o *out, g *gpu.GPUState) {
+func (c *NVMLCollector) renderNVLinks(o *out, g *nvml.GPUState) {
 	d := &c.d
 	o.gauge(d.nvlinks, float64(g.NVLinkCount))
 	if len(g.NVLinks) == 0 {
@@ -279,7 +279,7 @@ func (c *NVMLCollector) renderNVLinks(o *out, g *gpu.GPUState) {
 		if l.Active && l.RemotePCIBusID != "" {
 			o.gauge(d.nvlinkRemote, 1, link, l.RemotePCIBusID, l.RemoteType)
 		}
-		for _, t := range gpu.NVLinkErrorTypes {
+		for _, t := range nvml.NVLinkErrorTypes {
 			if v, ok := l.Errors[t]; ok {
 				o.add(d.nvlinkErrors, prometheus.CounterValue, v, link, t)
 			}

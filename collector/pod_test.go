@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpulink/gpulink_exporter/collector"
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/podresources"
 	"github.com/gpulink/gpulink_exporter/internal/podresources/kubeletfake"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
@@ -53,7 +53,7 @@ func TestPodScrapeNeverWaitsOnTheKubelet(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(k.Stop)
-	ids := func() []gpu.Identity { return []gpu.Identity{{Index: 0, UUID: "GPU-a", PCIBusID: "0000:18:00.0"}} }
+	ids := func() []nvml.Identity { return []nvml.Identity{{Index: 0, UUID: "GPU-a", PCIBusID: "0000:18:00.0"}} }
 	s := sampler.New[*podresources.Snapshot]("kubernetes", &podresources.Reader{Socket: k.Socket, GPUs: ids},
 		sampler.Options{Interval: time.Hour, Timeout: 1500 * time.Millisecond})
 	reg := prometheus.NewRegistry()

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpulink/gpulink_exporter/collector"
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
@@ -169,7 +169,7 @@ func lintClean(t *testing.T, c prometheus.Collector) {
 type placementNode struct {
 	fs     numa.FS
 	m      *nvmlfake.Machine
-	reader *gpu.Reader
+	reader *nvml.Reader
 	topo   *sampler.Sampler[*numa.Topology]
 	place  *sampler.Sampler[*numa.PlacementSnapshot]
 }
@@ -190,7 +190,7 @@ func newPlacementNode(t *testing.T, profile string) *placementNode {
 		}
 		n.m.SetProcesses(i, 2<<30, pids...)
 	}
-	n.reader = gpu.NewReader(n.m, n.fs.Sys, nil)
+	n.reader = nvml.NewReader(n.m, n.fs.Sys, nil)
 	opts := sampler.Options{Interval: time.Hour, Timeout: 5 * time.Second}
 	n.topo = sampler.New[*numa.Topology]("topology", &numa.TopologyReader{FS: n.fs}, opts)
 	n.topo.SampleOnce(context.Background())

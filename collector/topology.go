@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/numa"
 )
 
@@ -14,7 +14,7 @@ import (
 // each NIC and GPU, its nearest NICs and the slowest hop to the CPU.
 type TopologyCollector struct {
 	snapshotMetrics[*numa.Topology]
-	ids interface{ Identities() []gpu.Identity }
+	ids interface{ Identities() []nvml.Identity }
 	d   topologyDescs
 }
 
@@ -29,7 +29,7 @@ type topologyDescs struct {
 // NewTopologyCollector renders the topology source's snapshots. ids names
 // GPUs by NVML index and UUID; without NVML those labels are empty and the
 // GPU is known by its PCI address alone.
-func NewTopologyCollector(src latester[*numa.Topology], ids interface{ Identities() []gpu.Identity }) *TopologyCollector {
+func NewTopologyCollector(src latester[*numa.Topology], ids interface{ Identities() []nvml.Identity }) *TopologyCollector {
 	node := []string{"numa_node"}
 	c := &TopologyCollector{ids: ids, d: topologyDescs{
 		nodeInfo:     newDesc("numa_node", "info", "A NUMA node and its CPUs in kernel list form; value 1.", "numa_node", "cpus"),
@@ -160,7 +160,7 @@ func (c *TopologyCollector) renderLinks(o *out, t *numa.Topology) {
 }
 
 func (c *TopologyCollector) renderGPUs(o *out, t *numa.Topology) {
-	byAddr := map[string]gpu.Identity{}
+	byAddr := map[string]nvml.Identity{}
 	if c.ids != nil {
 		for _, id := range c.ids.Identities() {
 			byAddr[id.PCIBusID] = id

@@ -11,16 +11,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpulink/gpulink_exporter/collector"
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
 	"github.com/gpulink/gpulink_exporter/numa"
 )
 
 // identities stands in for the NVML reader's GPU list.
-type identities []gpu.Identity
+type identities []nvml.Identity
 
-func (ids identities) Identities() []gpu.Identity { return ids }
+func (ids identities) Identities() []nvml.Identity { return ids }
 
 func fixtureFS(t *testing.T, profile string) numa.FS {
 	root := sysfsfake.Load(t, profile)
@@ -106,7 +106,7 @@ func TestTopologyMetricsDGXFaults(t *testing.T) {
 	var ids identities
 	for i, addr := range []string{"0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0",
 		"0000:9a:00.0", "0000:ab:00.0", "0000:ba:00.0", "0000:db:00.0"} {
-		ids = append(ids, gpu.Identity{Index: i, UUID: "GPU-" + itoa(i), PCIBusID: addr})
+		ids = append(ids, nvml.Identity{Index: i, UUID: "GPU-" + itoa(i), PCIBusID: addr})
 	}
 	c := topologyCollector(t, fs, ids)
 	lintClean(t, c)

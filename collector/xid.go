@@ -5,22 +5,22 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 )
 
 // XIDCollector renders the XIDs the watcher has counted. The cardinality is
 // bounded by GPUs times the XID codes actually seen.
 type XIDCollector struct {
-	counts interface{ Counts() []gpu.XIDCount }
+	counts interface{ Counts() []nvml.XIDCount }
 	ids    interface {
-		Identities() []gpu.Identity
+		Identities() []nvml.Identity
 	}
 	events, total, last *prometheus.Desc
 }
 
 // NewXIDCollector renders w's counts, labelled with the GPUs the reader
 // found.
-func NewXIDCollector(w interface{ Counts() []gpu.XIDCount }, ids interface{ Identities() []gpu.Identity }) *XIDCollector {
+func NewXIDCollector(w interface{ Counts() []nvml.XIDCount }, ids interface{ Identities() []nvml.Identity }) *XIDCollector {
 	return &XIDCollector{counts: w, ids: ids,
 		events: gpuDesc("gpu", "xid_events_total",
 			"XID errors of any code; present from 0 for every GPU, so increase() sees the first one."),

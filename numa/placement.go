@@ -8,7 +8,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
@@ -43,16 +43,16 @@ const placementWorkers = 8
 // sampler.Source.
 type PlacementReader struct {
 	FS FS
-	// Processes lists the processes holding each GPU (gpu.Reader's
+	// Processes lists the processes holding each GPU (nvml.Reader's
 	// ComputeProcesses).
-	Processes func() ([]gpu.Process, error)
+	Processes func() ([]nvml.Process, error)
 	// Topology returns the latest topology snapshot; nil while there is
 	// none, and then no process's placement can be judged.
 	Topology func() *Topology
-	// GPUs, when set, lists every GPU (gpu.Reader's Identities) so that a
+	// GPUs, when set, lists every GPU (nvml.Reader's Identities) so that a
 	// GPU without processes is still reported, with none; when nil only
 	// GPUs with processes are.
-	GPUs func() []gpu.Identity
+	GPUs func() []nvml.Identity
 }
 
 // PlacementSnapshot is the placement of every GPU's processes.

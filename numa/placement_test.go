@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
 	"github.com/gpulink/gpulink_exporter/numa"
@@ -142,13 +142,13 @@ var k8sCgroup = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod
 	strings.ReplaceAll(podUID, "-", "_") + ".slice/cri-containerd-" + containerID + ".scope"
 
 var (
-	gpu0 = gpu.Process{GPU: 0, UUID: "GPU-0", PCIBusID: "0000:18:00.0"}
-	gpu2 = gpu.Process{GPU: 2, UUID: "GPU-2", PCIBusID: "0000:3a:00.0"}
-	gpu4 = gpu.Process{GPU: 4, UUID: "GPU-4", PCIBusID: "0000:9a:00.0"}
-	gpu6 = gpu.Process{GPU: 6, UUID: "GPU-6", PCIBusID: "0000:ba:00.0"}
+	gpu0 = nvml.Process{GPU: 0, UUID: "GPU-0", PCIBusID: "0000:18:00.0"}
+	gpu2 = nvml.Process{GPU: 2, UUID: "GPU-2", PCIBusID: "0000:3a:00.0"}
+	gpu4 = nvml.Process{GPU: 4, UUID: "GPU-4", PCIBusID: "0000:9a:00.0"}
+	gpu6 = nvml.Process{GPU: 6, UUID: "GPU-6", PCIBusID: "0000:ba:00.0"}
 )
 
-func on(g gpu.Process, pid int) gpu.Process {
+func on(g nvml.Process, pid int) nvml.Process {
 	g.PID = pid
 	g.UsedMemory = sampler.Some(float64(1 << 30))
 	return g
@@ -188,7 +188,7 @@ func TestPlacementHealthy(t *testing.T) {
 	writeFakeProc(t, root, fakeProc{pid: 4242, comm: "python", allowed: "0-55,112-167",
 		threads: []int{3, 4, 5, 113, 120}, pages: map[int]uint64{0: 100000}, cgroup: k8sCgroup})
 	r := &numa.PlacementReader{FS: numa.FS{Proc: root},
-		Processes: func() ([]gpu.Process, error) { return []gpu.Process{on(gpu0, 4242)}, nil },
+		Processes: func() ([]nvml.Process, error) { return []nvml.Process{on(gpu0, 4242)}, nil },
 		Topology:  func() *numa.Topology { return dgxTopology(t) }}
 	g := gpuOf(t, sample(t, r), 0)
 	if g.NUMANode != 0 || g.Processes != 1 || g.Misaffine != 0 || g.Unknown != 0 || len(g.Procs) != 1 {
@@ -216,7 +216,7 @@ func TestPlacementPinnedFarSocket(t *testing.T) {
 	writeFakeProc(t, root, fakeProc{pid: 4242, comm: "python", allowed: "56-111,168-223",
 		threads: []int{60, 61, 170, 171}, pages: map[int]uint64{0: 10000, 1: 90000}, lines: 40})
 	r := &numa.PlacementReader{FS: numa.FS{Proc: root},
-		Processes: func() ([]gpu.Process, error) { return []gpu.Process{on(gpu0, 4242)}, nil },
+		Processes: func() ([]nvml.Process, error) { return []nvml.Process{on(gpu0, 4242)}, nil },
 		Topology:  func() *numa.Topology { return dgxTopology(t) }}
 	g := gpuOf(t, sample(t, r), 0)
 	if g.Processes != 1 || g.Misaffine != 1 || g.Unknown != 0 {
@@ -249,7 +249,7 @@ func TestPlacementEachRule(t *testing.T) {
 			tc.p.pid, tc.p.comm = 100, "x"
 			writeFakeProc(t, root, tc.p)
 			r := &numa.PlacementReader{FS: numa.FS{Proc: root},
-				Processes: func() ([]gpu.Process, error) { return []gpu.Process{on(gpu0, 100)}, nil },
+				Processes: func() ([]nvml.Process, error) { return []nvml.Process{on(gpu0, 100)}, nil },
 				Topology:  func() *numa.Topology { return dgxTopology(t) }}
 			p := gpuOf(t, sample(t, r), 0).Procs[0]
 			if p.Misaffine != sampler.Some(tc.want) {
@@ -266,7 +266,7 @@ func TestPlacementUnpinnedSpread(t *testing.T) {
 	writeFakeProc(t, root, fakeProc{pid: 6161, comm: "python", allowed: "0-223",
 		threads: []int{1, 2, 57, 58, 113, 169}, pages: map[int]uint64{0: 55000, 1: 45000}, lines: 10})
 	r := &numa.PlacementReader{FS: numa.FS{Proc: root},
-		Processes: func() ([]gpu.Process, error) { return []gpu.Process{on(gpu2, 6161)}, nil },
+		Processes: func() ([]nvml.Process, error) { return []nvml.Process{on(gpu2, 6161)}, nil },
 		Topology:  func() *numa.Topology { return dgxTopology(t) }}
 	g := gpuOf(t, sample(t, r), 2)
 	p := g.Procs[0]
@@ -284,8 +284,8 @@ func TestPlacementSingleNodeVM(t *testing.T) {
 	writeFakeProc(t, root, fakeProc{pid: 793, comm: "python3", allowed: "0-31",
 		threads: repeat(7, 34), pages: map[int]uint64{0: 500000}, cgroup: "/process_api/98e0b3c2"})
 	r := &numa.PlacementReader{FS: numa.FS{Proc: root},
-		Processes: func() ([]gpu.Process, error) {
-			return []gpu.Process{{GPU: 0, UUID: "GPU-a", PCIBusID: "0000:00:06.0", PID: 793}}, nil
+		Processes: func() ([]nvml.Process, error) {
+			return []nvml.Process{{GPU: 0, UUID: "GPU-a", PCIBusID: "0000:00:06.0", PID: 793}}, nil
 		},
 		Topology: func() *numa.Topology { return vmTopology(t) }}
 	g := gpuOf(t, sample(t, r), 0)
@@ -308,7 +308,7 @@ func TestPlacementUnknownNode(t *testing.T) {
 	writeFakeProc(t, root, fakeProc{pid: 300, comm: "python", allowed: "0-55",
 		threads: []int{1}, pages: map[int]uint64{0: 100}})
 	r := &numa.PlacementReader{FS: numa.FS{Proc: root},
-		Processes: func() ([]gpu.Process, error) { return []gpu.Process{on(gpu6, 300)}, nil },
+		Processes: func() ([]nvml.Process, error) { return []nvml.Process{on(gpu6, 300)}, nil },
 		Topology:  func() *numa.Topology { return dgxTopology(t) }}
 	g := gpuOf(t, sample(t, r), 6)
 	if g.NUMANode != -1 || g.Processes != 1 || g.Misaffine != 0 || g.Unknown != 1 {
@@ -345,7 +345,7 @@ func TestPlacementPartiallyRead(t *testing.T) {
 		}
 	}
 	r := &numa.PlacementReader{FS: numa.FS{Proc: root},
-		Processes: func() ([]gpu.Process, error) { return []gpu.Process{on(gpu0, 1), on(gpu0, 2)}, nil },
+		Processes: func() ([]nvml.Process, error) { return []nvml.Process{on(gpu0, 1), on(gpu0, 2)}, nil },
 		Topology:  func() *numa.Topology { return dgxTopology(t) }}
 	snap, err := r.Sample(context.Background())
 	var partial *sampler.PartialError
@@ -371,16 +371,16 @@ func TestPlacementProcessExits(t *testing.T) {
 	writeFakeProc(t, root, fakeProc{pid: 4242, comm: "python", allowed: "0-55", threads: []int{1}, pages: map[int]uint64{0: 1}})
 	writeFakeProc(t, root, fakeProc{pid: 5151, comm: "python", allowed: "56-111", threads: []int{60}, pages: map[int]uint64{1: 1}})
 	r := &numa.PlacementReader{FS: numa.FS{Proc: root},
-		Processes: func() ([]gpu.Process, error) {
+		Processes: func() ([]nvml.Process, error) {
 			// 5151 exits once listed; 999 had already gone.
 			if err := os.RemoveAll(filepath.Join(root, "5151")); err != nil {
 				return nil, err
 			}
-			return []gpu.Process{on(gpu0, 4242), on(gpu0, 999), on(gpu4, 5151)}, nil
+			return []nvml.Process{on(gpu0, 4242), on(gpu0, 999), on(gpu4, 5151)}, nil
 		},
 		Topology: func() *numa.Topology { return dgxTopology(t) },
-		GPUs: func() []gpu.Identity {
-			return []gpu.Identity{{Index: 0, UUID: "GPU-0", PCIBusID: "0000:18:00.0"}, {Index: 4, UUID: "GPU-4", PCIBusID: "0000:9a:00.0"}}
+		GPUs: func() []nvml.Identity {
+			return []nvml.Identity{{Index: 0, UUID: "GPU-0", PCIBusID: "0000:18:00.0"}, {Index: 4, UUID: "GPU-4", PCIBusID: "0000:9a:00.0"}}
 		}}
 	snap := sample(t, r)
 	if g := gpuOf(t, snap, 0); g.Processes != 1 || len(g.Procs) != 1 || g.Procs[0].Placement.PID != 4242 {
@@ -396,8 +396,8 @@ func TestPlacementProcessOnTwoGPUs(t *testing.T) {
 	root := t.TempDir()
 	writeFakeProc(t, root, fakeProc{pid: 77, comm: "torchrun", allowed: "0-55", threads: []int{1}, pages: map[int]uint64{0: 10}})
 	r := &numa.PlacementReader{FS: numa.FS{Proc: root},
-		Processes: func() ([]gpu.Process, error) {
-			return []gpu.Process{on(gpu0, 77), on(gpu4, 77), on(gpu4, 77)}, nil // listed twice on GPU 4
+		Processes: func() ([]nvml.Process, error) {
+			return []nvml.Process{on(gpu0, 77), on(gpu4, 77), on(gpu4, 77)}, nil // listed twice on GPU 4
 		},
 		Topology: func() *numa.Topology { return dgxTopology(t) }}
 	snap := sample(t, r)
@@ -415,12 +415,12 @@ func TestPlacementProcessListErrors(t *testing.T) {
 	writeFakeProc(t, root, fakeProc{pid: 1, comm: "a", allowed: "0-55", threads: []int{1}, pages: map[int]uint64{0: 1}})
 	r := &numa.PlacementReader{FS: numa.FS{Proc: root}, Topology: func() *numa.Topology { return dgxTopology(t) }}
 
-	r.Processes = func() ([]gpu.Process, error) { return nil, gpu.ErrNoLibrary }
-	if _, err := r.Sample(context.Background()); !errors.Is(err, gpu.ErrNoLibrary) {
+	r.Processes = func() ([]nvml.Process, error) { return nil, nvml.ErrNoLibrary }
+	if _, err := r.Sample(context.Background()); !errors.Is(err, nvml.ErrNoLibrary) {
 		t.Errorf("err %v, want ErrNoLibrary", err)
 	}
-	r.Processes = func() ([]gpu.Process, error) {
-		return []gpu.Process{on(gpu0, 1)}, &sampler.PartialError{Count: 1, First: errors.New("GPU 3: unknown error")}
+	r.Processes = func() ([]nvml.Process, error) {
+		return []nvml.Process{on(gpu0, 1)}, &sampler.PartialError{Count: 1, First: errors.New("GPU 3: unknown error")}
 	}
 	snap, err := r.Sample(context.Background())
 	var partial *sampler.PartialError
@@ -429,7 +429,7 @@ func TestPlacementProcessListErrors(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	r.Processes = func() ([]gpu.Process, error) { return []gpu.Process{on(gpu0, 1)}, nil }
+	r.Processes = func() ([]nvml.Process, error) { return []nvml.Process{on(gpu0, 1)}, nil }
 	if _, err := r.Sample(ctx); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: err %v", err)
 	}
@@ -439,8 +439,8 @@ func TestPlacementProcessListErrors(t *testing.T) {
 // process on the VM: 34 threads, numa_maps of 522 lines.
 func BenchmarkPlacementSample(b *testing.B) {
 	root := b.TempDir()
-	var procs []gpu.Process
-	for i, g := range []gpu.Process{gpu0, gpu0, gpu2, gpu2, gpu4, gpu4, gpu6, gpu6} {
+	var procs []nvml.Process
+	for i, g := range []nvml.Process{gpu0, gpu0, gpu2, gpu2, gpu4, gpu4, gpu6, gpu6} {
 		pid := 1000 + 100*i
 		writeFakeProc(b, root, fakeProc{pid: pid, comm: "python", allowed: "0-55,112-167",
 			threads: repeat(3+i, 34), pages: map[int]uint64{0: 3000000, 1: 200000}, lines: 400, cgroup: k8sCgroup})
@@ -448,7 +448,7 @@ func BenchmarkPlacementSample(b *testing.B) {
 	}
 	topo := dgxTopology(b)
 	r := &numa.PlacementReader{FS: numa.FS{Proc: root},
-		Processes: func() ([]gpu.Process, error) { return procs, nil },
+		Processes: func() ([]nvml.Process, error) { return procs, nil },
 		Topology:  func() *numa.Topology { return topo }}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -508,7 +508,7 @@ func BenchmarkPlacementSampleLive(b *testing.B) {
 	if spec == "" {
 		b.Skip("set GPULINK_PLACEMENT_LIVE=<MiB>,<threads>,<mappings>")
 	}
-	var procs []gpu.Process
+	var procs []nvml.Process
 	for i := range 8 {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestPlacementHelperProcess$")
 		cmd.Env = append(os.Environ(), "GPULINK_PLACEMENT_HELPER="+spec)
@@ -522,17 +522,17 @@ func BenchmarkPlacementSampleLive(b *testing.B) {
 		if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
 			b.Fatalf("helper: %q, %v", line, err)
 		}
-		procs = append(procs, gpu.Process{GPU: i, PCIBusID: "0000:00:00.0", PID: cmd.Process.Pid})
+		procs = append(procs, nvml.Process{GPU: i, PCIBusID: "0000:00:00.0", PID: cmd.Process.Pid})
 	}
 	fs := numa.FS{Sys: "/sys", Proc: "/proc"}
 	nodes, _ := fs.NUMANodes()
 	topo := &numa.Topology{Nodes: nodes, Devices: map[string]*numa.PCIDevice{"0000:00:00.0": {Address: "0000:00:00.0", NUMANode: 0}}}
 	r := &numa.PlacementReader{FS: fs,
-		Processes: func() ([]gpu.Process, error) { return procs, nil },
+		Processes: func() ([]nvml.Process, error) { return procs, nil },
 		Topology:  func() *numa.Topology { return topo }}
 	// One process alone, for the per-process cost.
 	one := *r
-	one.Processes = func() ([]gpu.Process, error) { return procs[:1], nil }
+	one.Processes = func() ([]nvml.Process, error) { return procs[:1], nil }
 	start := time.Now()
 	snap := sample(b, &one)
 	b.ReportMetric(float64(time.Since(start).Microseconds()), "us-one-process")
@@ -553,7 +553,7 @@ func TestPlacementRealMachine(t *testing.T) {
 	if os.Getenv("GPULINK_PLACEMENT_REAL") == "" {
 		t.Skip("set GPULINK_PLACEMENT_REAL=1 on a GPU machine")
 	}
-	rd := gpu.NewReader(nvml.New(), "/sys", nil)
+	rd := nvml.NewReader(gonvml.New(), "/sys", nil)
 	if err := rd.Init(); err != nil {
 		t.Fatal(err)
 	}
@@ -601,19 +601,19 @@ func placementFixture(t testing.TB, profile string) *numa.PlacementReader {
 	fs := numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
 	model := sysfsfake.Profiles()[profile]()
 	index := map[string]int{}
-	var ids []gpu.Identity
+	var ids []nvml.Identity
 	for i, d := range model.GPUs() {
 		index[d.Addr] = i
-		ids = append(ids, gpu.Identity{Index: i, UUID: fmt.Sprintf("GPU-%d", i), PCIBusID: d.Addr})
+		ids = append(ids, nvml.Identity{Index: i, UUID: fmt.Sprintf("GPU-%d", i), PCIBusID: d.Addr})
 	}
-	var procs []gpu.Process
+	var procs []nvml.Process
 	for _, p := range model.Processes {
 		for _, bus := range p.GPUs {
 			i, ok := index[bus]
 			if !ok {
 				t.Fatalf("%s: pid %d on %s, no such GPU", profile, p.PID, bus)
 			}
-			procs = append(procs, gpu.Process{GPU: i, UUID: ids[i].UUID, PCIBusID: bus, PID: p.PID})
+			procs = append(procs, nvml.Process{GPU: i, UUID: ids[i].UUID, PCIBusID: bus, PID: p.PID})
 		}
 	}
 	topo, err := fs.Topology()
@@ -621,9 +621,9 @@ func placementFixture(t testing.TB, profile string) *numa.PlacementReader {
 		t.Fatalf("%s topology: %v", profile, err)
 	}
 	return &numa.PlacementReader{FS: fs,
-		Processes: func() ([]gpu.Process, error) { return procs, nil },
+		Processes: func() ([]nvml.Process, error) { return procs, nil },
 		Topology:  func() *numa.Topology { return topo },
-		GPUs:      func() []gpu.Identity { return ids }}
+		GPUs:      func() []nvml.Identity { return ids }}
 }
 
 // Every profile's processes, judged as its comments say.

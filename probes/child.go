@@ -9,7 +9,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes/cuda"
 )
@@ -43,7 +43,7 @@ func RunRound(ctx context.Context, cfg ChildConfig, opts []Options) *Round {
 func failedRound(gpus []string, err error) *Round {
 	round := &Round{Version: ContractVersion, Started: time.Now().UTC(), GPUs: []GPURound{}}
 	for _, g := range gpus {
-		round.GPUs = append(round.GPUs, GPURound{PCIBusID: gpu.NormalizeBusID(g), CUDADevice: -1, Results: []Result{}, Error: err.Error()})
+		round.GPUs = append(round.GPUs, GPURound{PCIBusID: nvml.NormalizeBusID(g), CUDADevice: -1, Results: []Result{}, Error: err.Error()})
 	}
 	return round
 }
@@ -95,7 +95,7 @@ type gpuProbe struct {
 }
 
 func probeGPU(ctx context.Context, drv *cuda.Driver, fs numa.FS, o Options) (g GPURound) {
-	g = GPURound{PCIBusID: gpu.NormalizeBusID(o.GPU), CUDADevice: -1, Results: []Result{}}
+	g = GPURound{PCIBusID: nvml.NormalizeBusID(o.GPU), CUDADevice: -1, Results: []Result{}}
 	dev, err := drv.DeviceByPCIBusID(o.GPU)
 	if err != nil {
 		g.Error = err.Error()
@@ -298,7 +298,7 @@ func (p *gpuProbe) run(kind Kind) []Result {
 	case PeerCopy, PeerBidirectional, PeerLatency:
 		var out []Result
 		for _, peer := range p.opts.Peers {
-			addr := gpu.NormalizeBusID(peer)
+			addr := nvml.NormalizeBusID(peer)
 			if kind != PeerCopy && addr < p.round.PCIBusID {
 				continue // measured in the peer's round
 			}

@@ -12,7 +12,7 @@ import (
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/alecthomas/units"
 
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes/cuda"
 )
@@ -176,7 +176,7 @@ func (c *Command) options(drv *cuda.Driver, size int64, kinds []Kind) ([]Options
 			}
 			return addrs[i : i+1], nil
 		}
-		return []string{gpu.NormalizeBusID(sel)}, nil
+		return []string{nvml.NormalizeBusID(sel)}, nil
 	}
 	var gpus []string
 	allGPUs := false

@@ -1,7 +1,7 @@
 package probes
 
 import (
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/numa"
 )
 
@@ -46,7 +46,7 @@ func nvlinkDataRate(version int) float64 {
 
 // nvlinkRate is one link's rate, one direction; 0 when neither NVML's speed
 // nor the version says.
-func nvlinkRate(l gpu.NVLink) float64 {
+func nvlinkRate(l nvml.NVLink) float64 {
 	data := 0.0
 	if l.Version.Valid {
 		data = nvlinkDataRate(l.Version.V)
@@ -70,7 +70,7 @@ func nvlinkRate(l gpu.NVLink) float64 {
 // the pair gets the smaller of the two GPUs' switch bandwidths. Only active
 // links count: NVML names no remote end for a link that is down (the link
 // itself is reported by gpulink_gpu_nvlink_up).
-func nvlinkPeerRate(a, b *gpu.GPUState) float64 {
+func nvlinkPeerRate(a, b *nvml.GPUState) float64 {
 	direct, aSwitch := 0.0, 0.0
 	for _, l := range a.NVLinks {
 		switch {
@@ -97,7 +97,7 @@ func nvlinkPeerRate(a, b *gpu.GPUState) float64 {
 // comes first: it sees the switch uplinks between GPU and CPU (an AWS p5's
 // Gen5 x16 GPU sits behind a Gen4 x8 uplink). Without it, NVML's view of
 // the GPU's own link: the most generation and width GPU and slot allow.
-func hostRate(snap *gpu.Snapshot, topo *numa.Topology, busID string) float64 {
+func hostRate(snap *nvml.Snapshot, topo *numa.Topology, busID string) float64 {
 	if topo != nil {
 		if d := topo.Device(busID); d != nil {
 			if h, ok := topo.SlowestHop(d, true); ok {
@@ -112,14 +112,14 @@ func hostRate(snap *gpu.Snapshot, topo *numa.Topology, busID string) float64 {
 }
 
 // hbmRate is the peak memory bandwidth, read and write together.
-func hbmRate(g *gpu.GPUState) float64 {
+func hbmRate(g *nvml.GPUState) float64 {
 	if g == nil || !g.Clocks.MemoryMax.Valid || g.MemoryBusWidth <= 0 {
 		return 0
 	}
 	return g.Clocks.MemoryMax.V * float64(g.MemoryBusWidth) / 8 * 2
 }
 
-func snapshotGPU(snap *gpu.Snapshot, busID string) *gpu.GPUState {
+func snapshotGPU(snap *nvml.Snapshot, busID string) *nvml.GPUState {
 	if snap == nil {
 		return nil
 	}
@@ -134,7 +134,7 @@ func snapshotGPU(snap *gpu.Snapshot, busID string) *gpu.GPUState {
 // PathFor works out the Path of the GPU at busID (sysfs form) from an NVML
 // snapshot and the PCIe topology. Either may be nil; what only it would
 // give is then 0. Peers are every other GPU either source knows.
-func PathFor(snap *gpu.Snapshot, topo *numa.Topology, busID string) Path {
+func PathFor(snap *nvml.Snapshot, topo *numa.Topology, busID string) Path {
 	self := snapshotGPU(snap, busID)
 	p := Path{
 		HostBytesPerSecond: hostRate(snap, topo, busID),

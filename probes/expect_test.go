@@ -9,7 +9,7 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
 	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
 	"github.com/gpulink/gpulink_exporter/numa"
@@ -48,9 +48,9 @@ func topology(t *testing.T, profile string) *numa.Topology {
 	return topo
 }
 
-func sample(t *testing.T, m *nvmlfake.Machine) *gpu.Snapshot {
+func sample(t *testing.T, m *nvmlfake.Machine) *nvml.Snapshot {
 	t.Helper()
-	snap, err := gpu.NewReader(m, "", nil).Sample(context.Background())
+	snap, err := nvml.NewReader(m, "", nil).Sample(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,8 +203,8 @@ func TestPathNVLinksDown(t *testing.T) {
 // NVML's speed field is the signalling rate; the version's payload rate
 // caps it, and each stands in where the other is missing.
 func TestPathNVLinkRates(t *testing.T) {
-	link := func(version int, speed float64) gpu.NVLink {
-		l := gpu.NVLink{Active: true, RemotePCIBusID: "0000:00:07.0", RemoteType: "gpu"}
+	link := func(version int, speed float64) nvml.NVLink {
+		l := nvml.NVLink{Active: true, RemotePCIBusID: "0000:00:07.0", RemoteType: "gpu"}
 		if version > 0 {
 			l.Version = sampler.Some(version)
 		}
@@ -215,22 +215,22 @@ func TestPathNVLinkRates(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name  string
-		links []gpu.NVLink
+		links []nvml.NVLink
 		want  float64
 	}{
-		{"v1 by version", []gpu.NVLink{link(1, 0), link(1, 0)}, 40e9},
-		{"v3 by version", []gpu.NVLink{link(3, 0)}, 25e9},
-		{"v5 by version", []gpu.NVLink{link(5, 0), link(5, 0)}, 100e9},
-		{"v4 speed capped", []gpu.NVLink{link(4, 26562e6)}, 25e9},
-		{"slower speed wins", []gpu.NVLink{link(4, 12.5e9)}, 12.5e9},
-		{"unknown version, speed", []gpu.NVLink{link(9, 60e9), link(0, 60e9)}, 120e9},
-		{"neither: PCIe", []gpu.NVLink{link(0, 0)}, gen5x16},
+		{"v1 by version", []nvml.NVLink{link(1, 0), link(1, 0)}, 40e9},
+		{"v3 by version", []nvml.NVLink{link(3, 0)}, 25e9},
+		{"v5 by version", []nvml.NVLink{link(5, 0), link(5, 0)}, 100e9},
+		{"v4 speed capped", []nvml.NVLink{link(4, 26562e6)}, 25e9},
+		{"slower speed wins", []nvml.NVLink{link(4, 12.5e9)}, 12.5e9},
+		{"unknown version, speed", []nvml.NVLink{link(9, 60e9), link(0, 60e9)}, 120e9},
+		{"neither: PCIe", []nvml.NVLink{link(0, 0)}, gen5x16},
 	} {
-		snap := &gpu.Snapshot{GPUs: []gpu.GPUState{
-			{Identity: gpu.Identity{PCIBusID: "0000:00:06.0"}, NVLinks: tc.links,
-				PCIe: gpu.PCIeLink{MaxGeneration: sampler.Some(5), MaxWidth: sampler.Some(16)}},
-			{Identity: gpu.Identity{PCIBusID: "0000:00:07.0"},
-				PCIe: gpu.PCIeLink{MaxGeneration: sampler.Some(5), MaxWidth: sampler.Some(16)}},
+		snap := &nvml.Snapshot{GPUs: []nvml.GPUState{
+			{Identity: nvml.Identity{PCIBusID: "0000:00:06.0"}, NVLinks: tc.links,
+				PCIe: nvml.PCIeLink{MaxGeneration: sampler.Some(5), MaxWidth: sampler.Some(16)}},
+			{Identity: nvml.Identity{PCIBusID: "0000:00:07.0"},
+				PCIe: nvml.PCIeLink{MaxGeneration: sampler.Some(5), MaxWidth: sampler.Some(16)}},
 		}}
 		wantNear(t, tc.name, probes.PathFor(snap, nil, "0000:00:06.0").PeerBytesPerSecond["0000:00:07.0"], tc.want)
 	}

@@ -15,7 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
@@ -61,11 +61,11 @@ type SchedulerConfig struct {
 
 	Runner RoundRunner
 	// GPUs returns the latest NVML sample; nil when there is none.
-	GPUs func() *gpu.Snapshot
+	GPUs func() *nvml.Snapshot
 	// Processes lists the compute processes on every GPU now. It is
 	// asked right before each GPU is probed (the idle policy only): a
 	// sample minutes old would miss a job that just started.
-	Processes func() ([]gpu.Process, error)
+	Processes func() ([]nvml.Process, error)
 	// HostNodes returns the NUMA nodes to bind the host buffer to in turn,
 	// the GPU's own node first; nil (or a nil func) means unbound.
 	HostNodes func(gpuBusID string) []int
@@ -251,7 +251,7 @@ type roundPass struct {
 	load map[string]float64
 	// snap is taken once, at the start: later samples could show this
 	// round's own probes as utilization.
-	snap   *gpu.Snapshot
+	snap   *nvml.Snapshot
 	failed bool // a run timed out, crashed or errored
 }
 
@@ -294,7 +294,7 @@ func (s *Scheduler) RunRound(ctx context.Context) {
 
 // skipMissing counts GPUs seen in earlier samples and gone from this one
 // as lost: NVML drops a GPU that fell off the bus after a driver reload.
-func (s *Scheduler) skipMissing(snap *gpu.Snapshot) {
+func (s *Scheduler) skipMissing(snap *nvml.Snapshot) {
 	present := map[string]bool{}
 	for i := range snap.GPUs {
 		present[gpuKey(&snap.GPUs[i])] = true
@@ -310,12 +310,12 @@ func (s *Scheduler) skipMissing(snap *gpu.Snapshot) {
 }
 
 // visit probes one GPU or records why not.
-func (s *Scheduler) visit(ctx context.Context, rd *roundPass, g *gpu.GPUState) {
+func (s *Scheduler) visit(ctx context.Context, rd *roundPass, g *nvml.GPUState) {
 	if reason := staticSkip(g); reason != "" {
 		s.skip(g, reason)
 		return
 	}
-	var procs []gpu.Process
+	var procs []nvml.Process
 	procsOK := true
 	if s.cfg.Policy == PolicyIdle {
 		var err error
@@ -409,7 +409,7 @@ func (s *Scheduler) visit(ctx context.Context, rd *roundPass, g *gpu.GPUState) {
 // gone, split into MIG instances, or its compute mode would refuse the
 // probe's context (or, in exclusive mode, lock out its owner's next one
 // while the probe holds it).
-func staticSkip(g *gpu.GPUState) string {
+func staticSkip(g *nvml.GPUState) string {
 	switch {
 	case g.Lost || g.PCIBusID == "":
 		return SkipLost
@@ -428,7 +428,7 @@ func staticSkip(g *gpu.GPUState) string {
 }
 
 // busy is why the idle policy leaves a GPU alone, "" if it does not.
-func (s *Scheduler) busy(g *gpu.GPUState, procs []gpu.Process, procsOK bool) string {
+func (s *Scheduler) busy(g *nvml.GPUState, procs []nvml.Process, procsOK bool) string {
 	if s.cfg.Policy != PolicyIdle {
 		return ""
 	}
@@ -449,7 +449,7 @@ func (s *Scheduler) busy(g *gpu.GPUState, procs []gpu.Process, procsOK bool) str
 // peerReachable reports whether GPU a can write into GPU b's memory: over
 // NVLink, or PCIe peer to peer where the platform allows it. Pairs without
 // it would only report errors.
-func peerReachable(snap *gpu.Snapshot, a, b int) bool {
+func peerReachable(snap *nvml.Snapshot, a, b int) bool {
 	for _, p := range snap.Pairs {
 		if (p.GPU == a && p.Peer == b) || (p.GPU == b && p.Peer == a) {
 			if p.NVLinks > 0 || p.P2P["write"] {
@@ -517,7 +517,7 @@ func cloneGPURound(g *GPURound) *GPURound {
 	return &c
 }
 
-func (s *Scheduler) skip(g *gpu.GPUState, reason string) {
+func (s *Scheduler) skip(g *nvml.GPUState, reason string) {
 	s.logger.Debug("not probing GPU", "gpu", g.Index, "reason", reason)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -527,7 +527,7 @@ func (s *Scheduler) skip(g *gpu.GPUState, reason string) {
 
 // gpuKey identifies a GPU across samples: its PCI address, which unlike
 // the index survives a GPU dropping out.
-func gpuKey(g *gpu.GPUState) string {
+func gpuKey(g *nvml.GPUState) string {
 	if g.PCIBusID == "" {
 		return "index:" + strconv.Itoa(g.Index)
 	}
@@ -535,7 +535,7 @@ func gpuKey(g *gpu.GPUState) string {
 }
 
 // entry is g's record, created on first sight. s.mu must be held.
-func (s *Scheduler) entry(g *gpu.GPUState) *gpuEntry {
+func (s *Scheduler) entry(g *nvml.GPUState) *gpuEntry {
 	k := gpuKey(g)
 	e := s.gpus[k]
 	if e == nil {

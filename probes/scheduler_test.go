@@ -14,7 +14,7 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 )
 
 // fakeRunner records its calls and answers with respond, or a one-result
@@ -63,9 +63,9 @@ func okRound(o Options) *Round {
 func busID(i int) string { return fmt.Sprintf("0000:%02x:00.0", 0x18+0x10*i) }
 
 // idleGPU is an idle, probe-able GPU as NVML reports it.
-func idleGPU(i int) gpu.GPUState {
-	return gpu.GPUState{
-		Identity:    gpu.Identity{Index: i, UUID: fmt.Sprintf("GPU-%d", i), PCIBusID: busID(i)},
+func idleGPU(i int) nvml.GPUState {
+	return nvml.GPUState{
+		Identity:    nvml.Identity{Index: i, UUID: fmt.Sprintf("GPU-%d", i), PCIBusID: busID(i)},
 		Utilization: sampler.Some(0.0),
 		ComputeMode: sampler.Some("default"),
 		MIGEnabled:  sampler.Some(false),
@@ -73,12 +73,12 @@ func idleGPU(i int) gpu.GPUState {
 }
 
 // nvswitch joins every pair of GPUs both ways, as on an HGX board.
-func nvswitch(gpus []gpu.GPUState) []gpu.Pair {
-	var out []gpu.Pair
+func nvswitch(gpus []nvml.GPUState) []nvml.Pair {
+	var out []nvml.Pair
 	for _, a := range gpus {
 		for _, b := range gpus {
 			if a.Index != b.Index {
-				out = append(out, gpu.Pair{GPU: a.Index, Peer: b.Index, Level: "NV18", NVLinks: 18,
+				out = append(out, nvml.Pair{GPU: a.Index, Peer: b.Index, Level: "NV18", NVLinks: 18,
 					P2P: map[string]bool{"read": true, "write": true, "nvlink": true}})
 			}
 		}
@@ -106,13 +106,13 @@ type schedFixture struct {
 	clock  *fakeClock
 
 	mu       sync.Mutex
-	snap     *gpu.Snapshot
-	procs    []gpu.Process
+	snap     *nvml.Snapshot
+	procs    []nvml.Process
 	procsErr error
 	procsN   int
 }
 
-func (f *schedFixture) setSnap(snap *gpu.Snapshot) {
+func (f *schedFixture) setSnap(snap *nvml.Snapshot) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.snap = snap
@@ -120,17 +120,17 @@ func (f *schedFixture) setSnap(snap *gpu.Snapshot) {
 
 // newSched returns a scheduler over snap with a fake runner and clock;
 // edit adjusts the config first.
-func newSched(t *testing.T, snap *gpu.Snapshot, edit func(*SchedulerConfig)) *schedFixture {
+func newSched(t *testing.T, snap *nvml.Snapshot, edit func(*SchedulerConfig)) *schedFixture {
 	t.Helper()
 	f := &schedFixture{runner: &fakeRunner{}, clock: &fakeClock{t: time.Unix(1700000000, 0)}, snap: snap}
 	cfg := SchedulerConfig{
 		Runner: f.runner,
-		GPUs: func() *gpu.Snapshot {
+		GPUs: func() *nvml.Snapshot {
 			f.mu.Lock()
 			defer f.mu.Unlock()
 			return f.snap
 		},
-		Processes: func() ([]gpu.Process, error) {
+		Processes: func() ([]nvml.Process, error) {
 			f.mu.Lock()
 			defer f.mu.Unlock()
 			f.procsN++
@@ -175,30 +175,30 @@ func nonZero(m map[string]uint64) map[string]uint64 {
 func TestSchedulerSkipReasons(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		edit     func(*gpu.GPUState)
-		procs    []gpu.Process
+		edit     func(*nvml.GPUState)
+		procs    []nvml.Process
 		procsErr error
 		idle     string // skip reason under idle, "" for a run
 		always   string // under always
 	}{
-		{"idle GPU", func(*gpu.GPUState) {}, nil, nil, "", ""},
-		{"lost", func(g *gpu.GPUState) { g.Lost = true }, nil, nil, SkipLost, SkipLost},
-		{"no PCI address", func(g *gpu.GPUState) { g.PCIBusID = "" }, nil, nil, SkipLost, SkipLost},
-		{"MIG", func(g *gpu.GPUState) { g.MIGEnabled = sampler.Some(true) }, nil, nil, SkipMIG, SkipMIG},
-		{"prohibited", func(g *gpu.GPUState) { g.ComputeMode = sampler.Some("prohibited") }, nil, nil, SkipProhibited, SkipProhibited},
-		{"exclusive process", func(g *gpu.GPUState) { g.ComputeMode = sampler.Some("exclusive_process") }, nil, nil, SkipExclusiveProcess, SkipExclusiveProcess},
-		{"exclusive thread", func(g *gpu.GPUState) { g.ComputeMode = sampler.Some("exclusive_thread") }, nil, nil, SkipExclusiveProcess, SkipExclusiveProcess},
-		{"lost beats MIG", func(g *gpu.GPUState) { g.Lost, g.MIGEnabled = true, sampler.Some(true) }, nil, nil, SkipLost, SkipLost},
-		{"MIG beats compute mode", func(g *gpu.GPUState) { g.MIGEnabled, g.ComputeMode = sampler.Some(true), sampler.Some("prohibited") }, nil, nil, SkipMIG, SkipMIG},
-		{"unknown compute mode and MIG", func(g *gpu.GPUState) { g.ComputeMode, g.MIGEnabled = sampler.Opt[string]{}, sampler.Opt[bool]{} }, nil, nil, "", ""},
-		{"busy process", func(*gpu.GPUState) {}, []gpu.Process{{GPU: 0, PCIBusID: strings.ToUpper(busID(0)), PID: 4242}}, nil, SkipBusyProcess, ""},
-		{"busy process by UUID", func(*gpu.GPUState) {}, []gpu.Process{{GPU: 0, UUID: "GPU-0", PID: 4242}}, nil, SkipBusyProcess, ""},
-		{"process on another GPU", func(*gpu.GPUState) {}, []gpu.Process{{GPU: 1, UUID: "GPU-1", PCIBusID: busID(1), PID: 4242}}, nil, "", ""},
-		{"process list fails", func(*gpu.GPUState) {}, nil, errors.New("NVML: Unknown Error"), SkipBusyProcess, ""},
-		{"busy utilization", func(g *gpu.GPUState) { g.Utilization = sampler.Some(0.5) }, nil, nil, SkipBusyUtilization, ""},
-		{"utilization at threshold", func(g *gpu.GPUState) { g.Utilization = sampler.Some(0.05) }, nil, nil, "", ""},
-		{"utilization unknown", func(g *gpu.GPUState) { g.Utilization = sampler.Opt[float64]{} }, nil, nil, "", ""},
-		{"process beats utilization", func(g *gpu.GPUState) { g.Utilization = sampler.Some(1.0) }, []gpu.Process{{PCIBusID: busID(0)}}, nil, SkipBusyProcess, ""},
+		{"idle GPU", func(*nvml.GPUState) {}, nil, nil, "", ""},
+		{"lost", func(g *nvml.GPUState) { g.Lost = true }, nil, nil, SkipLost, SkipLost},
+		{"no PCI address", func(g *nvml.GPUState) { g.PCIBusID = "" }, nil, nil, SkipLost, SkipLost},
+		{"MIG", func(g *nvml.GPUState) { g.MIGEnabled = sampler.Some(true) }, nil, nil, SkipMIG, SkipMIG},
+		{"prohibited", func(g *nvml.GPUState) { g.ComputeMode = sampler.Some("prohibited") }, nil, nil, SkipProhibited, SkipProhibited},
+		{"exclusive process", func(g *nvml.GPUState) { g.ComputeMode = sampler.Some("exclusive_process") }, nil, nil, SkipExclusiveProcess, SkipExclusiveProcess},
+		{"exclusive thread", func(g *nvml.GPUState) { g.ComputeMode = sampler.Some("exclusive_thread") }, nil, nil, SkipExclusiveProcess, SkipExclusiveProcess},
+		{"lost beats MIG", func(g *nvml.GPUState) { g.Lost, g.MIGEnabled = true, sampler.Some(true) }, nil, nil, SkipLost, SkipLost},
+		{"MIG beats compute mode", func(g *nvml.GPUState) { g.MIGEnabled, g.ComputeMode = sampler.Some(true), sampler.Some("prohibited") }, nil, nil, SkipMIG, SkipMIG},
+		{"unknown compute mode and MIG", func(g *nvml.GPUState) { g.ComputeMode, g.MIGEnabled = sampler.Opt[string]{}, sampler.Opt[bool]{} }, nil, nil, "", ""},
+		{"busy process", func(*nvml.GPUState) {}, []nvml.Process{{GPU: 0, PCIBusID: strings.ToUpper(busID(0)), PID: 4242}}, nil, SkipBusyProcess, ""},
+		{"busy process by UUID", func(*nvml.GPUState) {}, []nvml.Process{{GPU: 0, UUID: "GPU-0", PID: 4242}}, nil, SkipBusyProcess, ""},
+		{"process on another GPU", func(*nvml.GPUState) {}, []nvml.Process{{GPU: 1, UUID: "GPU-1", PCIBusID: busID(1), PID: 4242}}, nil, "", ""},
+		{"process list fails", func(*nvml.GPUState) {}, nil, errors.New("NVML: Unknown Error"), SkipBusyProcess, ""},
+		{"busy utilization", func(g *nvml.GPUState) { g.Utilization = sampler.Some(0.5) }, nil, nil, SkipBusyUtilization, ""},
+		{"utilization at threshold", func(g *nvml.GPUState) { g.Utilization = sampler.Some(0.05) }, nil, nil, "", ""},
+		{"utilization unknown", func(g *nvml.GPUState) { g.Utilization = sampler.Opt[float64]{} }, nil, nil, "", ""},
+		{"process beats utilization", func(g *nvml.GPUState) { g.Utilization = sampler.Some(1.0) }, []nvml.Process{{PCIBusID: busID(0)}}, nil, SkipBusyProcess, ""},
 	} {
 		for _, policy := range []string{PolicyIdle, PolicyAlways} {
 			want := tc.idle
@@ -208,7 +208,7 @@ func TestSchedulerSkipReasons(t *testing.T) {
 			t.Run(tc.name+"/"+policy, func(t *testing.T) {
 				g := idleGPU(0)
 				tc.edit(&g)
-				f := newSched(t, &gpu.Snapshot{GPUs: []gpu.GPUState{g}}, func(c *SchedulerConfig) { c.Policy = policy })
+				f := newSched(t, &nvml.Snapshot{GPUs: []nvml.GPUState{g}}, func(c *SchedulerConfig) { c.Policy = policy })
 				f.procs, f.procsErr = tc.procs, tc.procsErr
 				f.s.RunRound(context.Background())
 
@@ -235,9 +235,9 @@ func TestSchedulerSkipReasons(t *testing.T) {
 }
 
 func TestSchedulerProcessesAskedPerGPU(t *testing.T) {
-	gpus := []gpu.GPUState{idleGPU(0), idleGPU(1), idleGPU(2)}
+	gpus := []nvml.GPUState{idleGPU(0), idleGPU(1), idleGPU(2)}
 	gpus[2].ComputeMode = sampler.Some("prohibited")
-	f := newSched(t, &gpu.Snapshot{GPUs: gpus}, nil)
+	f := newSched(t, &nvml.Snapshot{GPUs: gpus}, nil)
 	f.s.RunRound(context.Background())
 	// Fresh before each GPU that could be probed; not for one that cannot.
 	if f.procsN != 2 {
@@ -246,9 +246,9 @@ func TestSchedulerProcessesAskedPerGPU(t *testing.T) {
 }
 
 func TestSchedulerGoneGPUCountsLost(t *testing.T) {
-	f := newSched(t, &gpu.Snapshot{GPUs: []gpu.GPUState{idleGPU(0), idleGPU(1)}}, nil)
+	f := newSched(t, &nvml.Snapshot{GPUs: []nvml.GPUState{idleGPU(0), idleGPU(1)}}, nil)
 	f.s.RunRound(context.Background())
-	f.setSnap(&gpu.Snapshot{GPUs: []gpu.GPUState{idleGPU(0)}})
+	f.setSnap(&nvml.Snapshot{GPUs: []nvml.GPUState{idleGPU(0)}})
 	f.s.RunRound(context.Background())
 	if got := f.gpuStatus(t, 1); got.Skips[SkipLost] != 1 || got.Runs[RunSuccess] != 1 {
 		t.Errorf("GPU gone from the sample: skips %v runs %v, want one lost skip after one run", nonZero(got.Skips), nonZero(got.Runs))
@@ -259,7 +259,7 @@ func TestSchedulerGoneGPUCountsLost(t *testing.T) {
 }
 
 func TestSchedulerNoSnapshot(t *testing.T) {
-	for _, snap := range []*gpu.Snapshot{nil, {}} {
+	for _, snap := range []*nvml.Snapshot{nil, {}} {
 		f := newSched(t, snap, nil)
 		v := f.s.Version()
 		f.s.RunRound(context.Background())
@@ -277,8 +277,8 @@ func TestSchedulerNoSnapshot(t *testing.T) {
 
 func TestSchedulerOneGPUAtATimeInSnapshotOrder(t *testing.T) {
 	// NVML's order is the sample's; the status is in index order.
-	gpus := []gpu.GPUState{idleGPU(2), idleGPU(0), idleGPU(3), idleGPU(1)}
-	f := newSched(t, &gpu.Snapshot{GPUs: gpus, Pairs: nvswitch(gpus)}, nil)
+	gpus := []nvml.GPUState{idleGPU(2), idleGPU(0), idleGPU(3), idleGPU(1)}
+	f := newSched(t, &nvml.Snapshot{GPUs: gpus, Pairs: nvswitch(gpus)}, nil)
 	var wg sync.WaitGroup
 	for range 3 {
 		wg.Go(func() { f.s.RunRound(context.Background()) })
@@ -302,13 +302,13 @@ func TestSchedulerOneGPUAtATimeInSnapshotOrder(t *testing.T) {
 }
 
 func TestSchedulerPeers(t *testing.T) {
-	gpus := []gpu.GPUState{idleGPU(0), idleGPU(1), idleGPU(2), idleGPU(3), idleGPU(4), idleGPU(5)}
+	gpus := []nvml.GPUState{idleGPU(0), idleGPU(1), idleGPU(2), idleGPU(3), idleGPU(4), idleGPU(5)}
 	gpus[4].ComputeMode = sampler.Some("exclusive_process")
 	gpus[5].Utilization = sampler.Some(0.9)
-	pair := func(a, b, nvlinks int, write bool) gpu.Pair {
-		return gpu.Pair{GPU: a, Peer: b, NVLinks: nvlinks, P2P: map[string]bool{"write": write}}
+	pair := func(a, b, nvlinks int, write bool) nvml.Pair {
+		return nvml.Pair{GPU: a, Peer: b, NVLinks: nvlinks, P2P: map[string]bool{"write": write}}
 	}
-	pairs := []gpu.Pair{
+	pairs := []nvml.Pair{
 		pair(0, 1, 4, false), // NVLink
 		pair(2, 0, 0, true),  // PCIe peer to peer, listed the other way round
 		pair(0, 3, 0, false), // no peer access: never a peer, never counted
@@ -316,7 +316,7 @@ func TestSchedulerPeers(t *testing.T) {
 		pair(0, 5, 4, true),  // reachable, busy
 	}
 	// A process on GPU 2 and one on GPU 3.
-	procs := []gpu.Process{{GPU: 2, PCIBusID: busID(2), PID: 10}, {GPU: 3, PCIBusID: busID(3), PID: 11}}
+	procs := []nvml.Process{{GPU: 2, PCIBusID: busID(2), PID: 10}, {GPU: 3, PCIBusID: busID(3), PID: 11}}
 
 	for _, tc := range []struct {
 		policy    string
@@ -328,7 +328,7 @@ func TestSchedulerPeers(t *testing.T) {
 		{PolicyAlways, []string{busID(1), busID(2), busID(5)}, map[string]uint64{"peer_" + SkipExclusiveProcess: 1}},
 	} {
 		t.Run(tc.policy, func(t *testing.T) {
-			f := newSched(t, &gpu.Snapshot{GPUs: gpus, Pairs: pairs}, func(c *SchedulerConfig) {
+			f := newSched(t, &nvml.Snapshot{GPUs: gpus, Pairs: pairs}, func(c *SchedulerConfig) {
 				c.Policy = tc.policy
 				c.HostNodes = func(bus string) []int {
 					if bus == busID(0) {
@@ -362,7 +362,7 @@ func TestSchedulerPeers(t *testing.T) {
 }
 
 func TestSchedulerDefaultsFillOptions(t *testing.T) {
-	f := newSched(t, &gpu.Snapshot{GPUs: []gpu.GPUState{idleGPU(0)}}, nil)
+	f := newSched(t, &nvml.Snapshot{GPUs: []nvml.GPUState{idleGPU(0)}}, nil)
 	f.s.RunRound(context.Background())
 	o := f.runner.calls[0]
 	if o.SizeBytes != DefaultSizeBytes || o.Samples != DefaultSamples || o.Probes != nil || o.Peers != nil || o.HostNodes != nil {
@@ -392,11 +392,11 @@ func TestSchedulerClassifiesRuns(t *testing.T) {
 		busID(5): func(o Options) (*Round, error) { return nil, errors.New("simulated runner broke") },
 		busID(6): func(o Options) (*Round, error) { return &Round{Version: ContractVersion}, nil }, // not the GPU asked for
 	}
-	var gpus []gpu.GPUState
+	var gpus []nvml.GPUState
 	for i := range 7 {
 		gpus = append(gpus, idleGPU(i))
 	}
-	f := newSched(t, &gpu.Snapshot{GPUs: gpus}, nil)
+	f := newSched(t, &nvml.Snapshot{GPUs: gpus}, nil)
 	f.runner.respond = func(o Options) (*Round, error) { return outcomes[o.GPU](o) }
 	for range 2 {
 		f.s.RunRound(context.Background())
@@ -453,8 +453,8 @@ func TestSchedulerClassifiesRuns(t *testing.T) {
 }
 
 func TestSchedulerUpFollowsLatestRunOfEachGPU(t *testing.T) {
-	gpus := []gpu.GPUState{idleGPU(0), idleGPU(1)}
-	f := newSched(t, &gpu.Snapshot{GPUs: gpus}, nil)
+	gpus := []nvml.GPUState{idleGPU(0), idleGPU(1)}
+	f := newSched(t, &nvml.Snapshot{GPUs: gpus}, nil)
 	crash := true
 	f.runner.respond = func(o Options) (*Round, error) {
 		if o.GPU == busID(0) && crash {
@@ -479,7 +479,7 @@ func TestSchedulerUpFollowsLatestRunOfEachGPU(t *testing.T) {
 
 func TestSchedulerAnnotate(t *testing.T) {
 	shared := okRound(Options{GPU: busID(0)})
-	f := newSched(t, &gpu.Snapshot{GPUs: []gpu.GPUState{idleGPU(0)}}, func(c *SchedulerConfig) {
+	f := newSched(t, &nvml.Snapshot{GPUs: []nvml.GPUState{idleGPU(0)}}, func(c *SchedulerConfig) {
 		c.Annotate = func(g *GPURound) {
 			for i := range g.Results {
 				g.Results[i].ExpectedBytesPerSecond = 64e9
@@ -501,7 +501,7 @@ func TestSchedulerAnnotate(t *testing.T) {
 
 func TestSchedulerCancelledRunNotCounted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	f := newSched(t, &gpu.Snapshot{GPUs: []gpu.GPUState{idleGPU(0), idleGPU(1)}}, nil)
+	f := newSched(t, &nvml.Snapshot{GPUs: []nvml.GPUState{idleGPU(0), idleGPU(1)}}, nil)
 	f.runner.respond = func(o Options) (*Round, error) {
 		cancel() // the daemon shuts down mid-run
 		return nil, &RunFailure{GPU: o.GPU, Result: RunError, Err: errors.New("cancelled")}
@@ -516,7 +516,7 @@ func TestSchedulerCancelledRunNotCounted(t *testing.T) {
 }
 
 func TestSchedulerRunTimeout(t *testing.T) {
-	f := newSched(t, &gpu.Snapshot{GPUs: []gpu.GPUState{idleGPU(0)}}, func(c *SchedulerConfig) { c.Timeout = 42 * time.Second })
+	f := newSched(t, &nvml.Snapshot{GPUs: []nvml.GPUState{idleGPU(0)}}, func(c *SchedulerConfig) { c.Timeout = 42 * time.Second })
 	var left time.Duration
 	f.runner.respond = nil
 	f.s.cfg.Runner = runnerFunc(func(ctx context.Context, o Options) (*Round, error) {
@@ -562,7 +562,7 @@ func TestSchedulerJitter(t *testing.T) {
 }
 
 func TestSchedulerRunLoop(t *testing.T) {
-	f := newSched(t, &gpu.Snapshot{GPUs: []gpu.GPUState{idleGPU(0)}}, func(c *SchedulerConfig) {
+	f := newSched(t, &nvml.Snapshot{GPUs: []nvml.GPUState{idleGPU(0)}}, func(c *SchedulerConfig) {
 		c.FirstDelay = 30 * time.Second
 		c.Interval = 5 * time.Minute
 	})
@@ -582,7 +582,7 @@ func TestSchedulerRunLoop(t *testing.T) {
 	}
 
 	// A zero first delay is none, not a default.
-	f = newSched(t, &gpu.Snapshot{GPUs: []gpu.GPUState{idleGPU(0)}}, func(c *SchedulerConfig) { c.Interval = 5 * time.Minute })
+	f = newSched(t, &nvml.Snapshot{GPUs: []nvml.GPUState{idleGPU(0)}}, func(c *SchedulerConfig) { c.Interval = 5 * time.Minute })
 	f.s.rand = func() float64 { return 1 }
 	slept = nil
 	f.s.sleep = func(ctx context.Context, d time.Duration) bool {
@@ -595,7 +595,7 @@ func TestSchedulerRunLoop(t *testing.T) {
 	}
 
 	// Real sleeping: a cancelled context ends Run.
-	f = newSched(t, &gpu.Snapshot{GPUs: []gpu.GPUState{idleGPU(0)}}, func(c *SchedulerConfig) { c.FirstDelay = time.Millisecond })
+	f = newSched(t, &nvml.Snapshot{GPUs: []nvml.GPUState{idleGPU(0)}}, func(c *SchedulerConfig) { c.FirstDelay = time.Millisecond })
 	ctx, cancel := context.WithCancel(context.Background())
 	f.runner.respond = func(o Options) (*Round, error) { cancel(); return okRound(o), nil }
 	done := make(chan struct{})
@@ -620,7 +620,7 @@ func TestSchedulerPolicyOff(t *testing.T) {
 		t.Errorf("status %+v", st)
 	}
 
-	f := newSched(t, &gpu.Snapshot{GPUs: []gpu.GPUState{idleGPU(0)}}, func(c *SchedulerConfig) { c.Policy = PolicyOff })
+	f := newSched(t, &nvml.Snapshot{GPUs: []nvml.GPUState{idleGPU(0)}}, func(c *SchedulerConfig) { c.Policy = PolicyOff })
 	f.s.Run(context.Background())
 	f.s.RunRound(context.Background())
 	if n := len(f.runner.gpus()); n != 0 {
@@ -629,8 +629,8 @@ func TestSchedulerPolicyOff(t *testing.T) {
 }
 
 func TestSchedulerConfig(t *testing.T) {
-	ok := SchedulerConfig{Runner: &fakeRunner{}, GPUs: func() *gpu.Snapshot { return nil },
-		Processes: func() ([]gpu.Process, error) { return nil, nil }}
+	ok := SchedulerConfig{Runner: &fakeRunner{}, GPUs: func() *nvml.Snapshot { return nil },
+		Processes: func() ([]nvml.Process, error) { return nil, nil }}
 	for _, tc := range []struct {
 		name string
 		edit func(*SchedulerConfig)
@@ -676,9 +676,9 @@ func TestSchedulerConfig(t *testing.T) {
 }
 
 func TestSchedulerPublishedSnapshotsAreImmutable(t *testing.T) {
-	gpus := []gpu.GPUState{idleGPU(0), idleGPU(1), idleGPU(2)}
+	gpus := []nvml.GPUState{idleGPU(0), idleGPU(1), idleGPU(2)}
 	gpus[2].ComputeMode = sampler.Some("prohibited")
-	f := newSched(t, &gpu.Snapshot{GPUs: gpus, Pairs: nvswitch(gpus)}, nil)
+	f := newSched(t, &nvml.Snapshot{GPUs: gpus, Pairs: nvswitch(gpus)}, nil)
 	f.s.RunRound(context.Background())
 	first := f.s.Latest()
 	firstRuns := maps.Clone(first.Data.GPUs[0].Runs)
@@ -724,8 +724,8 @@ func TestSchedulerPublishedSnapshotsAreImmutable(t *testing.T) {
 // A round's cost to its most loaded GPU, its own probes and its peers'
 // probes against it, sets a floor under the next interval.
 func TestSchedulerKeepsTheDutyCycle(t *testing.T) {
-	gpus := []gpu.GPUState{idleGPU(0), idleGPU(1)}
-	f := newSched(t, &gpu.Snapshot{GPUs: gpus, Pairs: nvswitch(gpus)}, func(c *SchedulerConfig) {
+	gpus := []nvml.GPUState{idleGPU(0), idleGPU(1)}
+	f := newSched(t, &nvml.Snapshot{GPUs: gpus, Pairs: nvswitch(gpus)}, func(c *SchedulerConfig) {
 		c.FirstDelay = time.Second
 		c.Interval = 5 * time.Minute
 	})

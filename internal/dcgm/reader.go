@@ -28,7 +28,7 @@ import (
 
 	godcgm "github.com/NVIDIA/go-dcgm/pkg/dcgm"
 
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
@@ -118,9 +118,9 @@ type Config struct {
 	// Interval is how often DCGM updates the profiling fields it averages
 	// over; set it to the sampling interval. Default 5s.
 	Interval time.Duration
-	// GPUs, when set, lists NVML's GPUs (gpu.Reader's Identities), so that
+	// GPUs, when set, lists NVML's GPUs (nvml.Reader's Identities), so that
 	// DCGM's GPUs carry the same index and PCI address labels as NVML's.
-	GPUs   func() []gpu.Identity
+	GPUs   func() []nvml.Identity
 	Logger *slog.Logger
 }
 
@@ -421,7 +421,7 @@ func store(g *GPU, v godcgm.FieldValue_v2, t *sampler.Tally) {
 		return
 	case godcgm.DCGM_FI_DEV_PCI_BUS_ID:
 		if s := fieldString(v); s != "" {
-			g.PCIBusID = gpu.NormalizeBusID(s)
+			g.PCIBusID = nvml.NormalizeBusID(s)
 		}
 		return
 	}
@@ -464,9 +464,9 @@ func (r *Reader) health(id uint, resp godcgm.HealthResponse) []SystemHealth {
 }
 
 // label gives DCGM's GPUs NVML's index and PCI address, by UUID.
-func label(gpus []GPU, ids func() []gpu.Identity) {
+func label(gpus []GPU, ids func() []nvml.Identity) {
 	if ids != nil {
-		byUUID := map[string]gpu.Identity{}
+		byUUID := map[string]nvml.Identity{}
 		for _, id := range ids() {
 			byUUID[id.UUID] = id
 		}

@@ -16,7 +16,7 @@ import (
 	godcgm "github.com/NVIDIA/go-dcgm/pkg/dcgm"
 
 	"github.com/gpulink/gpulink_exporter/internal/dcgm/dcgmfake"
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
@@ -127,8 +127,8 @@ var h200Pair = []string{
 
 // nvmlSwapped is NVML's view of the pair with the indices the other way
 // round from DCGM's ids: labels must follow the UUID.
-func nvmlSwapped() []gpu.Identity {
-	return []gpu.Identity{
+func nvmlSwapped() []nvml.Identity {
+	return []nvml.Identity{
 		{Index: 0, UUID: uuid1, PCIBusID: "0000:07:00.0"},
 		{Index: 1, UUID: uuid0, PCIBusID: "0000:06:00.0"},
 	}

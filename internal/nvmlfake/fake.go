@@ -11,13 +11,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 )
 
 // Machine is a fake NVML library with its GPUs.
@@ -30,7 +30,7 @@ type Machine struct {
 	NoLibrary bool
 
 	mu     sync.Mutex
-	events chan nvml.EventData
+	events chan gonvml.EventData
 }
 
 // GPU is one fake GPU. Change its fields with Machine.Update.
@@ -43,14 +43,14 @@ type GPU struct {
 	// fields ("field:82") that answer NOT_SUPPORTED.
 	Unsupported map[string]bool
 	// Errors names methods that answer with a given error.
-	Errors map[string]nvml.Return
+	Errors map[string]gonvml.Return
 	// Hang, while non-nil, blocks every call until it is closed.
 	Hang chan struct{}
 
 	Serial, VBIOS             string
 	SMClockMHz, MemClockMHz   uint32
 	SMMaxMHz, MemMaxMHz       uint32
-	PState                    nvml.Pstates
+	PState                    gonvml.Pstates
 	ClockReasons              uint64
 	SupportedReasons          uint64
 	TempC, MemTempC           uint32
@@ -58,12 +58,12 @@ type GPU struct {
 	EnergyMJ                  uint64
 	UtilGPU, UtilMem          uint32
 	MemUsed, MemReserved      uint64
-	ComputeMode               nvml.ComputeMode
+	ComputeMode               gonvml.ComputeMode
 	ECC                       [2][2]uint64 // [corrected, uncorrected][volatile, aggregate]
 	RemapCorr, RemapUnc       int
 	RemapPending, RemapFailed bool
 	// RetiredPages by cause; nil means page retirement is not supported.
-	RetiredPages             map[nvml.PageRetirementCause]int
+	RetiredPages             map[gonvml.PageRetirementCause]int
 	RetiredPending           bool
 	PCIeGen, PCIeWidth       int
 	PCIeMaxGen, PCIeMaxWidth int
@@ -78,10 +78,10 @@ type GPU struct {
 	// NUMANode answers GetNumaNodeId; -1 answers NOT_SUPPORTED as on x86.
 	NUMANode int
 	// Topology level to each other GPU by index.
-	Levels map[int]nvml.GpuTopologyLevel
+	Levels map[int]gonvml.GpuTopologyLevel
 	// Processes answers GetComputeRunningProcesses, MPSProcesses
 	// GetMPSComputeRunningProcesses; nil answers an empty list.
-	Processes, MPSProcesses []nvml.ProcessInfo
+	Processes, MPSProcesses []gonvml.ProcessInfo
 }
 
 // Link is one fake NVLink.
@@ -89,16 +89,16 @@ type Link struct {
 	Up         bool
 	Version    uint32 // nvmlNvlinkVersion_t: NVLink 4.0 is 6
 	RemoteBus  string // NVML form, 00000000:18:00.0
-	RemoteType nvml.IntNvLinkDeviceType
-	Errors     [4]uint64 // by nvml.NvLinkErrorCounter up to CRC_DATA
+	RemoteType gonvml.IntNvLinkDeviceType
+	Errors     [4]uint64 // by gonvml.NvLinkErrorCounter up to CRC_DATA
 }
 
 // linkErrorFields serve Link.Errors as field values too, as the driver does.
-var linkErrorFields = map[uint32]nvml.NvLinkErrorCounter{
-	nvml.FI_DEV_NVLINK_ERROR_DL_REPLAY:         nvml.NVLINK_ERROR_DL_REPLAY,
-	nvml.FI_DEV_NVLINK_ERROR_DL_RECOVERY:       nvml.NVLINK_ERROR_DL_RECOVERY,
-	nvml.FI_DEV_NVLINK_ERROR_DL_CRC:            nvml.NVLINK_ERROR_DL_CRC_FLIT,
-	nvml.FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L0: nvml.NVLINK_ERROR_DL_CRC_DATA,
+var linkErrorFields = map[uint32]gonvml.NvLinkErrorCounter{
+	gonvml.FI_DEV_NVLINK_ERROR_DL_REPLAY:         gonvml.NVLINK_ERROR_DL_REPLAY,
+	gonvml.FI_DEV_NVLINK_ERROR_DL_RECOVERY:       gonvml.NVLINK_ERROR_DL_RECOVERY,
+	gonvml.FI_DEV_NVLINK_ERROR_DL_CRC:            gonvml.NVLINK_ERROR_DL_CRC_FLIT,
+	gonvml.FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L0: gonvml.NVLINK_ERROR_DL_CRC_DATA,
 }
 
 // FieldKey addresses a field value.
@@ -133,16 +133,16 @@ func newHGXH100(buses []int) *Machine {
 		g.setBus(buses[i])
 		g.PowerLimitMW = 700000
 		for l := range g.NVLinks {
-			g.NVLinks[l] = Link{Up: true, Version: uint32(nvml.NVLINK_VERSION_4_0), RemoteType: nvml.NVLINK_DEVICE_TYPE_SWITCH,
+			g.NVLinks[l] = Link{Up: true, Version: uint32(gonvml.NVLINK_VERSION_4_0), RemoteType: gonvml.NVLINK_DEVICE_TYPE_SWITCH,
 				RemoteBus: fmt.Sprintf("00000000:%02X:00.0", nvswitchBuses[l%4])}
 		}
 	}
 	for i, a := range m.GPUs {
 		for j := range m.GPUs {
 			if i/4 == j/4 {
-				a.Levels[j] = nvml.TOPOLOGY_NODE
+				a.Levels[j] = gonvml.TOPOLOGY_NODE
 			} else {
-				a.Levels[j] = nvml.TOPOLOGY_SYSTEM
+				a.Levels[j] = gonvml.TOPOLOGY_SYSTEM
 			}
 		}
 	}
@@ -162,46 +162,46 @@ func NewH200Pair() *Machine {
 	for i, g := range m.GPUs {
 		peer := m.GPUs[1-i]
 		for l := range g.NVLinks {
-			g.NVLinks[l] = Link{Up: true, Version: uint32(nvml.NVLINK_VERSION_4_0), RemoteType: nvml.NVLINK_DEVICE_TYPE_GPU,
+			g.NVLinks[l] = Link{Up: true, Version: uint32(gonvml.NVLINK_VERSION_4_0), RemoteType: gonvml.NVLINK_DEVICE_TYPE_GPU,
 				RemoteBus: nvmlBusID(peer.PciBusID)}
 		}
-		g.Levels[1-i] = nvml.TOPOLOGY_HOSTBRIDGE
+		g.Levels[1-i] = gonvml.TOPOLOGY_HOSTBRIDGE
 		g.MemBusWidth = 6144 // six HBM3e stacks
 	}
 	return m
 }
 
 func newMachine(s *server.Server) *Machine {
-	m := &Machine{Server: s, events: make(chan nvml.EventData, 64)}
+	m := &Machine{Server: s, events: make(chan gonvml.EventData, 64)}
 	for i, d := range s.Devices {
 		g := &GPU{
 			Device: d.(*server.Device), m: m,
-			Unsupported: map[string]bool{}, Errors: map[string]nvml.Return{},
+			Unsupported: map[string]bool{}, Errors: map[string]gonvml.Return{},
 			Serial: fmt.Sprintf("165322000%04d", i), VBIOS: "96.00.99.00.01",
 			SMClockMHz: 1980, MemClockMHz: 2619, SMMaxMHz: 1980, MemMaxMHz: 2619,
-			PState: nvml.PSTATE_0, SupportedReasons: 0x1ff,
+			PState: gonvml.PSTATE_0, SupportedReasons: 0x1ff,
 			TempC: 34, MemTempC: 41, PowerMW: 112000, PowerLimitMW: 700000, EnergyMJ: 8_123_456_789,
 			UtilGPU: 0, UtilMem: 0, MemUsed: 512 << 20, MemReserved: 615 << 20,
 			PCIeGen: 5, PCIeWidth: 16, PCIeMaxGen: 5, PCIeMaxWidth: 16, PCIeGPUMaxGen: 5,
 			MemBusWidth: 5120, // five HBM3 stacks of 1024 bits, as on H100 SXM
 			Fields: map[FieldKey]float64{
-				{nvml.FI_DEV_MEMORY_TEMP, 0}:                                 41,
-				{nvml.FI_DEV_NVLINK_LINK_COUNT, 0}:                           18,
-				{nvml.FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP, 0}:            1.5e9,
-				{nvml.FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST, 0}:              0,
-				{nvml.FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN, 0}:       0,
-				{nvml.FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN, 0}:       0,
-				{nvml.FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN, 0}: 0,
-				{nvml.FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS, 0}:               0,
+				{gonvml.FI_DEV_MEMORY_TEMP, 0}:                                 41,
+				{gonvml.FI_DEV_NVLINK_LINK_COUNT, 0}:                           18,
+				{gonvml.FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP, 0}:            1.5e9,
+				{gonvml.FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST, 0}:              0,
+				{gonvml.FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN, 0}:       0,
+				{gonvml.FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN, 0}:       0,
+				{gonvml.FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN, 0}: 0,
+				{gonvml.FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS, 0}:               0,
 			},
 			NVLinks:  make([]Link, 18),
 			NUMANode: -1,
-			Levels:   map[int]nvml.GpuTopologyLevel{},
+			Levels:   map[int]gonvml.GpuTopologyLevel{},
 		}
 		for l := 0; l < 18; l++ {
-			g.Fields[FieldKey{nvml.FI_DEV_NVLINK_GET_SPEED, uint32(l)}] = 26562
-			g.Fields[FieldKey{nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, uint32(l)}] = float64(1000 * (l + 1))
-			g.Fields[FieldKey{nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, uint32(l)}] = float64(2000 * (l + 1))
+			g.Fields[FieldKey{gonvml.FI_DEV_NVLINK_GET_SPEED, uint32(l)}] = 26562
+			g.Fields[FieldKey{gonvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, uint32(l)}] = float64(1000 * (l + 1))
+			g.Fields[FieldKey{gonvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, uint32(l)}] = float64(2000 * (l + 1))
 		}
 		m.GPUs = append(m.GPUs, g)
 	}
@@ -247,8 +247,8 @@ func (m *Machine) TrySendXID(i int, xid uint64) bool {
 	}
 }
 
-func (m *Machine) xidEvent(i int, xid uint64) nvml.EventData {
-	ev := nvml.EventData{EventType: nvml.EventTypeXidCriticalError, EventData: xid}
+func (m *Machine) xidEvent(i int, xid uint64) gonvml.EventData {
+	ev := gonvml.EventData{EventType: gonvml.EventTypeXidCriticalError, EventData: xid}
 	if i >= 0 {
 		ev.Device = m.GPUs[i].Device
 	}
@@ -257,30 +257,30 @@ func (m *Machine) xidEvent(i int, xid uint64) nvml.EventData {
 
 func (m *Machine) setLibraryFuncs() {
 	s := m.Server
-	s.InitFunc = func() nvml.Return {
+	s.InitFunc = func() gonvml.Return {
 		if m.NoLibrary {
-			return nvml.ERROR_LIBRARY_NOT_FOUND
+			return gonvml.ERROR_LIBRARY_NOT_FOUND
 		}
-		return nvml.SUCCESS
+		return gonvml.SUCCESS
 	}
-	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
+	s.EventSetCreateFunc = func() (gonvml.EventSet, gonvml.Return) {
 		return &mock.EventSet{
-			FreeFunc: func() nvml.Return { return nvml.SUCCESS },
-			WaitFunc: func(ms uint32) (nvml.EventData, nvml.Return) {
+			FreeFunc: func() gonvml.Return { return gonvml.SUCCESS },
+			WaitFunc: func(ms uint32) (gonvml.EventData, gonvml.Return) {
 				select {
 				case ev := <-m.events:
-					return ev, nvml.SUCCESS
+					return ev, gonvml.SUCCESS
 				case <-time.After(time.Duration(ms) * time.Millisecond):
-					return nvml.EventData{}, nvml.ERROR_TIMEOUT
+					return gonvml.EventData{}, gonvml.ERROR_TIMEOUT
 				}
 			},
-		}, nvml.SUCCESS
+		}, gonvml.SUCCESS
 	}
 }
 
 // call is how every fake device method starts: it hangs if asked to, and
 // otherwise says what the method should answer.
-func (g *GPU) call(name string) nvml.Return {
+func (g *GPU) call(name string) gonvml.Return {
 	g.m.mu.Lock()
 	hang := g.Hang
 	g.m.mu.Unlock()
@@ -291,25 +291,25 @@ func (g *GPU) call(name string) nvml.Return {
 	defer g.m.mu.Unlock()
 	switch {
 	case g.Lost:
-		return nvml.ERROR_GPU_IS_LOST
+		return gonvml.ERROR_GPU_IS_LOST
 	case g.Unsupported[name]:
-		return nvml.ERROR_NOT_SUPPORTED
+		return gonvml.ERROR_NOT_SUPPORTED
 	case g.Errors[name] != 0:
 		return g.Errors[name]
 	}
-	return nvml.SUCCESS
+	return gonvml.SUCCESS
 }
 
 // answer is a getter's whole body: the call's verdict, and on success the
 // value read under the machine lock.
-func answer[T any](g *GPU, name string, read func() T) (T, nvml.Return) {
+func answer[T any](g *GPU, name string, read func() T) (T, gonvml.Return) {
 	var v T
 	return v, g.locked(g.call(name), func() { v = read() })
 }
 
 // locked runs f under the machine lock and returns ret, for readers of state.
-func (g *GPU) locked(ret nvml.Return, f func()) nvml.Return {
-	if ret == nvml.SUCCESS {
+func (g *GPU) locked(ret gonvml.Return, f func()) gonvml.Return {
+	if ret == gonvml.SUCCESS {
 		g.m.mu.Lock()
 		f()
 		g.m.mu.Unlock()
@@ -327,90 +327,90 @@ func cChars(s string) (out [32]int8) {
 func (g *GPU) setDeviceFuncs() {
 	d := &g.Device.Device
 	m := g.m
-	d.GetUUIDFunc = func() (string, nvml.Return) {
+	d.GetUUIDFunc = func() (string, gonvml.Return) {
 		return answer(g, "GetUUID", func() string { return g.UUID })
 	}
-	d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
-		var p nvml.PciInfo
+	d.GetPciInfoFunc = func() (gonvml.PciInfo, gonvml.Return) {
+		var p gonvml.PciInfo
 		return p, g.locked(g.call("GetPciInfo"), func() {
 			p.BusId = cChars(nvmlBusID(g.PciBusID))
 			p.PciDeviceId = g.Config.PciDeviceId
 		})
 	}
-	d.GetSerialFunc = func() (string, nvml.Return) {
+	d.GetSerialFunc = func() (string, gonvml.Return) {
 		return answer(g, "GetSerial", func() string { return g.Serial })
 	}
-	d.GetVbiosVersionFunc = func() (string, nvml.Return) {
+	d.GetVbiosVersionFunc = func() (string, gonvml.Return) {
 		return answer(g, "GetVbiosVersion", func() string { return g.VBIOS })
 	}
-	d.GetNumaNodeIdFunc = func() (int, nvml.Return) {
+	d.GetNumaNodeIdFunc = func() (int, gonvml.Return) {
 		var v int
 		ret := g.locked(g.call("GetNumaNodeId"), func() { v = g.NUMANode })
-		if ret == nvml.SUCCESS && v < 0 {
-			return 0, nvml.ERROR_NOT_SUPPORTED
+		if ret == gonvml.SUCCESS && v < 0 {
+			return 0, gonvml.ERROR_NOT_SUPPORTED
 		}
 		return v, ret
 	}
-	d.GetSupportedClocksEventReasonsFunc = func() (uint64, nvml.Return) {
+	d.GetSupportedClocksEventReasonsFunc = func() (uint64, gonvml.Return) {
 		return answer(g, "GetSupportedClocksEventReasons", func() uint64 { return g.SupportedReasons })
 	}
-	d.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) {
+	d.GetCurrentClocksEventReasonsFunc = func() (uint64, gonvml.Return) {
 		return answer(g, "GetCurrentClocksEventReasons", func() uint64 { return g.ClockReasons })
 	}
-	d.GetPerformanceStateFunc = func() (nvml.Pstates, nvml.Return) {
-		return answer(g, "GetPerformanceState", func() nvml.Pstates { return g.PState })
+	d.GetPerformanceStateFunc = func() (gonvml.Pstates, gonvml.Return) {
+		return answer(g, "GetPerformanceState", func() gonvml.Pstates { return g.PState })
 	}
-	d.GetClockInfoFunc = func(t nvml.ClockType) (uint32, nvml.Return) {
+	d.GetClockInfoFunc = func(t gonvml.ClockType) (uint32, gonvml.Return) {
 		return answer(g, "GetClockInfo", func() uint32 {
-			return map[nvml.ClockType]uint32{nvml.CLOCK_SM: g.SMClockMHz, nvml.CLOCK_MEM: g.MemClockMHz}[t]
+			return map[gonvml.ClockType]uint32{gonvml.CLOCK_SM: g.SMClockMHz, gonvml.CLOCK_MEM: g.MemClockMHz}[t]
 		})
 	}
-	d.GetMaxClockInfoFunc = func(t nvml.ClockType) (uint32, nvml.Return) {
+	d.GetMaxClockInfoFunc = func(t gonvml.ClockType) (uint32, gonvml.Return) {
 		return answer(g, "GetMaxClockInfo", func() uint32 {
-			return map[nvml.ClockType]uint32{nvml.CLOCK_SM: g.SMMaxMHz, nvml.CLOCK_MEM: g.MemMaxMHz}[t]
+			return map[gonvml.ClockType]uint32{gonvml.CLOCK_SM: g.SMMaxMHz, gonvml.CLOCK_MEM: g.MemMaxMHz}[t]
 		})
 	}
-	d.GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) {
+	d.GetTemperatureFunc = func(gonvml.TemperatureSensors) (uint32, gonvml.Return) {
 		return answer(g, "GetTemperature", func() uint32 { return g.TempC })
 	}
-	d.GetPowerUsageFunc = func() (uint32, nvml.Return) {
+	d.GetPowerUsageFunc = func() (uint32, gonvml.Return) {
 		return answer(g, "GetPowerUsage", func() uint32 { return g.PowerMW })
 	}
-	d.GetEnforcedPowerLimitFunc = func() (uint32, nvml.Return) {
+	d.GetEnforcedPowerLimitFunc = func() (uint32, gonvml.Return) {
 		return answer(g, "GetEnforcedPowerLimit", func() uint32 { return g.PowerLimitMW })
 	}
-	d.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) {
+	d.GetTotalEnergyConsumptionFunc = func() (uint64, gonvml.Return) {
 		return answer(g, "GetTotalEnergyConsumption", func() uint64 { return g.EnergyMJ })
 	}
-	d.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
-		return answer(g, "GetUtilizationRates", func() nvml.Utilization { return nvml.Utilization{Gpu: g.UtilGPU, Memory: g.UtilMem} })
+	d.GetUtilizationRatesFunc = func() (gonvml.Utilization, gonvml.Return) {
+		return answer(g, "GetUtilizationRates", func() gonvml.Utilization { return gonvml.Utilization{Gpu: g.UtilGPU, Memory: g.UtilMem} })
 	}
-	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
-		return answer(g, "GetMemoryInfo", func() nvml.Memory {
-			return nvml.Memory{Total: g.MemoryInfo.Total, Used: g.MemUsed, Free: g.MemoryInfo.Total - g.MemUsed}
+	d.GetMemoryInfoFunc = func() (gonvml.Memory, gonvml.Return) {
+		return answer(g, "GetMemoryInfo", func() gonvml.Memory {
+			return gonvml.Memory{Total: g.MemoryInfo.Total, Used: g.MemUsed, Free: g.MemoryInfo.Total - g.MemUsed}
 		})
 	}
-	d.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
-		var v nvml.Memory_v2
+	d.GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) {
+		var v gonvml.Memory_v2
 		return v, g.locked(g.call("GetMemoryInfo_v2"), func() {
-			v = nvml.Memory_v2{Total: g.MemoryInfo.Total, Reserved: g.MemReserved, Used: g.MemUsed,
+			v = gonvml.Memory_v2{Total: g.MemoryInfo.Total, Reserved: g.MemReserved, Used: g.MemUsed,
 				Free: g.MemoryInfo.Total - g.MemUsed - g.MemReserved}
 		})
 	}
-	d.GetComputeModeFunc = func() (nvml.ComputeMode, nvml.Return) {
-		return answer(g, "GetComputeMode", func() nvml.ComputeMode { return g.ComputeMode })
+	d.GetComputeModeFunc = func() (gonvml.ComputeMode, gonvml.Return) {
+		return answer(g, "GetComputeMode", func() gonvml.ComputeMode { return g.ComputeMode })
 	}
 	prevMig := d.GetMigModeFunc
-	d.GetMigModeFunc = func() (int, int, nvml.Return) {
-		if ret := g.call("GetMigMode"); ret != nvml.SUCCESS {
+	d.GetMigModeFunc = func() (int, int, gonvml.Return) {
+		if ret := g.call("GetMigMode"); ret != gonvml.SUCCESS {
 			return 0, 0, ret
 		}
 		return prevMig()
 	}
-	d.GetTotalEccErrorsFunc = func(t nvml.MemoryErrorType, c nvml.EccCounterType) (uint64, nvml.Return) {
+	d.GetTotalEccErrorsFunc = func(t gonvml.MemoryErrorType, c gonvml.EccCounterType) (uint64, gonvml.Return) {
 		return answer(g, "GetTotalEccErrors", func() uint64 { return g.ECC[t][c] })
 	}
-	d.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) {
+	d.GetRemappedRowsFunc = func() (int, int, bool, bool, gonvml.Return) {
 		var c, u int
 		var p, f bool
 		return c, u, p, f, g.locked(g.call("GetRemappedRows"), func() {
@@ -419,34 +419,34 @@ func (g *GPU) setDeviceFuncs() {
 	}
 	// Hopper retires no pages (it remaps rows): RetiredPages nil answers
 	// NOT_SUPPORTED, as there; set it to model an older GPU.
-	d.GetRetiredPagesFunc = func(c nvml.PageRetirementCause) ([]uint64, nvml.Return) {
+	d.GetRetiredPagesFunc = func(c gonvml.PageRetirementCause) ([]uint64, gonvml.Return) {
 		var v []uint64
 		ret := g.locked(g.call("GetRetiredPages"), func() {
 			if g.RetiredPages != nil {
 				v = make([]uint64, g.RetiredPages[c])
 			}
 		})
-		if ret == nvml.SUCCESS && v == nil {
-			ret = nvml.ERROR_NOT_SUPPORTED
+		if ret == gonvml.SUCCESS && v == nil {
+			ret = gonvml.ERROR_NOT_SUPPORTED
 		}
 		return v, ret
 	}
-	d.GetRetiredPagesPendingStatusFunc = func() (nvml.EnableState, nvml.Return) {
-		var v nvml.EnableState
+	d.GetRetiredPagesPendingStatusFunc = func() (gonvml.EnableState, gonvml.Return) {
+		var v gonvml.EnableState
 		supported := false
 		ret := g.locked(g.call("GetRetiredPagesPendingStatus"), func() {
 			supported = g.RetiredPages != nil
 			if g.RetiredPending {
-				v = nvml.FEATURE_ENABLED
+				v = gonvml.FEATURE_ENABLED
 			}
 		})
-		if ret == nvml.SUCCESS && !supported {
-			ret = nvml.ERROR_NOT_SUPPORTED
+		if ret == gonvml.SUCCESS && !supported {
+			ret = gonvml.ERROR_NOT_SUPPORTED
 		}
 		return v, ret
 	}
-	intGetter := func(name string, p *int) func() (int, nvml.Return) {
-		return func() (int, nvml.Return) { return answer(g, name, func() int { return *p }) }
+	intGetter := func(name string, p *int) func() (int, gonvml.Return) {
+		return func() (int, gonvml.Return) { return answer(g, name, func() int { return *p }) }
 	}
 	d.GetCurrPcieLinkGenerationFunc = intGetter("GetCurrPcieLinkGeneration", &g.PCIeGen)
 	d.GetCurrPcieLinkWidthFunc = intGetter("GetCurrPcieLinkWidth", &g.PCIeWidth)
@@ -454,36 +454,36 @@ func (g *GPU) setDeviceFuncs() {
 	d.GetMaxPcieLinkWidthFunc = intGetter("GetMaxPcieLinkWidth", &g.PCIeMaxWidth)
 	d.GetGpuMaxPcieLinkGenerationFunc = intGetter("GetGpuMaxPcieLinkGeneration", &g.PCIeGPUMaxGen)
 	d.GetPcieReplayCounterFunc = intGetter("GetPcieReplayCounter", &g.PCIeReplays)
-	d.GetMemoryBusWidthFunc = func() (uint32, nvml.Return) {
+	d.GetMemoryBusWidthFunc = func() (uint32, gonvml.Return) {
 		return answer(g, "GetMemoryBusWidth", func() uint32 { return g.MemBusWidth })
 	}
 
-	link := func(name string, l int, f func(*Link)) nvml.Return {
+	link := func(name string, l int, f func(*Link)) gonvml.Return {
 		ret := g.call(name)
-		if ret != nvml.SUCCESS {
+		if ret != gonvml.SUCCESS {
 			return ret
 		}
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if l < 0 || l >= len(g.NVLinks) {
-			return nvml.ERROR_INVALID_ARGUMENT
+			return gonvml.ERROR_INVALID_ARGUMENT
 		}
 		f(&g.NVLinks[l])
-		return nvml.SUCCESS
+		return gonvml.SUCCESS
 	}
-	d.GetNvLinkStateFunc = func(l int) (nvml.EnableState, nvml.Return) {
-		var v nvml.EnableState
+	d.GetNvLinkStateFunc = func(l int) (gonvml.EnableState, gonvml.Return) {
+		var v gonvml.EnableState
 		return v, link("GetNvLinkState", l, func(k *Link) {
 			if k.Up {
-				v = nvml.FEATURE_ENABLED
+				v = gonvml.FEATURE_ENABLED
 			}
 		})
 	}
-	d.GetNvLinkVersionFunc = func(l int) (uint32, nvml.Return) {
+	d.GetNvLinkVersionFunc = func(l int) (uint32, gonvml.Return) {
 		var v uint32
 		return v, link("GetNvLinkVersion", l, func(k *Link) { v = k.Version })
 	}
-	d.GetNvLinkErrorCounterFunc = func(l int, c nvml.NvLinkErrorCounter) (uint64, nvml.Return) {
+	d.GetNvLinkErrorCounterFunc = func(l int, c gonvml.NvLinkErrorCounter) (uint64, gonvml.Return) {
 		var v uint64
 		ret := link("GetNvLinkErrorCounter", l, func(k *Link) {
 			if int(c) < len(k.Errors) {
@@ -492,15 +492,15 @@ func (g *GPU) setDeviceFuncs() {
 		})
 		return v, ret
 	}
-	d.GetNvLinkRemotePciInfoFunc = func(l int) (nvml.PciInfo, nvml.Return) {
-		var p nvml.PciInfo
+	d.GetNvLinkRemotePciInfoFunc = func(l int) (gonvml.PciInfo, gonvml.Return) {
+		var p gonvml.PciInfo
 		return p, link("GetNvLinkRemotePciInfo", l, func(k *Link) { p.BusId = cChars(k.RemoteBus) })
 	}
-	d.GetNvLinkRemoteDeviceTypeFunc = func(l int) (nvml.IntNvLinkDeviceType, nvml.Return) {
-		var v nvml.IntNvLinkDeviceType
+	d.GetNvLinkRemoteDeviceTypeFunc = func(l int) (gonvml.IntNvLinkDeviceType, gonvml.Return) {
+		var v gonvml.IntNvLinkDeviceType
 		return v, link("GetNvLinkRemoteDeviceType", l, func(k *Link) { v = k.RemoteType })
 	}
-	d.GetFieldValuesFunc = func(fv []nvml.FieldValue) nvml.Return {
+	d.GetFieldValuesFunc = func(fv []gonvml.FieldValue) gonvml.Return {
 		return g.locked(g.call("GetFieldValues"), func() {
 			for i := range fv {
 				k := FieldKey{fv[i].FieldId, fv[i].ScopeId}
@@ -510,27 +510,27 @@ func (g *GPU) setDeviceFuncs() {
 				}
 				switch {
 				case g.Unsupported[fmt.Sprintf("field:%d", k.ID)] || !ok:
-					fv[i].NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
+					fv[i].NvmlReturn = uint32(gonvml.ERROR_NOT_SUPPORTED)
 				default:
-					fv[i] = gpu.FieldValueOf(k.ID, k.Scope, nvml.VALUE_TYPE_UNSIGNED_LONG_LONG, v)
-					fv[i].NvmlReturn = uint32(nvml.SUCCESS)
+					fv[i] = nvml.FieldValueOf(k.ID, k.Scope, gonvml.VALUE_TYPE_UNSIGNED_LONG_LONG, v)
+					fv[i].NvmlReturn = uint32(gonvml.SUCCESS)
 				}
 			}
 		})
 	}
-	d.GetViolationStatusFunc = func(nvml.PerfPolicyType) (nvml.ViolationTime, nvml.Return) {
-		if ret := g.call("GetViolationStatus"); ret != nvml.SUCCESS {
-			return nvml.ViolationTime{}, ret
+	d.GetViolationStatusFunc = func(gonvml.PerfPolicyType) (gonvml.ViolationTime, gonvml.Return) {
+		if ret := g.call("GetViolationStatus"); ret != gonvml.SUCCESS {
+			return gonvml.ViolationTime{}, ret
 		}
-		return nvml.ViolationTime{}, nvml.ERROR_NOT_SUPPORTED
+		return gonvml.ViolationTime{}, gonvml.ERROR_NOT_SUPPORTED
 	}
-	d.GetTopologyCommonAncestorFunc = func(other nvml.Device) (nvml.GpuTopologyLevel, nvml.Return) {
-		return answer(g, "GetTopologyCommonAncestor", func() nvml.GpuTopologyLevel { return g.Levels[other.(*server.Device).Index] })
+	d.GetTopologyCommonAncestorFunc = func(other gonvml.Device) (gonvml.GpuTopologyLevel, gonvml.Return) {
+		return answer(g, "GetTopologyCommonAncestor", func() gonvml.GpuTopologyLevel { return g.Levels[other.(*server.Device).Index] })
 	}
-	d.GetP2PStatusFunc = func(nvml.Device, nvml.GpuP2PCapsIndex) (nvml.GpuP2PStatus, nvml.Return) {
-		return nvml.P2P_STATUS_OK, g.call("GetP2PStatus")
+	d.GetP2PStatusFunc = func(gonvml.Device, gonvml.GpuP2PCapsIndex) (gonvml.GpuP2PStatus, gonvml.Return) {
+		return gonvml.P2P_STATUS_OK, g.call("GetP2PStatus")
 	}
-	d.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return {
+	d.RegisterEventsFunc = func(uint64, gonvml.EventSet) gonvml.Return {
 		return g.call("RegisterEvents")
 	}
 	g.setProcessFuncs()
@@ -540,11 +540,11 @@ func (g *GPU) setDeviceFuncs() {
 // and GPU.MPSProcesses.
 func (g *GPU) setProcessFuncs() {
 	d := &g.Device.Device
-	d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
-		return answer(g, "GetComputeRunningProcesses", func() []nvml.ProcessInfo { return append([]nvml.ProcessInfo{}, g.Processes...) })
+	d.GetComputeRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) {
+		return answer(g, "GetComputeRunningProcesses", func() []gonvml.ProcessInfo { return append([]gonvml.ProcessInfo{}, g.Processes...) })
 	}
-	d.GetMPSComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
-		return answer(g, "GetMPSComputeRunningProcesses", func() []nvml.ProcessInfo { return append([]nvml.ProcessInfo{}, g.MPSProcesses...) })
+	d.GetMPSComputeRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) {
+		return answer(g, "GetMPSComputeRunningProcesses", func() []gonvml.ProcessInfo { return append([]gonvml.ProcessInfo{}, g.MPSProcesses...) })
 	}
 }
 
@@ -555,7 +555,7 @@ func (m *Machine) SetProcesses(i int, usedBytes uint64, pids ...int) {
 		g := m.GPUs[i]
 		g.Processes = nil
 		for _, pid := range pids {
-			g.Processes = append(g.Processes, nvml.ProcessInfo{Pid: uint32(pid), UsedGpuMemory: usedBytes})
+			g.Processes = append(g.Processes, gonvml.ProcessInfo{Pid: uint32(pid), UsedGpuMemory: usedBytes})
 		}
 	})
 }

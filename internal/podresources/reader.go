@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 )
 
 // DefaultSocket is where the kubelet serves the pod-resources API.
@@ -41,10 +41,10 @@ const ResourcePrefix = "nvidia.com/"
 type Reader struct {
 	// Socket is the kubelet's pod-resources socket.
 	Socket string
-	// GPUs, when set, lists NVML's GPUs (gpu.Reader's Identities): it
+	// GPUs, when set, lists NVML's GPUs (nvml.Reader's Identities): it
 	// gives assignments their index and PCI address, and resolves device
 	// IDs given as indices (the device plugin's index strategy).
-	GPUs func() []gpu.Identity
+	GPUs func() []nvml.Identity
 	// Logger, when set, hears when the kubelet stops and starts
 	// answering (once each, not every sample).
 	Logger *slog.Logger
@@ -111,7 +111,7 @@ func (r *Reader) list(ctx context.Context) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubelet pod-resources List at %s: %w", path, err)
 	}
-	var ids []gpu.Identity
+	var ids []nvml.Identity
 	if r.GPUs != nil {
 		ids = r.GPUs()
 	}
@@ -125,9 +125,9 @@ var replica = regexp.MustCompile(`::[0-9]+$`)
 // assignments maps the kubelet's answer onto GPUs. Dynamic resources
 // (DRA claims) are left out: their CDI device names do not name a GPU in
 // a form NVML knows.
-func assignments(resp *podresourcesv1.ListPodResourcesResponse, ids []gpu.Identity) *Snapshot {
-	byUUID := make(map[string]gpu.Identity, len(ids))
-	byIndex := make(map[int]gpu.Identity, len(ids))
+func assignments(resp *podresourcesv1.ListPodResourcesResponse, ids []nvml.Identity) *Snapshot {
+	byUUID := make(map[string]nvml.Identity, len(ids))
+	byIndex := make(map[int]nvml.Identity, len(ids))
 	for _, id := range ids {
 		byUUID[id.UUID] = id
 		byIndex[id.Index] = id

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/podresources"
 	"github.com/gpulink/gpulink_exporter/internal/podresources/kubeletfake"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
@@ -18,10 +18,10 @@ import (
 
 func uuid(i int) string { return "GPU-0000000" + string(rune('0'+i)) + "-1111-2222-3333-444444444444" }
 
-func fourGPUs() []gpu.Identity {
-	var ids []gpu.Identity
+func fourGPUs() []nvml.Identity {
+	var ids []nvml.Identity
 	for i := range 4 {
-		ids = append(ids, gpu.Identity{Index: i, UUID: uuid(i), PCIBusID: "0000:" + []string{"18", "2a", "3a", "5d"}[i] + ":00.0"})
+		ids = append(ids, nvml.Identity{Index: i, UUID: uuid(i), PCIBusID: "0000:" + []string{"18", "2a", "3a", "5d"}[i] + ":00.0"})
 	}
 	return ids
 }

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
 	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
 )
@@ -180,15 +180,15 @@ func (n *Node) farProcess(i int) *sysfsfake.Process {
 // throttleFields are the NVML fields that keep time for a clock event
 // reason, in nanoseconds; hw_slowdown has none.
 var throttleFields = map[string]uint32{
-	"sw_power_cap":            nvml.FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP,
-	"sw_thermal_slowdown":     nvml.FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,
-	"hw_thermal_slowdown":     nvml.FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN,
-	"hw_power_brake_slowdown": nvml.FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
+	"sw_power_cap":            gonvml.FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP,
+	"sw_thermal_slowdown":     gonvml.FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,
+	"hw_thermal_slowdown":     gonvml.FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN,
+	"hw_power_brake_slowdown": gonvml.FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
 }
 
 // reasonMask is a clock event reason's bit.
 func reasonMask(name string) uint64 {
-	for _, r := range gpu.ClockEventReasons {
+	for _, r := range nvml.ClockEventReasons {
 		if r.Name == name {
 			return r.Mask
 		}

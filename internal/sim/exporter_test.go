@@ -19,7 +19,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/gpulink/gpulink_exporter/collector"
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/scrape"
 	"github.com/gpulink/gpulink_exporter/internal/sim"
@@ -33,11 +33,11 @@ import (
 type exporter struct {
 	node     *sim.Node
 	faults   string
-	nvml     *sampler.Sampler[*gpu.Snapshot]
+	nvml     *sampler.Sampler[*nvml.Snapshot]
 	topo     *sampler.Sampler[*numa.Topology]
 	place    *sampler.Sampler[*numa.PlacementSnapshot]
 	nic      *sampler.Sampler[*numa.NICSnapshot]
-	xid      *gpu.XIDWatcher
+	xid      *nvml.XIDWatcher
 	sched    *probes.Scheduler
 	handler  http.Handler
 	sampled  time.Time
@@ -54,19 +54,19 @@ func newExporter(t *testing.T, profile string) *exporter {
 	t.Cleanup(func() { n.Close() })
 	e.node = n
 	fsys := n.FS()
-	reader := gpu.NewReader(n.NVML(), fsys.Sys, nil)
+	reader := nvml.NewReader(n.NVML(), fsys.Sys, nil)
 	t.Cleanup(reader.Shutdown)
 	if err := reader.Init(); err != nil {
 		t.Fatal(err)
 	}
 	opts := sampler.Options{Interval: time.Hour, Timeout: 10 * time.Second}
-	e.nvml = sampler.New[*gpu.Snapshot]("nvml", reader, opts)
+	e.nvml = sampler.New[*nvml.Snapshot]("nvml", reader, opts)
 	e.topo = sampler.New[*numa.Topology]("topology", &numa.TopologyReader{FS: fsys}, opts)
 	e.place = sampler.New[*numa.PlacementSnapshot]("process", &numa.PlacementReader{
 		FS: fsys, Processes: reader.ComputeProcesses, Topology: e.topo.LatestData, GPUs: reader.Identities}, opts)
 	e.nic = sampler.New[*numa.NICSnapshot]("nic", &numa.NICReader{FS: fsys}, opts)
 	e.samplers = []interface{ SampleOnce(context.Context) }{e.nvml, e.topo, e.place, e.nic}
-	e.xid = gpu.NewXIDWatcher(reader, nil)
+	e.xid = nvml.NewXIDWatcher(reader, nil)
 	e.xid.Wait = 20 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/testwait"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
@@ -62,9 +62,9 @@ func step(t *testing.T, n *Node, d time.Duration) {
 }
 
 // gpus samples NVML as the exporter does.
-func gpus(t *testing.T, n *Node) *gpu.Snapshot {
+func gpus(t *testing.T, n *Node) *nvml.Snapshot {
 	t.Helper()
-	r := gpu.NewReader(n.NVML(), n.FS().Sys, nil)
+	r := nvml.NewReader(n.NVML(), n.FS().Sys, nil)
 	snap, err := r.Sample(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +114,7 @@ func topology(t *testing.T, n *Node) *numa.Topology {
 
 func placement(t *testing.T, n *Node) *numa.PlacementSnapshot {
 	t.Helper()
-	r := gpu.NewReader(n.NVML(), n.FS().Sys, nil)
+	r := nvml.NewReader(n.NVML(), n.FS().Sys, nil)
 	topo := topology(t, n)
 	s, err := (&numa.PlacementReader{FS: n.FS(), Processes: r.ComputeProcesses, GPUs: r.Identities,
 		Topology: func() *numa.Topology { return topo }}).Sample(context.Background())
@@ -377,7 +377,7 @@ func TestNVLinkFaults(t *testing.T) {
 			t.Errorf("pair %d-%d has %d NVLinks, want 17", p.GPU, p.Peer, p.NVLinks)
 		}
 	}
-	errs := func(s *gpu.Snapshot, link int) map[string]float64 { return s.GPUs[3].NVLinks[link].Errors }
+	errs := func(s *nvml.Snapshot, link int) map[string]float64 { return s.GPUs[3].NVLinks[link].Errors }
 	d := map[string]float64{}
 	for typ, v := range errs(snap, 2) {
 		d[typ] = v - errs(before, 2)[typ]
@@ -611,8 +611,8 @@ func TestThrottle(t *testing.T) {
 
 func TestXID(t *testing.T) {
 	n, write := nodeWithFile(t, "dgx-h100")
-	reader := gpu.NewReader(n.NVML(), n.FS().Sys, nil)
-	w := gpu.NewXIDWatcher(reader, nil)
+	reader := nvml.NewReader(n.NVML(), n.FS().Sys, nil)
+	w := nvml.NewXIDWatcher(reader, nil)
 	w.Wait = 10 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

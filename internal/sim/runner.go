@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
 )
@@ -23,14 +23,14 @@ import (
 // apart.
 type Runner struct {
 	n      *Node
-	reader *gpu.Reader
+	reader *nvml.Reader
 
 	mu  sync.Mutex
 	rng *rand.Rand
 }
 
 func newRunner(n *Node, seed uint64) *Runner {
-	return &Runner{n: n, reader: gpu.NewReader(n.nvml, n.fs.Sys, nil), rng: rand.New(rand.NewPCG(seed, 0x6a09e667f3bcc909))}
+	return &Runner{n: n, reader: nvml.NewReader(n.nvml, n.fs.Sys, nil), rng: rand.New(rand.NewPCG(seed, 0x6a09e667f3bcc909))}
 }
 
 // cudaDriverVersion is what the modelled child reports: CUDA 12.4, as the
@@ -58,7 +58,7 @@ func (r *Runner) Run(ctx context.Context, o probes.Options) (*probes.Round, erro
 		return nil, &probes.RunFailure{GPU: o.GPU, Result: probes.RunError, Err: fmt.Errorf("not started: %w", err)}
 	}
 	start := time.Now()
-	bus := gpu.NormalizeBusID(o.GPU)
+	bus := nvml.NormalizeBusID(o.GPU)
 	round := &probes.Round{Version: probes.ContractVersion, Started: start.UTC(), DriverVersion: cudaDriverVersion}
 	snap, err := r.reader.Sample(ctx)
 	if snap == nil {
@@ -74,9 +74,9 @@ func (r *Runner) Run(ctx context.Context, o probes.Options) (*probes.Round, erro
 // model is one round's view of the node.
 type model struct {
 	r     *Runner
-	snap  *gpu.Snapshot
+	snap  *nvml.Snapshot
 	topo  *numa.Topology
-	self  *gpu.GPUState
+	self  *nvml.GPUState
 	path  probes.Path
 	links LinkModel
 	// host is what a host copy reaches from the GPU's own node.
@@ -86,7 +86,7 @@ type model struct {
 	index   map[string]int // GPU index by bus
 }
 
-func (r *Runner) measure(ctx context.Context, snap *gpu.Snapshot, topo *numa.Topology, bus string, o probes.Options) probes.GPURound {
+func (r *Runner) measure(ctx context.Context, snap *nvml.Snapshot, topo *numa.Topology, bus string, o probes.Options) probes.GPURound {
 	g := probes.GPURound{PCIBusID: bus, CUDADevice: -1, Results: []probes.Result{}}
 	m := &model{r: r, snap: snap, topo: topo, links: r.n.profile.Links, index: map[string]int{}, ownNode: -1}
 	for i := range snap.GPUs {
@@ -172,7 +172,7 @@ func (r *Runner) measure(ctx context.Context, snap *gpu.Snapshot, topo *numa.Top
 			g.Results = append(g.Results, res)
 		case probes.PeerCopy, probes.PeerBidirectional, probes.PeerLatency:
 			for _, peer := range o.Peers {
-				addr := gpu.NormalizeBusID(peer)
+				addr := nvml.NormalizeBusID(peer)
 				if kind != probes.PeerCopy && addr < bus {
 					continue // measured in the peer's round, as the child does
 				}

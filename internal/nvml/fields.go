@@ -1,4 +1,4 @@
-package gpu
+package nvml
 
 import (
 	"encoding/binary"

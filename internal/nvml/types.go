@@ -1,6 +1,6 @@
-// Package gpu reads NVIDIA GPUs through NVML into typed snapshots. It knows
+// Package nvml reads NVIDIA GPUs through NVML into typed snapshots. It knows
 // nothing of Prometheus: the collector package renders what it returns.
-package gpu
+package nvml
 
 import (
 	"time"

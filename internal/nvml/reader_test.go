@@ -1,4 +1,4 @@
-package gpu_test
+package nvml_test
 
 import (
 	"context"
@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
@@ -31,7 +31,7 @@ func sysfsWithNUMA(t *testing.T, nodes map[string]string) string {
 	return root
 }
 
-func sample(t *testing.T, r *gpu.Reader) *gpu.Snapshot {
+func sample(t *testing.T, r *nvml.Reader) *nvml.Snapshot {
 	t.Helper()
 	snap, err := r.Sample(context.Background())
 	if err != nil {
@@ -43,7 +43,7 @@ func sample(t *testing.T, r *gpu.Reader) *gpu.Snapshot {
 func TestDGXH100Identity(t *testing.T) {
 	m := nvmlfake.NewDGXH100()
 	root := sysfsWithNUMA(t, map[string]string{"0000:18:00.0": "0", "0000:9a:00.0": "1", "0000:2a:00.0": "-1"})
-	snap := sample(t, gpu.NewReader(m, root, nil))
+	snap := sample(t, nvml.NewReader(m, root, nil))
 
 	if len(snap.GPUs) != 8 {
 		t.Fatalf("%d GPUs, want 8", len(snap.GPUs))
@@ -79,11 +79,11 @@ func TestReadingsInBaseUnits(t *testing.T) {
 		g.RemapCorr, g.RemapPending = 2, true
 		g.PCIeGen, g.PCIeWidth = 4, 8
 		g.PCIeReplays = 11
-		g.Fields[nvmlfake.FieldKey{ID: nvml.FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN}] = 2.5e9
-		g.Fields[nvmlfake.FieldKey{ID: nvml.FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS}] = 4
-		g.NVLinks[3].Errors[nvml.NVLINK_ERROR_DL_CRC_FLIT] = 17
+		g.Fields[nvmlfake.FieldKey{ID: gonvml.FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN}] = 2.5e9
+		g.Fields[nvmlfake.FieldKey{ID: gonvml.FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS}] = 4
+		g.NVLinks[3].Errors[gonvml.NVLINK_ERROR_DL_CRC_FLIT] = 17
 	})
-	g := sample(t, gpu.NewReader(m, "", nil)).GPUs[1]
+	g := sample(t, nvml.NewReader(m, "", nil)).GPUs[1]
 
 	checks := []struct {
 		name      string
@@ -132,7 +132,7 @@ func TestReadingsInBaseUnits(t *testing.T) {
 func TestPairsAsNvidiaSmiTopo(t *testing.T) {
 	t.Run("H200 pair, direct NVLinks", func(t *testing.T) {
 		m := nvmlfake.NewH200Pair()
-		snap := sample(t, gpu.NewReader(m, "", nil))
+		snap := sample(t, nvml.NewReader(m, "", nil))
 		if len(snap.Pairs) != 2 {
 			t.Fatalf("%d pairs, want 2 (both directions)", len(snap.Pairs))
 		}
@@ -146,7 +146,7 @@ func TestPairsAsNvidiaSmiTopo(t *testing.T) {
 		}
 
 		// A link going down shows in the next sample's cell.
-		r := gpu.NewReader(m, "", nil)
+		r := nvml.NewReader(m, "", nil)
 		sample(t, r)
 		m.Update(func() { m.GPUs[0].NVLinks[5].Up = false; m.GPUs[1].NVLinks[5].Up = false })
 		snap = sample(t, r)
@@ -155,7 +155,7 @@ func TestPairsAsNvidiaSmiTopo(t *testing.T) {
 		}
 	})
 	t.Run("DGX H100, NVSwitch", func(t *testing.T) {
-		snap := sample(t, gpu.NewReader(nvmlfake.NewDGXH100(), "", nil))
+		snap := sample(t, nvml.NewReader(nvmlfake.NewDGXH100(), "", nil))
 		if len(snap.Pairs) != 56 {
 			t.Fatalf("%d pairs, want 56", len(snap.Pairs))
 		}
@@ -172,7 +172,7 @@ func TestPairsAsNvidiaSmiTopo(t *testing.T) {
 				g.NVLinks[l].Up = false
 			}
 		}
-		snap := sample(t, gpu.NewReader(m, "", nil))
+		snap := sample(t, nvml.NewReader(m, "", nil))
 		want := map[[2]int]string{{0, 1}: "NODE", {0, 4}: "SYS", {5, 7}: "NODE", {7, 2}: "SYS"}
 		for _, p := range snap.Pairs {
 			if w, ok := want[[2]int{p.GPU, p.Peer}]; ok && p.Level != w {
@@ -193,13 +193,13 @@ func TestNVLinkErrorsFromFieldsOrCalls(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m := nvmlfake.NewH200Pair()
 			m.Update(func() {
-				m.GPUs[0].NVLinks[4].Errors = [4]uint64{nvml.NVLINK_ERROR_DL_REPLAY: 3, nvml.NVLINK_ERROR_DL_RECOVERY: 1,
-					nvml.NVLINK_ERROR_DL_CRC_FLIT: 250, nvml.NVLINK_ERROR_DL_CRC_DATA: 7}
+				m.GPUs[0].NVLinks[4].Errors = [4]uint64{gonvml.NVLINK_ERROR_DL_REPLAY: 3, gonvml.NVLINK_ERROR_DL_RECOVERY: 1,
+					gonvml.NVLINK_ERROR_DL_CRC_FLIT: 250, gonvml.NVLINK_ERROR_DL_CRC_DATA: 7}
 				for _, u := range tc.unsupported {
 					m.GPUs[0].Unsupported[u] = true
 				}
 			})
-			snap, err := gpu.NewReader(m, "", nil).Sample(context.Background())
+			snap, err := nvml.NewReader(m, "", nil).Sample(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -216,14 +216,14 @@ func TestNVLinkErrorsFromFieldsOrCalls(t *testing.T) {
 
 func TestNVLinkRetrainedToAnotherPeer(t *testing.T) {
 	m := nvmlfake.NewH200Pair()
-	r := gpu.NewReader(m, "", nil)
+	r := nvml.NewReader(m, "", nil)
 	sample(t, r)
 	m.Update(func() { m.GPUs[0].NVLinks[2].Up = false })
 	if l := sample(t, r).GPUs[0].NVLinks[2]; l.Active || l.RemotePCIBusID != "" {
 		t.Fatalf("down link: active %v remote %q, want down with no remote", l.Active, l.RemotePCIBusID)
 	}
 	m.Update(func() {
-		m.GPUs[0].NVLinks[2] = nvmlfake.Link{Up: true, Version: 4, RemoteBus: "00000000:05:00.0", RemoteType: nvml.NVLINK_DEVICE_TYPE_SWITCH}
+		m.GPUs[0].NVLinks[2] = nvmlfake.Link{Up: true, Version: 4, RemoteBus: "00000000:05:00.0", RemoteType: gonvml.NVLINK_DEVICE_TYPE_SWITCH}
 	})
 	if l := sample(t, r).GPUs[0].NVLinks[2]; !l.Active || l.RemotePCIBusID != "0000:05:00.0" || l.RemoteType != "switch" {
 		t.Fatalf("retrained link: %+v, want up to the switch at 0000:05:00.0", l)
@@ -234,12 +234,12 @@ func TestNVLinkRetrainedToAnotherPeer(t *testing.T) {
 // it keeps between state changes (that costs ~55 ms a GPU on an H200).
 func TestLinkStaticsNotReReadAfterUnrelatedError(t *testing.T) {
 	m := nvmlfake.NewH200Pair()
-	r := gpu.NewReader(m, "", nil)
+	r := nvml.NewReader(m, "", nil)
 	// GPU 0's temperature is read before its links, in the same sample.
-	m.Update(func() { m.GPUs[0].Errors["GetTemperature"] = nvml.ERROR_UNKNOWN })
+	m.Update(func() { m.GPUs[0].Errors["GetTemperature"] = gonvml.ERROR_UNKNOWN })
 	r.Sample(context.Background())
 	// Were link 0's remote end re-read, this error would be counted.
-	m.Update(func() { m.GPUs[0].Errors["GetNvLinkRemotePciInfo"] = nvml.ERROR_UNKNOWN })
+	m.Update(func() { m.GPUs[0].Errors["GetNvLinkRemotePciInfo"] = gonvml.ERROR_UNKNOWN })
 	_, err := r.Sample(context.Background())
 	var partial *sampler.PartialError
 	if !errors.As(err, &partial) || partial.Count != 1 {
@@ -256,7 +256,7 @@ func TestUnsupportedIsSkippedQuietly(t *testing.T) {
 			g.Unsupported["field:82"] = true // memory temperature
 		}
 	})
-	snap, err := gpu.NewReader(m, "", nil).Sample(context.Background())
+	snap, err := nvml.NewReader(m, "", nil).Sample(context.Background())
 	if err != nil {
 		t.Fatalf("unsupported values must not be errors, got %v", err)
 	}
@@ -275,8 +275,8 @@ func TestUnsupportedIsSkippedQuietly(t *testing.T) {
 
 func TestFailedCallsAreCountedAndTheRestKept(t *testing.T) {
 	m := nvmlfake.NewH200Pair()
-	m.Update(func() { m.GPUs[1].Errors["GetTemperature"] = nvml.ERROR_UNKNOWN })
-	snap, err := gpu.NewReader(m, "", nil).Sample(context.Background())
+	m.Update(func() { m.GPUs[1].Errors["GetTemperature"] = gonvml.ERROR_UNKNOWN })
+	snap, err := nvml.NewReader(m, "", nil).Sample(context.Background())
 	var partial *sampler.PartialError
 	if !errors.As(err, &partial) || partial.Count != 1 {
 		t.Fatalf("err = %v, want a partial error counting 1 value", err)
@@ -288,7 +288,7 @@ func TestFailedCallsAreCountedAndTheRestKept(t *testing.T) {
 
 func TestGPULostMidRun(t *testing.T) {
 	m := nvmlfake.NewDGXH100()
-	r := gpu.NewReader(m, "", nil)
+	r := nvml.NewReader(m, "", nil)
 	if sample(t, r).GPUs[3].Lost {
 		t.Fatal("GPU 3 lost before it was")
 	}
@@ -315,8 +315,8 @@ func TestGPULostMidRun(t *testing.T) {
 func TestNoLibrary(t *testing.T) {
 	m := nvmlfake.NewH200Pair()
 	m.NoLibrary = true
-	r := gpu.NewReader(m, "", nil)
-	if _, err := r.Sample(context.Background()); !errors.Is(err, gpu.ErrNoLibrary) {
+	r := nvml.NewReader(m, "", nil)
+	if _, err := r.Sample(context.Background()); !errors.Is(err, nvml.ErrNoLibrary) {
 		t.Fatalf("err = %v, want ErrNoLibrary", err)
 	}
 	if r.Identities() != nil {
@@ -331,8 +331,8 @@ func TestNoLibrary(t *testing.T) {
 
 func TestXIDWatcherCountsEvents(t *testing.T) {
 	m := nvmlfake.NewH200Pair()
-	r := gpu.NewReader(m, "", nil)
-	w := gpu.NewXIDWatcher(r, nil)
+	r := nvml.NewReader(m, "", nil)
+	w := nvml.NewXIDWatcher(r, nil)
 	w.Wait = 20 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -343,7 +343,7 @@ func TestXIDWatcherCountsEvents(t *testing.T) {
 	m.SendXID(0, 48)
 	m.SendXID(-1, 119)
 	deadline := time.Now().Add(10 * time.Second)
-	var counts []gpu.XIDCount
+	var counts []nvml.XIDCount
 	for time.Now().Before(deadline) {
 		if counts = w.Counts(); len(counts) == 3 && counts[2].Count == 2 {
 			break
@@ -373,7 +373,7 @@ func TestXIDWatcherWithoutRegistration(t *testing.T) {
 	for _, g := range m.GPUs {
 		g.Unsupported["RegisterEvents"] = true
 	}
-	w := gpu.NewXIDWatcher(gpu.NewReader(m, "", nil), nil)
+	w := nvml.NewXIDWatcher(nvml.NewReader(m, "", nil), nil)
 	w.Wait = 10 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -394,7 +394,7 @@ func TestNormalizeBusID(t *testing.T) {
 		"00000001:05:00.1": "0001:05:00.1",
 		"":                 "",
 	} {
-		if got := gpu.NormalizeBusID(in); got != want {
+		if got := nvml.NormalizeBusID(in); got != want {
 			t.Errorf("NormalizeBusID(%q) = %q, want %q", in, got, want)
 		}
 	}

@@ -2,9 +2,9 @@
 
 // Tests against the real NVML library; they run on a GPU machine only:
 //
-//	go test -c -tags gpu -o .device/gpu.test ./internal/gpu
+//	go test -c -tags gpu -o .device/gpu.test ./internal/nvml
 //	.device/gpu.test -test.v
-package gpu
+package nvml
 
 import (
 	"context"

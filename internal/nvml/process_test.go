@@ -1,13 +1,13 @@
-package gpu_test
+package nvml_test
 
 import (
 	"errors"
 	"math"
 	"testing"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/gpulink/gpulink_exporter/internal/gpu"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
@@ -20,14 +20,14 @@ func TestComputeProcesses(t *testing.T) {
 		// NVML lists a process it may not inspect with memory "not
 		// available"; the MPS list repeats one PID and adds a client.
 		m.GPUs[0].Processes[1].UsedGpuMemory = math.MaxUint64
-		m.GPUs[0].MPSProcesses = []nvml.ProcessInfo{{Pid: 6161, UsedGpuMemory: 3 << 30}, {Pid: 7000, UsedGpuMemory: math.MaxUint64}}
+		m.GPUs[0].MPSProcesses = []gonvml.ProcessInfo{{Pid: 6161, UsedGpuMemory: 3 << 30}, {Pid: 7000, UsedGpuMemory: math.MaxUint64}}
 	})
-	r := gpu.NewReader(m, "", nil)
+	r := nvml.NewReader(m, "", nil)
 	got, err := r.ComputeProcesses()
 	if err != nil {
 		t.Fatalf("ComputeProcesses: %v", err)
 	}
-	want := []gpu.Process{
+	want := []nvml.Process{
 		{GPU: 0, UUID: m.GPUs[0].UUID, PCIBusID: "0000:18:00.0", PID: 4242, UsedMemory: sampler.Some(float64(2 << 30))},
 		{GPU: 0, UUID: m.GPUs[0].UUID, PCIBusID: "0000:18:00.0", PID: 6161, UsedMemory: sampler.Some(float64(3 << 30))},
 		{GPU: 0, UUID: m.GPUs[0].UUID, PCIBusID: "0000:18:00.0", PID: 7000},
@@ -44,7 +44,7 @@ func TestComputeProcesses(t *testing.T) {
 }
 
 func TestComputeProcessesNone(t *testing.T) {
-	got, err := gpu.NewReader(nvmlfake.NewH200Pair(), "", nil).ComputeProcesses()
+	got, err := nvml.NewReader(nvmlfake.NewH200Pair(), "", nil).ComputeProcesses()
 	if err != nil || len(got) != 0 {
 		t.Fatalf("got %v, %v; want no processes, no error", got, err)
 	}
@@ -56,13 +56,13 @@ func TestComputeProcessesFailures(t *testing.T) {
 		m.SetProcesses(i, 1<<20, 1000+i)
 	}
 	m.Update(func() {
-		m.GPUs[1].Lost = true                                                     // skipped, not counted
-		m.GPUs[2].Unsupported["GetMPSComputeRunningProcesses"] = true             // tolerated
-		m.GPUs[3].Unsupported["GetComputeRunningProcesses"] = true                // tolerated
-		m.GPUs[5].Errors["GetComputeRunningProcesses"] = nvml.ERROR_NO_PERMISSION // counted
-		m.GPUs[6].Errors["GetMPSComputeRunningProcesses"] = nvml.ERROR_UNKNOWN    // counted
+		m.GPUs[1].Lost = true                                                       // skipped, not counted
+		m.GPUs[2].Unsupported["GetMPSComputeRunningProcesses"] = true               // tolerated
+		m.GPUs[3].Unsupported["GetComputeRunningProcesses"] = true                  // tolerated
+		m.GPUs[5].Errors["GetComputeRunningProcesses"] = gonvml.ERROR_NO_PERMISSION // counted
+		m.GPUs[6].Errors["GetMPSComputeRunningProcesses"] = gonvml.ERROR_UNKNOWN    // counted
 	})
-	got, err := gpu.NewReader(m, "", nil).ComputeProcesses()
+	got, err := nvml.NewReader(m, "", nil).ComputeProcesses()
 	var partial *sampler.PartialError
 	if !errors.As(err, &partial) || partial.Count != 2 {
 		t.Fatalf("err %v, want a PartialError counting 2", err)
@@ -87,7 +87,7 @@ func TestComputeProcessesFailures(t *testing.T) {
 func TestComputeProcessesNoLibrary(t *testing.T) {
 	m := nvmlfake.NewDGXH100()
 	m.NoLibrary = true
-	if _, err := gpu.NewReader(m, "", nil).ComputeProcesses(); !errors.Is(err, gpu.ErrNoLibrary) {
+	if _, err := nvml.NewReader(m, "", nil).ComputeProcesses(); !errors.Is(err, nvml.ErrNoLibrary) {
 		t.Fatalf("err %v, want ErrNoLibrary", err)
 	}
 }
