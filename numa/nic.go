@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpulink/gpulink_exporter/internal/sysfs"
+
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
@@ -164,7 +166,7 @@ type NICReader struct {
 // an error. Devices, ports and interfaces that vanish while being read are
 // left out.
 func (r *NICReader) Sample(ctx context.Context) (*NICSnapshot, error) {
-	var t tally
+	var t sampler.Tally
 	s := &NICSnapshot{}
 	ports, err := r.FS.rdmaPorts(ctx, &t)
 	if err != nil {
@@ -188,11 +190,11 @@ type classFunction struct {
 // pciFunctionOf reads the PCI function a class entry (an RDMA device, a
 // netdev) sits on. ok is false when the entry has gone; addr is "" for a
 // virtual device.
-func (f FS) pciFunctionOf(t *tally, entry string) (fn classFunction, ok bool) {
+func (f FS) pciFunctionOf(t *sampler.Tally, entry string) (fn classFunction, ok bool) {
 	fn.numaNode = -1
 	rel, err := f.resolveDevicePath(entry)
 	if err != nil {
-		if !absent(err) {
+		if !sysfs.Absent(err) {
 			t.Add(err)
 		}
 		return fn, false
@@ -205,7 +207,7 @@ func (f FS) pciFunctionOf(t *tally, entry string) (fn classFunction, ok bool) {
 	parts := strings.Split(filepath.ToSlash(rel), "/")
 	i := slices.Index(parts, fn.addr)
 	dir := f.sys(append([]string{"devices"}, parts[:i+1]...)...)
-	if v := optInt(t, filepath.Join(dir, "numa_node")); v.Valid && v.V >= 0 {
+	if v := sysfs.OptInt(t, filepath.Join(dir, "numa_node")); v.Valid && v.V >= 0 {
 		fn.numaNode = int(v.V)
 	}
 	if target, err := os.Readlink(filepath.Join(dir, "driver")); err == nil {
@@ -221,7 +223,7 @@ func vanished(path string) bool {
 	return errors.Is(err, fs.ErrNotExist)
 }
 
-func (f FS) rdmaPorts(ctx context.Context, t *tally) ([]RDMAPort, error) {
+func (f FS) rdmaPorts(ctx context.Context, t *sampler.Tally) ([]RDMAPort, error) {
 	class := f.sys("class", "infiniband")
 	entries, err := os.ReadDir(class)
 	if err != nil {
@@ -247,18 +249,18 @@ func (f FS) rdmaPorts(ctx context.Context, t *tally) ([]RDMAPort, error) {
 }
 
 // rdmaDevice reads the ports of one device; none when it has gone.
-func (f FS) rdmaDevice(t *tally, dir string) []RDMAPort {
-	var dt tally
+func (f FS) rdmaDevice(t *sampler.Tally, dir string) []RDMAPort {
+	var dt sampler.Tally
 	fn, ok := f.pciFunctionOf(&dt, dir)
 	if !ok {
 		t.Merge(dt.Err())
 		return nil
 	}
 	name := filepath.Base(dir)
-	nodeType := optString(&dt, filepath.Join(dir, "node_type"))
+	nodeType := sysfs.OptString(&dt, filepath.Join(dir, "node_type"))
 	entries, err := os.ReadDir(filepath.Join(dir, "ports"))
 	if err != nil {
-		if !absent(err) {
+		if !sysfs.Absent(err) {
 			dt.Add(err)
 		}
 		t.Merge(dt.Err())
@@ -270,7 +272,7 @@ func (f FS) rdmaDevice(t *tally, dir string) []RDMAPort {
 		if err != nil || n < 0 {
 			continue
 		}
-		var pt tally
+		var pt sampler.Tally
 		portDir := filepath.Join(dir, "ports", e.Name())
 		p := readRDMAPort(&pt, portDir)
 		if vanished(portDir) {
@@ -307,11 +309,11 @@ func rdmaKind(name, driver, nodeType, linkLayer string) RDMAKind {
 }
 
 // readRDMAPort reads one port directory; identity is filled in by the caller.
-func readRDMAPort(t *tally, dir string) RDMAPort {
+func readRDMAPort(t *sampler.Tally, dir string) RDMAPort {
 	p := RDMAPort{NUMANode: -1}
 	state := func(name string) (sampler.Opt[int], string) {
 		path := filepath.Join(dir, name)
-		s := optString(t, path)
+		s := sysfs.OptString(t, path)
 		if !s.Valid {
 			return sampler.Opt[int]{}, ""
 		}
@@ -324,7 +326,7 @@ func readRDMAPort(t *tally, dir string) RDMAPort {
 	}
 	p.StateID, p.State = state("state")
 	p.PhysStateID, p.PhysState = state("phys_state")
-	if s := optString(t, filepath.Join(dir, "rate")); s.Valid {
+	if s := sysfs.OptString(t, filepath.Join(dir, "rate")); s.Valid {
 		r, err := parseIBRate(s.V)
 		if err != nil {
 			t.Add(fmt.Errorf("%s: %w", filepath.Join(dir, "rate"), err))
@@ -335,11 +337,13 @@ func readRDMAPort(t *tally, dir string) RDMAPort {
 			}
 		}
 	}
-	p.LinkLayer = optString(t, filepath.Join(dir, "link_layer")).V
+	p.LinkLayer = sysfs.OptString(t, filepath.Join(dir, "link_layer")).V
 
 	c := &p.Counters
-	std := func(name string) sampler.Opt[uint64] { return optUint(t, filepath.Join(dir, "counters", name)) }
-	hw := func(name string) sampler.Opt[uint64] { return optUint(t, filepath.Join(dir, "hw_counters", name)) }
+	std := func(name string) sampler.Opt[uint64] { return sysfs.OptUint(t, filepath.Join(dir, "counters", name)) }
+	hw := func(name string) sampler.Opt[uint64] {
+		return sysfs.OptUint(t, filepath.Join(dir, "hw_counters", name))
+	}
 	// Data counters count 4-byte words. A port without them (EFA has
 	// no counters/ directory) has byte counts in hw_counters instead;
 	// one that has them but could not read them stays absent, so the
@@ -349,7 +353,7 @@ func readRDMAPort(t *tally, dir string) RDMAPort {
 		if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
 			return hw(hwName)
 		}
-		v := optUint(t, path)
+		v := sysfs.OptUint(t, path)
 		if !v.Valid {
 			return v
 		}
@@ -363,7 +367,7 @@ func readRDMAPort(t *tally, dir string) RDMAPort {
 		if _, err := os.Lstat(filepath.Join(dir, "counters", std)); errors.Is(err, fs.ErrNotExist) {
 			return hw(hwName)
 		}
-		return optUint(t, filepath.Join(dir, "counters", std))
+		return sysfs.OptUint(t, filepath.Join(dir, "counters", std))
 	}
 	c.ReceiveBytes = data("port_rcv_data", "rx_bytes")
 	c.TransmitBytes = data("port_xmit_data", "tx_bytes")
@@ -482,7 +486,7 @@ func printableASCII(s string) bool {
 	return true
 }
 
-func (f FS) netInterfaces(ctx context.Context, t *tally) ([]NetInterface, error) {
+func (f FS) netInterfaces(ctx context.Context, t *sampler.Tally) ([]NetInterface, error) {
 	class := f.sys("class", "net")
 	entries, err := os.ReadDir(class)
 	if err != nil {
@@ -497,7 +501,7 @@ func (f FS) netInterfaces(ctx context.Context, t *tally) ([]NetInterface, error)
 			return nil, err
 		}
 		entry := filepath.Join(class, e.Name())
-		var it tally
+		var it sampler.Tally
 		fn, ok := f.pciFunctionOf(&it, entry)
 		if !ok || fn.addr == "" {
 			// Gone, or virtual (lo, bridges, veth, ifb, tunnels,
@@ -519,20 +523,20 @@ func (f FS) netInterfaces(ctx context.Context, t *tally) ([]NetInterface, error)
 
 // readNetInterface reads one interface's directory; identity is filled in
 // by the caller.
-func readNetInterface(t *tally, dir string) NetInterface {
+func readNetInterface(t *sampler.Tally, dir string) NetInterface {
 	n := NetInterface{NUMANode: -1}
-	n.OperState = optString(t, filepath.Join(dir, "operstate")).V
-	if v := optInt(t, filepath.Join(dir, "carrier")); v.Valid {
+	n.OperState = sysfs.OptString(t, filepath.Join(dir, "operstate")).V
+	if v := sysfs.OptInt(t, filepath.Join(dir, "carrier")); v.Valid {
 		n.Carrier = sampler.Some(v.V != 0)
 	}
 	// Mb/s; -1 (SPEED_UNKNOWN, printed as 4294967295 by old kernels) when
 	// the driver does not know, EINVAL when there is no link.
-	if v := optInt(t, filepath.Join(dir, "speed")); v.Valid && v.V > 0 && v.V != math.MaxUint32 {
+	if v := sysfs.OptInt(t, filepath.Join(dir, "speed")); v.Valid && v.V > 0 && v.V != math.MaxUint32 {
 		n.SpeedBytes = sampler.Some(float64(v.V) * 1e6 / 8)
 	}
-	n.CarrierChanges = optUint(t, filepath.Join(dir, "carrier_changes"))
-	n.MTU = optInt(t, filepath.Join(dir, "mtu"))
-	stat := func(name string) sampler.Opt[uint64] { return optUint(t, filepath.Join(dir, "statistics", name)) }
+	n.CarrierChanges = sysfs.OptUint(t, filepath.Join(dir, "carrier_changes"))
+	n.MTU = sysfs.OptInt(t, filepath.Join(dir, "mtu"))
+	stat := func(name string) sampler.Opt[uint64] { return sysfs.OptUint(t, filepath.Join(dir, "statistics", name)) }
 	s := &n.Stats
 	s.ReceiveBytes, s.TransmitBytes = stat("rx_bytes"), stat("tx_bytes")
 	s.ReceivePackets, s.TransmitPackets = stat("rx_packets"), stat("tx_packets")

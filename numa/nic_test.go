@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpulink/gpulink_exporter/internal/sysfs"
+
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
 )
@@ -540,7 +542,7 @@ func nicProfile(t *testing.T, profile string) (*NICSnapshot, *sampler.PartialErr
 // reader made of it.
 func nicFileUint(t *testing.T, path string) uint64 {
 	t.Helper()
-	s, err := readString(path)
+	s, err := sysfs.ReadString(path)
 	if err != nil {
 		t.Fatal(err)
 	}

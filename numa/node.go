@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpulink/gpulink_exporter/internal/sysfs"
+
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
@@ -31,8 +33,8 @@ var NUMAStatCounters = []string{"numa_hit", "numa_miss", "numa_foreign", "interl
 // NUMANodes reads every online node. A kernel without NUMA support has no
 // node directory; that is no error and yields no nodes.
 func (f FS) NUMANodes() ([]NUMANode, error) {
-	var t tally
-	online := optString(&t, f.sys("devices", "system", "node", "online"))
+	var t sampler.Tally
+	online := sysfs.OptString(&t, f.sys("devices", "system", "node", "online"))
 	var ids []int
 	if online.Valid {
 		set, err := ParseCPUList(online.V) // same list format
@@ -55,25 +57,25 @@ func (f FS) NUMANodes() ([]NUMANode, error) {
 	return nodes, t.Err()
 }
 
-func (f FS) readNode(t *tally, id int, ids []int) NUMANode {
+func (f FS) readNode(t *sampler.Tally, id int, ids []int) NUMANode {
 	dir := f.sys("devices", "system", "node", "node"+strconv.Itoa(id))
 	n := NUMANode{ID: id, Distances: map[int]int{}, Stat: map[string]uint64{}}
-	if s := optString(t, filepath.Join(dir, "cpulist")); s.Valid {
+	if s := sysfs.OptString(t, filepath.Join(dir, "cpulist")); s.Valid {
 		cpus, err := ParseCPUList(s.V)
 		t.Add(wrapPath(dir, "cpulist", err))
 		n.CPUs = cpus
 	}
-	if s := optString(t, filepath.Join(dir, "distance")); s.Valid {
+	if s := sysfs.OptString(t, filepath.Join(dir, "distance")); s.Valid {
 		dist, err := parseDistances(s.V, ids)
 		t.Add(wrapPath(dir, "distance", err))
 		n.Distances = dist
 	}
-	if s := optString(t, filepath.Join(dir, "numastat")); s.Valid {
+	if s := sysfs.OptString(t, filepath.Join(dir, "numastat")); s.Valid {
 		stat, err := parseKeyValues(s.V)
 		t.Add(wrapPath(dir, "numastat", err))
 		n.Stat = stat
 	}
-	if s := optString(t, filepath.Join(dir, "meminfo")); s.Valid {
+	if s := sysfs.OptString(t, filepath.Join(dir, "meminfo")); s.Valid {
 		mem, err := parseNodeMeminfo(s.V)
 		t.Add(wrapPath(dir, "meminfo", err))
 		if v, ok := mem["MemTotal"]; ok {

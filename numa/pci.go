@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpulink/gpulink_exporter/internal/sysfs"
+
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
@@ -135,10 +137,10 @@ func parseLinkWidth(s string) (sampler.Opt[int], error) {
 // readPCIeLink reads a function's link files from its sysfs directory.
 // Functions without a PCIe capability (host bridges, virtio devices in a
 // VM) have none: the result is all absent.
-func readPCIeLink(t *tally, dir string) PCIeLink {
+func readPCIeLink(t *sampler.Tally, dir string) PCIeLink {
 	var l PCIeLink
 	speed := func(name string) sampler.Opt[float64] {
-		s := optString(t, filepath.Join(dir, name))
+		s := sysfs.OptString(t, filepath.Join(dir, name))
 		if !s.Valid {
 			return sampler.Opt[float64]{}
 		}
@@ -149,7 +151,7 @@ func readPCIeLink(t *tally, dir string) PCIeLink {
 		return v
 	}
 	width := func(name string) sampler.Opt[int] {
-		s := optString(t, filepath.Join(dir, name))
+		s := sysfs.OptString(t, filepath.Join(dir, name))
 		if !s.Valid {
 			return sampler.Opt[int]{}
 		}
@@ -249,7 +251,7 @@ func (f FS) resolveDevicePath(link string) (string, error) {
 }
 
 // readPCIDevice reads one function; rel is its path under <sys>/devices.
-func (f FS) readPCIDevice(t *tally, rel string) *PCIDevice {
+func (f FS) readPCIDevice(t *sampler.Tally, rel string) *PCIDevice {
 	hb, chain := chainOf(rel)
 	addr := chain[len(chain)-1]
 	dir := f.sys("devices", rel)
@@ -257,20 +259,20 @@ func (f FS) readPCIDevice(t *tally, rel string) *PCIDevice {
 	if len(chain) > 1 {
 		d.ParentAddr = chain[len(chain)-2]
 	}
-	if v := optInt(t, filepath.Join(dir, "class")); v.Valid {
+	if v := sysfs.OptInt(t, filepath.Join(dir, "class")); v.Valid {
 		d.Class = uint32(v.V)
 	}
-	if v := optInt(t, filepath.Join(dir, "vendor")); v.Valid {
+	if v := sysfs.OptInt(t, filepath.Join(dir, "vendor")); v.Valid {
 		d.Vendor = uint16(v.V)
 	}
-	if v := optInt(t, filepath.Join(dir, "device")); v.Valid {
+	if v := sysfs.OptInt(t, filepath.Join(dir, "device")); v.Valid {
 		d.DeviceID = uint16(v.V)
 	}
 	d.Kind = kindOf(d.Class, d.Vendor)
-	if v := optInt(t, filepath.Join(dir, "numa_node")); v.Valid && v.V >= 0 {
+	if v := sysfs.OptInt(t, filepath.Join(dir, "numa_node")); v.Valid && v.V >= 0 {
 		d.NUMANode = int(v.V)
 	}
-	if s := optString(t, filepath.Join(dir, "local_cpulist")); s.Valid {
+	if s := sysfs.OptString(t, filepath.Join(dir, "local_cpulist")); s.Valid {
 		set, err := ParseCPUList(s.V)
 		if err != nil {
 			t.Add(fmt.Errorf("%s: %w", filepath.Join(dir, "local_cpulist"), err))

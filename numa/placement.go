@@ -99,7 +99,7 @@ type GPUProcess struct {
 // process that exits while it is read is left out silently; values that
 // cannot be read are left out and counted in a *sampler.PartialError.
 func (r *PlacementReader) Sample(ctx context.Context) (*PlacementSnapshot, error) {
-	var t tally
+	var t sampler.Tally
 	procs, err := r.Processes()
 	if err != nil {
 		var partial *sampler.PartialError
@@ -190,7 +190,7 @@ var mapsPool = sync.Pool{New: func() any { return newMapsScratch() }}
 // to 10 ms when it has been idle), after which the read goes on in its
 // own thread; the short reads, too short to be handed on, run on the P
 // meanwhile.
-func (r *PlacementReader) readAll(ctx context.Context, pids []int, t *tally) (map[int]*ProcessPlacement, error) {
+func (r *PlacementReader) readAll(ctx context.Context, pids []int, t *sampler.Tally) (map[int]*ProcessPlacement, error) {
 	type memory struct {
 		m   sampler.Opt[map[int]uint64]
 		err error

@@ -75,7 +75,7 @@ func (f FS) ReadProcess(pid int) (ProcessPlacement, error) {
 		return p, merr
 	}
 	p.MemoryByNode = mem
-	var t tally
+	var t sampler.Tally
 	t.Merge(err)
 	t.Merge(merr)
 	return p, t.Err()
@@ -85,7 +85,7 @@ func (f FS) ReadProcess(pid int) (ProcessPlacement, error) {
 // gone (the error to stop with is returned), the file is not on this
 // kernel or in this tree (nothing to count), or the value is dropped and
 // counted.
-func procErr(t *tally, pid int, dir string, err error) (gone error) {
+func procErr(t *sampler.Tally, pid int, dir string, err error) (gone error) {
 	switch {
 	case err == nil:
 	case errors.Is(err, syscall.ESRCH):
@@ -104,7 +104,7 @@ func procErr(t *tally, pid int, dir string, err error) (gone error) {
 // and each thread's stat. buf is reused for each file.
 func (f FS) readProcessFiles(pid int, buf []byte) (ProcessPlacement, error) {
 	p := ProcessPlacement{PID: pid}
-	var t tally
+	var t sampler.Tally
 	dir := f.proc(strconv.Itoa(pid))
 
 	// procfs stats the process's directory: a process already gone is
@@ -159,7 +159,7 @@ func (f FS) readProcessFiles(pid int, buf []byte) (ProcessPlacement, error) {
 // threadCPUs reads the last CPU of each thread. A thread that exits
 // between listing and reading is skipped; the task directory itself
 // missing means the process is gone.
-func threadCPUs(dir string, buf []byte, t *tally) ([]int, error) {
+func threadCPUs(dir string, buf []byte, t *sampler.Tally) ([]int, error) {
 	d, err := os.Open(dir + "/task")
 	if err != nil {
 		return nil, err
@@ -211,7 +211,7 @@ func newMapsScratch() *mapsScratch { return &mapsScratch{buf: make([]byte, numaM
 // readProcessMemory reads numa_maps: resident bytes by node. It streams
 // the file through the parser, read once and never held whole.
 func (f FS) readProcessMemory(pid int, s *mapsScratch) (sampler.Opt[map[int]uint64], error) {
-	var t tally
+	var t sampler.Tally
 	dir := f.proc(strconv.Itoa(pid))
 	path := dir + "/numa_maps"
 	fd, err := openProcFile(path)

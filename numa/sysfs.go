@@ -15,16 +15,7 @@
 package numa
 
 import (
-	"errors"
-	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
-
-	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
 // FS is a sysfs root and a procfs root.
@@ -35,64 +26,3 @@ type FS struct {
 
 func (f FS) sys(parts ...string) string  { return filepath.Join(append([]string{f.Sys}, parts...)...) }
 func (f FS) proc(parts ...string) string { return filepath.Join(append([]string{f.Proc}, parts...)...) }
-
-// tally is the sampler's: one bad file drops one value and is counted.
-type tally = sampler.Tally
-
-// readString returns a sysfs file's content without surrounding space.
-func readString(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	return strings.TrimSpace(string(b)), nil
-}
-
-// absent reports whether err means the file is not there, or is there but
-// the driver does not implement it (reads of such sysfs attributes fail
-// with EINVAL or EOPNOTSUPP, as /sys/class/net/*/speed does on a virtual
-// interface): nothing to count.
-func absent(err error) bool {
-	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.EINVAL) ||
-		errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.ENODEV)
-}
-
-// optString reads a file that may be missing; other failures are counted.
-func optString(t *tally, path string) sampler.Opt[string] {
-	s, err := readString(path)
-	if err != nil {
-		if !absent(err) {
-			t.Add(err)
-		}
-		return sampler.Opt[string]{}
-	}
-	return sampler.Some(s)
-}
-
-// optInt reads a decimal or 0x-prefixed integer file.
-func optInt(t *tally, path string) sampler.Opt[int64] {
-	s := optString(t, path)
-	if !s.Valid {
-		return sampler.Opt[int64]{}
-	}
-	v, err := strconv.ParseInt(s.V, 0, 64)
-	if err != nil {
-		t.Add(fmt.Errorf("%s: %w", path, err))
-		return sampler.Opt[int64]{}
-	}
-	return sampler.Some(v)
-}
-
-// optUint reads an unsigned counter file.
-func optUint(t *tally, path string) sampler.Opt[uint64] {
-	s := optString(t, path)
-	if !s.Valid {
-		return sampler.Opt[uint64]{}
-	}
-	v, err := strconv.ParseUint(s.V, 0, 64)
-	if err != nil {
-		t.Add(fmt.Errorf("%s: %w", path, err))
-		return sampler.Opt[uint64]{}
-	}
-	return sampler.Some(v)
-}

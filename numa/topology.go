@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpulink/gpulink_exporter/internal/sysfs"
+
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
@@ -25,7 +27,7 @@ type Topology struct {
 // are dropped and counted in a *sampler.PartialError; a missing PCI bus
 // directory is an error.
 func (f FS) Topology() (*Topology, error) {
-	var t tally
+	var t sampler.Tally
 	nodes, err := f.NUMANodes()
 	t.Merge(err)
 	topo := &Topology{Nodes: nodes, Devices: map[string]*PCIDevice{}}
@@ -40,7 +42,7 @@ func (f FS) Topology() (*Topology, error) {
 			continue
 		}
 		dir := filepath.Join(busDir, e.Name())
-		class, vendor := optInt(&t, filepath.Join(dir, "class")), optInt(&t, filepath.Join(dir, "vendor"))
+		class, vendor := sysfs.OptInt(&t, filepath.Join(dir, "class")), sysfs.OptInt(&t, filepath.Join(dir, "vendor"))
 		if !class.Valid || !vendor.Valid {
 			continue
 		}
