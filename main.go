@@ -29,6 +29,7 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/collector"
 	"github.com/gpulink/gpulink_exporter/internal/dcgm"
+	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/podresources"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
@@ -274,7 +275,7 @@ func main() {
 		versions = append(versions, s)
 	}
 	if switches.Enabled("nic") {
-		s := sampler.New[*numa.NICSnapshot]("nic", &numa.NICReader{FS: fsys}, sampler.Options{
+		s := sampler.New[*nic.Snapshot]("nic", &nic.Reader{FS: fsys}, sampler.Options{
 			Interval: *nicEvery, Logger: logger})
 		go s.Run(ctx)
 		reg.MustRegister(collector.NewNICCollector(s))

@@ -20,11 +20,10 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/gpulink/gpulink_exporter/collector"
+	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
-	"github.com/gpulink/gpulink_exporter/numa"
-
 	"github.com/gpulink/gpulink_exporter/internal/testwait"
 )
 
@@ -293,7 +292,7 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go n.xid.Run(ctx, 10*time.Millisecond)
-	nic := sampler.New[*numa.NICSnapshot]("nic", &numa.NICReader{FS: pn.fs}, sampler.Options{Interval: time.Hour})
+	nic := sampler.New[*nic.Snapshot]("nic", &nic.Reader{FS: pn.fs}, sampler.Options{Interval: time.Hour})
 	nic.SampleOnce(context.Background())
 	n.reg = prometheus.NewRegistry()
 	n.reg.MustRegister(collector.NewNVMLCollector(n.nvml), collector.NewXIDCollector(n.xid, n.reader),

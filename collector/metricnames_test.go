@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/collector"
 	"github.com/gpulink/gpulink_exporter/internal/dcgm"
+	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/podresources"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
@@ -111,7 +112,7 @@ func simulatedDGX(t *testing.T) []prometheus.Collector {
 	topo := sampler.New[*numa.Topology]("topology", &numa.TopologyReader{FS: fsys}, opts)
 	place := sampler.New[*numa.PlacementSnapshot]("process", &numa.PlacementReader{
 		FS: fsys, Processes: reader.ComputeProcesses, Topology: topo.LatestData, GPUs: reader.Identities}, opts)
-	nic := sampler.New[*numa.NICSnapshot]("nic", &numa.NICReader{FS: fsys}, opts)
+	nic := sampler.New[*nic.Snapshot]("nic", &nic.Reader{FS: fsys}, opts)
 	xid := nvml.NewXIDWatcher(reader, nil)
 	xid.Wait = 20 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,10 +1,10 @@
 package collector
 
 import (
-	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gpulink/gpulink_exporter/numa"
+	"github.com/gpulink/gpulink_exporter/internal/nic"
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
 // NICCollector renders the NIC source's snapshot: RDMA ports (InfiniBand,
@@ -13,7 +13,7 @@ import (
 // _info metrics, and its PCIe link state is the topology collector's
 // gpulink_pcie_link_* series, joined on pci_bus_id.
 type NICCollector struct {
-	snapshotMetrics[*numa.NICSnapshot]
+	snapshotMetrics[*nic.Snapshot]
 	d nicDescs
 }
 
@@ -26,20 +26,20 @@ type nicDescs struct {
 
 type nicPortCounter struct {
 	desc *prometheus.Desc
-	get  func(*numa.RDMACounters) sampler.Opt[uint64]
+	get  func(*nic.RDMACounters) sampler.Opt[uint64]
 }
 
 type nicNetCounter struct {
 	desc *prometheus.Desc
-	get  func(*numa.NetInterface) sampler.Opt[uint64]
+	get  func(*nic.NetInterface) sampler.Opt[uint64]
 }
 
 // NewNICCollector renders the snapshots of src.
-func NewNICCollector(src latester[*numa.NICSnapshot]) *NICCollector {
-	port := func(name, help string, get func(*numa.RDMACounters) sampler.Opt[uint64]) nicPortCounter {
+func NewNICCollector(src latester[*nic.Snapshot]) *NICCollector {
+	port := func(name, help string, get func(*nic.RDMACounters) sampler.Opt[uint64]) nicPortCounter {
 		return nicPortCounter{newDesc("nic_port", name, help, "device", "port"), get}
 	}
-	net := func(name, help string, get func(*numa.NetInterface) sampler.Opt[uint64]) nicNetCounter {
+	net := func(name, help string, get func(*nic.NetInterface) sampler.Opt[uint64]) nicNetCounter {
 		return nicNetCounter{newDesc("net_interface", name, help, "device"), get}
 	}
 	c := &NICCollector{d: nicDescs{
@@ -57,46 +57,46 @@ func NewNICCollector(src latester[*numa.NICSnapshot]) *NICCollector {
 			"Rate the port's link trained at (lanes times lane speed), one direction.", "device", "port"),
 		portCounters: []nicPortCounter{
 			port("receive_bytes_total", "Bytes received (port_rcv_data times 4; EFA rx_bytes).",
-				func(c *numa.RDMACounters) sampler.Opt[uint64] { return c.ReceiveBytes }),
+				func(c *nic.RDMACounters) sampler.Opt[uint64] { return c.ReceiveBytes }),
 			port("transmit_bytes_total", "Bytes sent (port_xmit_data times 4; EFA tx_bytes).",
-				func(c *numa.RDMACounters) sampler.Opt[uint64] { return c.TransmitBytes }),
+				func(c *nic.RDMACounters) sampler.Opt[uint64] { return c.TransmitBytes }),
 			port("receive_packets_total", "Packets received (port_rcv_packets; EFA rx_pkts).",
-				func(c *numa.RDMACounters) sampler.Opt[uint64] { return c.ReceivePackets }),
+				func(c *nic.RDMACounters) sampler.Opt[uint64] { return c.ReceivePackets }),
 			port("transmit_packets_total", "Packets sent (port_xmit_packets; EFA tx_pkts).",
-				func(c *numa.RDMACounters) sampler.Opt[uint64] { return c.TransmitPackets }),
+				func(c *nic.RDMACounters) sampler.Opt[uint64] { return c.TransmitPackets }),
 			port("symbol_errors_total", "Minor link errors detected on one or more physical lanes (symbol_error).",
-				func(c *numa.RDMACounters) sampler.Opt[uint64] { return c.SymbolErrors }),
+				func(c *nic.RDMACounters) sampler.Opt[uint64] { return c.SymbolErrors }),
 			port("link_downed_total", "Times the link error recovery process failed and the link went down (link_downed).",
-				func(c *numa.RDMACounters) sampler.Opt[uint64] { return c.LinkDowned }),
+				func(c *nic.RDMACounters) sampler.Opt[uint64] { return c.LinkDowned }),
 			port("link_error_recovery_total", "Times the link error recovery process completed successfully (link_error_recovery).",
-				func(c *numa.RDMACounters) sampler.Opt[uint64] { return c.LinkErrorRecovery }),
+				func(c *nic.RDMACounters) sampler.Opt[uint64] { return c.LinkErrorRecovery }),
 			port("receive_errors_total", "Received packets with errors (port_rcv_errors).",
-				func(c *numa.RDMACounters) sampler.Opt[uint64] { return c.ReceiveErrors }),
+				func(c *nic.RDMACounters) sampler.Opt[uint64] { return c.ReceiveErrors }),
 			port("transmit_discards_total", "Outbound packets discarded because the port was down or congested (port_xmit_discards).",
-				func(c *numa.RDMACounters) sampler.Opt[uint64] { return c.TransmitDiscards }),
+				func(c *nic.RDMACounters) sampler.Opt[uint64] { return c.TransmitDiscards }),
 			port("transmit_wait_total",
 				"Ticks during which the port had data to send but no flow-control credits (port_xmit_wait); a tick is a device-specific interval, not a second.",
-				func(c *numa.RDMACounters) sampler.Opt[uint64] { return c.TransmitWait }),
+				func(c *nic.RDMACounters) sampler.Opt[uint64] { return c.TransmitWait }),
 			port("out_of_sequence_total", "Packets received out of sequence: packets lost on the way (mlx5 out_of_sequence).",
-				func(c *numa.RDMACounters) sampler.Opt[uint64] { return c.OutOfSequence }),
+				func(c *nic.RDMACounters) sampler.Opt[uint64] { return c.OutOfSequence }),
 			port("nak_sequence_errors_total",
 				"NAK sequence error packets received: the responder saw a gap and this sender went back to resend (mlx5 packet_seq_err).",
-				func(c *numa.RDMACounters) sampler.Opt[uint64] { return c.NAKSequenceErrors }),
+				func(c *nic.RDMACounters) sampler.Opt[uint64] { return c.NAKSequenceErrors }),
 			port("adaptive_retransmissions_total", "RoCE adaptive retransmissions (mlx5 roce_adp_retrans).",
-				func(c *numa.RDMACounters) sampler.Opt[uint64] { return c.AdaptiveRetransmissions }),
+				func(c *nic.RDMACounters) sampler.Opt[uint64] { return c.AdaptiveRetransmissions }),
 			port("retransmitted_packets_total",
 				"Packets retransmitted (EFA retrans_pkts). mlx5 does not count these; see nak_sequence_errors and local_ack_timeouts.",
-				func(c *numa.RDMACounters) sampler.Opt[uint64] { return c.RetransmittedPackets }),
+				func(c *nic.RDMACounters) sampler.Opt[uint64] { return c.RetransmittedPackets }),
 			port("ecn_marked_packets_total", "RoCEv2 packets received with ECN congestion-experienced marks (mlx5 np_ecn_marked_roce_packets).",
-				func(c *numa.RDMACounters) sampler.Opt[uint64] { return c.ECNMarkedPackets }),
+				func(c *nic.RDMACounters) sampler.Opt[uint64] { return c.ECNMarkedPackets }),
 			port("cnp_handled_total",
 				"Congestion notification packets this port acted on by lowering its send rate (mlx5 rp_cnp_handled).",
-				func(c *numa.RDMACounters) sampler.Opt[uint64] { return c.CNPHandled }),
+				func(c *nic.RDMACounters) sampler.Opt[uint64] { return c.CNPHandled }),
 			port("local_ack_timeouts_total",
 				"Times a sender's ack timer expired and it retransmitted (mlx5 local_ack_timeout_err; EFA retrans_timeout_events).",
-				func(c *numa.RDMACounters) sampler.Opt[uint64] { return c.LocalAckTimeouts }),
+				func(c *nic.RDMACounters) sampler.Opt[uint64] { return c.LocalAckTimeouts }),
 			port("receive_discards_total", "Received packets dropped (EFA rx_drops).",
-				func(c *numa.RDMACounters) sampler.Opt[uint64] { return c.ReceiveDiscards }),
+				func(c *nic.RDMACounters) sampler.Opt[uint64] { return c.ReceiveDiscards }),
 		},
 		netInfo: newDesc("net_interface", "info",
 			"Physical network interface identity; value 1. Virtual interfaces are not exported. numa_node is empty where the platform does not say.",
@@ -107,22 +107,22 @@ func NewNICCollector(src latester[*numa.NICSnapshot]) *NICCollector {
 			"Link speed, one direction; absent when the driver does not know it.", "device"),
 		netCounters: []nicNetCounter{
 			net("carrier_changes_total", "Times the link went up or down.",
-				func(n *numa.NetInterface) sampler.Opt[uint64] { return n.CarrierChanges }),
+				func(n *nic.NetInterface) sampler.Opt[uint64] { return n.CarrierChanges }),
 			net("receive_bytes_total", "Bytes received.",
-				func(n *numa.NetInterface) sampler.Opt[uint64] { return n.Stats.ReceiveBytes }),
+				func(n *nic.NetInterface) sampler.Opt[uint64] { return n.Stats.ReceiveBytes }),
 			net("transmit_bytes_total", "Bytes sent.",
-				func(n *numa.NetInterface) sampler.Opt[uint64] { return n.Stats.TransmitBytes }),
+				func(n *nic.NetInterface) sampler.Opt[uint64] { return n.Stats.TransmitBytes }),
 			net("receive_errors_total", "Receive errors.",
-				func(n *numa.NetInterface) sampler.Opt[uint64] { return n.Stats.ReceiveErrors }),
+				func(n *nic.NetInterface) sampler.Opt[uint64] { return n.Stats.ReceiveErrors }),
 			net("transmit_errors_total", "Transmit errors.",
-				func(n *numa.NetInterface) sampler.Opt[uint64] { return n.Stats.TransmitErrors }),
+				func(n *nic.NetInterface) sampler.Opt[uint64] { return n.Stats.TransmitErrors }),
 			net("receive_drops_total", "Received packets dropped.",
-				func(n *numa.NetInterface) sampler.Opt[uint64] { return n.Stats.ReceiveDropped }),
+				func(n *nic.NetInterface) sampler.Opt[uint64] { return n.Stats.ReceiveDropped }),
 			net("transmit_drops_total", "Packets dropped on the way out.",
-				func(n *numa.NetInterface) sampler.Opt[uint64] { return n.Stats.TransmitDropped }),
+				func(n *nic.NetInterface) sampler.Opt[uint64] { return n.Stats.TransmitDropped }),
 		},
 	}}
-	c.snapshotMetrics = snapshotMetrics[*numa.NICSnapshot]{src: src, render: c.render}
+	c.snapshotMetrics = snapshotMetrics[*nic.Snapshot]{src: src, render: c.render}
 	return c
 }
 
@@ -144,7 +144,7 @@ func (c *NICCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *NICCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 
-func (c *NICCollector) render(s *numa.NICSnapshot) []prometheus.Metric {
+func (c *NICCollector) render(s *nic.Snapshot) []prometheus.Metric {
 	d := &c.d
 	o := &out{}
 	for i := range s.Ports {

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/gpulink/gpulink_exporter/collector"
+	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
 	"github.com/gpulink/gpulink_exporter/numa"
@@ -91,7 +92,7 @@ func nicTree(t *testing.T) numa.FS {
 
 func nicRegistry(t *testing.T, fs numa.FS) (*prometheus.Registry, *collector.NICCollector) {
 	t.Helper()
-	s := sampler.New[*numa.NICSnapshot]("nic", &numa.NICReader{FS: fs}, sampler.Options{Interval: time.Hour})
+	s := sampler.New[*nic.Snapshot]("nic", &nic.Reader{FS: fs}, sampler.Options{Interval: time.Hour})
 	s.SampleOnce(context.Background())
 	if s.Latest() == nil {
 		t.Fatal("no NIC snapshot")

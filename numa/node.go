@@ -7,9 +7,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpulink/gpulink_exporter/internal/sysfs"
-
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/internal/sysfs"
 )
 
 // NUMANode is one NUMA node: its CPUs, memory, distances and allocation

@@ -2,6 +2,8 @@ package numa
 
 import (
 	"testing"
+
+	"github.com/gpulink/gpulink_exporter/internal/sysfs"
 )
 
 // The parsers read files the machine writes; whatever they hold, they
@@ -49,7 +51,7 @@ func FuzzParseNodeFiles(f *testing.F) {
 		_, _ = parseKeyValues(s)
 		_, _ = parseNodeMeminfo(s)
 		_, _ = parseDistances(s, []int{0, 1})
-		hb, chain := chainOf(s)
+		hb, chain := sysfs.ChainOf(s)
 		if hb == "" && len(chain) > 0 {
 			t.Fatalf("chain %v without host bridge from %q", chain, s)
 		}

@@ -103,30 +103,6 @@ func TestParseNodeFiles(t *testing.T) {
 	}
 }
 
-func TestChainOf(t *testing.T) {
-	for _, tc := range []struct {
-		in, hb string
-		chain  []string
-	}{
-		{"pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:00.0/0000:18:00.0", "pci0000:15",
-			[]string{"0000:15:01.0", "0000:16:00.0", "0000:17:00.0", "0000:18:00.0"}},
-		{"pci0000:00/0000:00:03.0/virtio2/net/eth0", "pci0000:00", []string{"0000:00:03.0"}},
-		{"pci0000:00/0000:00:06.0", "pci0000:00", []string{"0000:00:06.0"}},
-		{"virtual/net/lo", "", nil},
-	} {
-		hb, chain := chainOf(tc.in)
-		if hb != tc.hb || len(chain) != len(tc.chain) {
-			t.Errorf("chainOf(%q) = %q %v, want %q %v", tc.in, hb, chain, tc.hb, tc.chain)
-			continue
-		}
-		for i := range chain {
-			if chain[i] != tc.chain[i] {
-				t.Errorf("chainOf(%q) = %v, want %v", tc.in, chain, tc.chain)
-			}
-		}
-	}
-}
-
 func TestNaturalCompare(t *testing.T) {
 	names := []string{"mlx5_10", "mlx5_2", "mlx5_1", "rdmap79s0", "mlx5_0", "rdmap160s0"}
 	slices.SortFunc(names, naturalCompare)

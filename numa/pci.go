@@ -7,9 +7,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpulink/gpulink_exporter/internal/sysfs"
-
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/internal/sysfs"
 )
 
 // DeviceKind is what a PCI function is, as far as link health cares.
@@ -199,60 +198,9 @@ func (d *PCIDevice) Name() string {
 	return d.Address
 }
 
-// isPCIAddress reports whether s looks like dddd:bb:dd.f.
-func isPCIAddress(s string) bool {
-	if len(s) != 12 || s[4] != ':' || s[7] != ':' || s[10] != '.' {
-		return false
-	}
-	for i, c := range s {
-		if i == 4 || i == 7 || i == 10 {
-			continue
-		}
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
-
-// chainOf splits a device's resolved sysfs path into its host bridge and
-// the PCI functions from the top of the tree down to the device itself. It
-// stops at the first component that is neither, so a netdev path such as
-// .../0000:00:03.0/virtio2/net/eth0 yields the function 0000:00:03.0.
-func chainOf(devicesRel string) (hostBridge string, chain []string) {
-	for _, part := range strings.Split(filepath.ToSlash(devicesRel), "/") {
-		switch {
-		case hostBridge == "" && strings.HasPrefix(part, "pci") && strings.Contains(part, ":"):
-			hostBridge = part
-		case hostBridge != "" && isPCIAddress(part):
-			chain = append(chain, part)
-		case hostBridge != "":
-			return hostBridge, chain
-		}
-	}
-	return hostBridge, chain
-}
-
-// resolveDevicePath returns link's target relative to <sys>/devices.
-func (f FS) resolveDevicePath(link string) (string, error) {
-	target, err := filepath.EvalSymlinks(link)
-	if err != nil {
-		return "", err
-	}
-	devices, err := filepath.EvalSymlinks(f.sys("devices"))
-	if err != nil {
-		return "", err
-	}
-	rel, err := filepath.Rel(devices, target)
-	if err != nil || strings.HasPrefix(rel, "..") {
-		return "", fmt.Errorf("%s resolves outside %s", link, devices)
-	}
-	return rel, nil
-}
-
 // readPCIDevice reads one function; rel is its path under <sys>/devices.
 func (f FS) readPCIDevice(t *sampler.Tally, rel string) *PCIDevice {
-	hb, chain := chainOf(rel)
+	hb, chain := sysfs.ChainOf(rel)
 	addr := chain[len(chain)-1]
 	dir := f.sys("devices", rel)
 	d := &PCIDevice{Address: addr, HostBridge: hb, NUMANode: -1, ancestorAddr: chain[:len(chain)-1]}

@@ -7,9 +7,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gpulink/gpulink_exporter/internal/sysfs"
-
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/internal/sysfs"
 )
 
 // Topology is the machine's layout: NUMA nodes and the PCIe tree of every
@@ -38,7 +37,7 @@ func (f FS) Topology() (*Topology, error) {
 		return nil, fmt.Errorf("PCI devices: %w", err)
 	}
 	for _, e := range entries {
-		if !isPCIAddress(e.Name()) {
+		if !sysfs.IsPCIAddress(e.Name()) {
 			continue
 		}
 		dir := filepath.Join(busDir, e.Name())
@@ -51,12 +50,12 @@ func (f FS) Topology() (*Topology, error) {
 		default:
 			continue
 		}
-		rel, err := f.resolveDevicePath(dir)
+		rel, err := sysfs.ResolveDevicePath(f.Sys, dir)
 		if err != nil {
 			t.Add(err)
 			continue
 		}
-		hb, chain := chainOf(rel)
+		hb, chain := sysfs.ChainOf(rel)
 		if hb == "" || len(chain) == 0 || chain[len(chain)-1] != e.Name() {
 			t.Add(fmt.Errorf("%s: unexpected sysfs path %s", dir, rel))
 			continue

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/gpulink/gpulink_exporter/collector"
+	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/scrape"
@@ -36,7 +37,7 @@ type exporter struct {
 	nvml     *sampler.Sampler[*nvml.Snapshot]
 	topo     *sampler.Sampler[*numa.Topology]
 	place    *sampler.Sampler[*numa.PlacementSnapshot]
-	nic      *sampler.Sampler[*numa.NICSnapshot]
+	nic      *sampler.Sampler[*nic.Snapshot]
 	xid      *nvml.XIDWatcher
 	sched    *probes.Scheduler
 	handler  http.Handler
@@ -64,7 +65,7 @@ func newExporter(t *testing.T, profile string) *exporter {
 	e.topo = sampler.New[*numa.Topology]("topology", &numa.TopologyReader{FS: fsys}, opts)
 	e.place = sampler.New[*numa.PlacementSnapshot]("process", &numa.PlacementReader{
 		FS: fsys, Processes: reader.ComputeProcesses, Topology: e.topo.LatestData, GPUs: reader.Identities}, opts)
-	e.nic = sampler.New[*numa.NICSnapshot]("nic", &numa.NICReader{FS: fsys}, opts)
+	e.nic = sampler.New[*nic.Snapshot]("nic", &nic.Reader{FS: fsys}, opts)
 	e.samplers = []interface{ SampleOnce(context.Context) }{e.nvml, e.topo, e.place, e.nic}
 	e.xid = nvml.NewXIDWatcher(reader, nil)
 	e.xid.Wait = 20 * time.Millisecond

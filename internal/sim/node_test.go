@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/testwait"
 	"github.com/gpulink/gpulink_exporter/numa"
@@ -72,16 +73,16 @@ func gpus(t *testing.T, n *Node) *nvml.Snapshot {
 	return snap
 }
 
-func nics(t *testing.T, n *Node) *numa.NICSnapshot {
+func nics(t *testing.T, n *Node) *nic.Snapshot {
 	t.Helper()
-	s, err := (&numa.NICReader{FS: n.FS()}).Sample(context.Background())
+	s, err := (&nic.Reader{FS: n.FS()}).Sample(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
-func port(t *testing.T, s *numa.NICSnapshot, device string) numa.RDMAPort {
+func port(t *testing.T, s *nic.Snapshot, device string) nic.RDMAPort {
 	t.Helper()
 	for _, p := range s.Ports {
 		if p.Device == device {
@@ -89,10 +90,10 @@ func port(t *testing.T, s *numa.NICSnapshot, device string) numa.RDMAPort {
 		}
 	}
 	t.Fatalf("no port %s", device)
-	return numa.RDMAPort{}
+	return nic.RDMAPort{}
 }
 
-func netIf(t *testing.T, s *numa.NICSnapshot, name string) numa.NetInterface {
+func netIf(t *testing.T, s *nic.Snapshot, name string) nic.NetInterface {
 	t.Helper()
 	for _, n := range s.Interfaces {
 		if n.Name == name {
@@ -100,7 +101,7 @@ func netIf(t *testing.T, s *numa.NICSnapshot, name string) numa.NetInterface {
 		}
 	}
 	t.Fatalf("no interface %s", name)
-	return numa.NetInterface{}
+	return nic.NetInterface{}
 }
 
 func topology(t *testing.T, n *Node) *numa.Topology {
@@ -880,7 +881,7 @@ func TestRun(t *testing.T) {
 	}
 	testwait.Until(t, func() bool {
 		n.Runner().Run(context.Background(), probes.Options{GPU: "0000:18:00.0", Probes: []probes.Kind{probes.HostToDevice}})
-		s, err := (&numa.NICReader{FS: n.FS()}).Sample(context.Background())
+		s, err := (&nic.Reader{FS: n.FS()}).Sample(context.Background())
 		if err != nil {
 			return false
 		}

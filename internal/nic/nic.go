@@ -1,4 +1,7 @@
-package numa
+// Package nic reads NIC port health from sysfs: RDMA ports (InfiniBand,
+// RoCE, iWARP, EFA) and physical network interfaces, each with the PCI
+// function it sits on and that function's NUMA node.
+package nic
 
 import (
 	"context"
@@ -12,9 +15,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpulink/gpulink_exporter/internal/sysfs"
-
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/internal/sysfs"
+	"github.com/gpulink/gpulink_exporter/numa"
 )
 
 // NIC port health: RDMA ports (InfiniBand, RoCE, iWARP, EFA) from
@@ -149,15 +152,15 @@ func (n *NetInterface) Up() sampler.Opt[bool] {
 	return sampler.Some(false)
 }
 
-// NICSnapshot is every RDMA port and physical network interface.
-type NICSnapshot struct {
+// Snapshot is every RDMA port and physical network interface.
+type Snapshot struct {
 	Ports      []RDMAPort     // by device, then port
 	Interfaces []NetInterface // by name
 }
 
-// NICReader samples NIC ports from a sysfs root.
-type NICReader struct {
-	FS FS
+// Reader samples NIC ports from a sysfs root.
+type Reader struct {
+	FS numa.FS
 }
 
 // Sample reads every RDMA port and physical network interface. Values
@@ -165,15 +168,15 @@ type NICReader struct {
 // A machine without /sys/class/infiniband has no RDMA ports; that is not
 // an error. Devices, ports and interfaces that vanish while being read are
 // left out.
-func (r *NICReader) Sample(ctx context.Context) (*NICSnapshot, error) {
+func (r *Reader) Sample(ctx context.Context) (*Snapshot, error) {
 	var t sampler.Tally
-	s := &NICSnapshot{}
-	ports, err := r.FS.rdmaPorts(ctx, &t)
+	s := &Snapshot{}
+	ports, err := sysRoot(r.FS.Sys).rdmaPorts(ctx, &t)
 	if err != nil {
 		return nil, err
 	}
 	s.Ports = ports
-	ifs, err := r.FS.netInterfaces(ctx, &t)
+	ifs, err := sysRoot(r.FS.Sys).netInterfaces(ctx, &t)
 	if err != nil {
 		return nil, err
 	}
@@ -190,16 +193,16 @@ type classFunction struct {
 // pciFunctionOf reads the PCI function a class entry (an RDMA device, a
 // netdev) sits on. ok is false when the entry has gone; addr is "" for a
 // virtual device.
-func (f FS) pciFunctionOf(t *sampler.Tally, entry string) (fn classFunction, ok bool) {
+func (f sysRoot) pciFunctionOf(t *sampler.Tally, entry string) (fn classFunction, ok bool) {
 	fn.numaNode = -1
-	rel, err := f.resolveDevicePath(entry)
+	rel, err := sysfs.ResolveDevicePath(string(f), entry)
 	if err != nil {
 		if !sysfs.Absent(err) {
 			t.Add(err)
 		}
 		return fn, false
 	}
-	_, chain := chainOf(rel)
+	_, chain := sysfs.ChainOf(rel)
 	if len(chain) == 0 {
 		return fn, true
 	}
@@ -223,7 +226,7 @@ func vanished(path string) bool {
 	return errors.Is(err, fs.ErrNotExist)
 }
 
-func (f FS) rdmaPorts(ctx context.Context, t *sampler.Tally) ([]RDMAPort, error) {
+func (f sysRoot) rdmaPorts(ctx context.Context, t *sampler.Tally) ([]RDMAPort, error) {
 	class := f.sys("class", "infiniband")
 	entries, err := os.ReadDir(class)
 	if err != nil {
@@ -249,7 +252,7 @@ func (f FS) rdmaPorts(ctx context.Context, t *sampler.Tally) ([]RDMAPort, error)
 }
 
 // rdmaDevice reads the ports of one device; none when it has gone.
-func (f FS) rdmaDevice(t *sampler.Tally, dir string) []RDMAPort {
+func (f sysRoot) rdmaDevice(t *sampler.Tally, dir string) []RDMAPort {
 	var dt sampler.Tally
 	fn, ok := f.pciFunctionOf(&dt, dir)
 	if !ok {
@@ -486,7 +489,7 @@ func printableASCII(s string) bool {
 	return true
 }
 
-func (f FS) netInterfaces(ctx context.Context, t *sampler.Tally) ([]NetInterface, error) {
+func (f sysRoot) netInterfaces(ctx context.Context, t *sampler.Tally) ([]NetInterface, error) {
 	class := f.sys("class", "net")
 	entries, err := os.ReadDir(class)
 	if err != nil {
@@ -543,4 +546,11 @@ func readNetInterface(t *sampler.Tally, dir string) NetInterface {
 	s.ReceiveErrors, s.TransmitErrors = stat("rx_errors"), stat("tx_errors")
 	s.ReceiveDropped, s.TransmitDropped = stat("rx_dropped"), stat("tx_dropped")
 	return n
+}
+
+// sysRoot is the sysfs root the NIC files are read under.
+type sysRoot string
+
+func (r sysRoot) sys(parts ...string) string {
+	return filepath.Join(append([]string{string(r)}, parts...)...)
 }

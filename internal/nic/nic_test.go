@@ -1,4 +1,4 @@
-package numa
+package nic
 
 import (
 	"context"
@@ -8,10 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpulink/gpulink_exporter/internal/sysfs"
-
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/internal/sysfs"
 	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
+	"github.com/gpulink/gpulink_exporter/numa"
 )
 
 // nicTree writes a small sysfs tree under a temporary root.
@@ -31,8 +31,8 @@ func newNICTree(t *testing.T) *nicTree {
 	return &nicTree{t: t, root: root}
 }
 
-func (s *nicTree) fs() FS {
-	return FS{Sys: filepath.Join(s.root, "sys"), Proc: filepath.Join(s.root, "proc")}
+func (s *nicTree) fs() numa.FS {
+	return numa.FS{Sys: filepath.Join(s.root, "sys"), Proc: filepath.Join(s.root, "proc")}
 }
 
 func (s *nicTree) path(rel string) string { return filepath.Join(s.root, "sys", rel) }
@@ -156,9 +156,9 @@ func nicDGXTree(t *testing.T) *nicTree {
 	return s
 }
 
-func nicSample(t *testing.T, f FS) (*NICSnapshot, *sampler.PartialError) {
+func nicSample(t *testing.T, f numa.FS) (*Snapshot, *sampler.PartialError) {
 	t.Helper()
-	r := &NICReader{FS: f}
+	r := &Reader{FS: f}
 	snap, err := r.Sample(context.Background())
 	var p *sampler.PartialError
 	if err != nil && !errors.As(err, &p) {
@@ -170,7 +170,7 @@ func nicSample(t *testing.T, f FS) (*NICSnapshot, *sampler.PartialError) {
 	return snap, p
 }
 
-func nicPort(t *testing.T, s *NICSnapshot, dev string, port int) *RDMAPort {
+func nicPort(t *testing.T, s *Snapshot, dev string, port int) *RDMAPort {
 	t.Helper()
 	for i := range s.Ports {
 		if s.Ports[i].Device == dev && s.Ports[i].Port == port {
@@ -181,7 +181,7 @@ func nicPort(t *testing.T, s *NICSnapshot, dev string, port int) *RDMAPort {
 	return nil
 }
 
-func nicIf(t *testing.T, s *NICSnapshot, name string) *NetInterface {
+func nicIf(t *testing.T, s *Snapshot, name string) *NetInterface {
 	t.Helper()
 	for i := range s.Interfaces {
 		if s.Interfaces[i].Name == name {
@@ -206,7 +206,7 @@ func wantNone[T any](t *testing.T, what string, got sampler.Opt[T]) {
 	}
 }
 
-func TestNICReaderTree(t *testing.T) {
+func TestReaderTree(t *testing.T) {
 	snap, perr := nicSample(t, nicDGXTree(t).fs())
 	if perr != nil {
 		t.Fatalf("whole tree should read cleanly: %v", perr)
@@ -421,7 +421,7 @@ func TestNICVanishingEntries(t *testing.T) {
 func TestNICContextCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	r := &NICReader{FS: nicDGXTree(t).fs()}
+	r := &Reader{FS: nicDGXTree(t).fs()}
 	if _, err := r.Sample(ctx); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled sample: err = %v", err)
 	}
@@ -433,9 +433,9 @@ func TestNICRealSysfs(t *testing.T) {
 	if _, err := os.Stat("/sys/class/net/lo"); err != nil {
 		t.Skip("no /sys/class/net here")
 	}
-	snap, _ := nicSample(t, FS{Sys: "/sys", Proc: "/proc"})
+	snap, _ := nicSample(t, numa.FS{Sys: "/sys", Proc: "/proc"})
 	for _, n := range snap.Interfaces {
-		if n.Name == "lo" || !isPCIAddress(n.PCIAddress) {
+		if n.Name == "lo" || !sysfs.IsPCIAddress(n.PCIAddress) {
 			t.Errorf("interface %s (%q) is not a physical one", n.Name, n.PCIAddress)
 		}
 		if n.NUMANode < -1 {
@@ -443,7 +443,7 @@ func TestNICRealSysfs(t *testing.T) {
 		}
 	}
 	for _, p := range snap.Ports {
-		if p.PCIAddress != "" && !isPCIAddress(p.PCIAddress) {
+		if p.PCIAddress != "" && !sysfs.IsPCIAddress(p.PCIAddress) {
 			t.Errorf("port %s/%d: PCI address %q", p.Device, p.Port, p.PCIAddress)
 		}
 	}
@@ -530,10 +530,10 @@ func TestParseIBRate(t *testing.T) {
 }
 
 // nicProfile samples a committed fixture tree.
-func nicProfile(t *testing.T, profile string) (*NICSnapshot, *sampler.PartialError, FS) {
+func nicProfile(t *testing.T, profile string) (*Snapshot, *sampler.PartialError, numa.FS) {
 	t.Helper()
 	root := sysfsfake.Load(t, profile)
-	f := FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
+	f := numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
 	snap, perr := nicSample(t, f)
 	return snap, perr, f
 }

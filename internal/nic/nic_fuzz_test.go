@@ -1,4 +1,4 @@
-package numa
+package nic
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ import (
 // trees (numa/testdata/*.txtar) whose names end in one of suffixes, so
 // the fuzzers start from every value the fixtures model.
 func nicFixtureFiles(suffixes ...string) []string {
-	archives, _ := filepath.Glob(filepath.Join("testdata", "*.txtar"))
+	archives, _ := filepath.Glob(filepath.Join("..", "..", "numa", "testdata", "*.txtar"))
 	var out []string
 	for _, a := range archives {
 		b, err := os.ReadFile(a)
