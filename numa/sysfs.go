@@ -1,14 +1,15 @@
 // Package numa discovers where things sit in a machine: NUMA nodes and their
 // distances, the PCIe tree from every GPU, NIC and NVMe drive up to its root
 // port, the path class between each GPU and NIC as nvidia-smi topo -m names
-// it, NIC port health, and the CPU and memory placement of GPU processes.
+// it, and the CPU and memory placement of GPU processes. NIC ports are the
+// nic package's (internal/nic).
 //
 // Everything is read from a sysfs and a procfs root, so fixture trees stand
 // in for a machine in tests. Parsing is kept apart from metrics: this package
 // returns typed results and knows nothing of Prometheus.
 //
-// prometheus/procfs is used for per-process files. Its sysfs PCI and
-// InfiniBand readers are not: they drop a whole device (or the whole class)
+// prometheus/procfs is used for per-process files. Its sysfs PCI reader is
+// not: they drop a whole device (or the whole class)
 // when one file is unreadable or holds an unexpected value, which is the
 // failure node_exporter#3265 describes. Here one bad file drops one value and
 // is counted.
