@@ -1,6 +1,16 @@
 package sysfs
 
-import "testing"
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
+)
 
 func TestChainOf(t *testing.T) {
 	for _, tc := range []struct {
@@ -23,5 +33,52 @@ func TestChainOf(t *testing.T) {
 				t.Errorf("ChainOf(%q) = %v, want %v", tc.in, chain, tc.chain)
 			}
 		}
+	}
+}
+
+func TestOptReaders(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	var tally sampler.Tally
+	if v := OptInt(&tally, write("hex", "0x10\n")); !v.Valid || v.V != 16 {
+		t.Errorf("OptInt(0x10) = %+v, want 16", v)
+	}
+	if v := OptUint(&tally, write("counter", " 18446744073709551615 ")); !v.Valid || v.V != 1<<64-1 {
+		t.Errorf("OptUint(max) = %+v", v)
+	}
+	if v := OptString(&tally, filepath.Join(dir, "missing")); v.Valid {
+		t.Errorf("missing file read as %+v", v)
+	}
+	if err := tally.Err(); err != nil {
+		t.Fatalf("good and missing files counted as errors: %v", err)
+	}
+	bad := write("bad", "x16\n")
+	if v := OptInt(&tally, bad); v.Valid {
+		t.Errorf("OptInt(x16) = %+v, want absent", v)
+	}
+	if v := OptUint(&tally, write("negative", "-1")); v.Valid {
+		t.Errorf("OptUint(-1) = %+v, want absent", v)
+	}
+	var partial *sampler.PartialError
+	if err := tally.Err(); !errors.As(err, &partial) || partial.Count != 2 || !strings.Contains(err.Error(), bad) {
+		t.Fatalf("two bad files: err = %v, want a PartialError counting 2 and naming %s", err, bad)
+	}
+}
+
+func TestAbsent(t *testing.T) {
+	for _, err := range []error{fs.ErrNotExist, syscall.EINVAL, syscall.EOPNOTSUPP, syscall.ENODEV,
+		&fs.PathError{Op: "read", Path: "/sys/class/net/lo/speed", Err: syscall.EINVAL}} {
+		if !Absent(err) {
+			t.Errorf("Absent(%v) = false", err)
+		}
+	}
+	if Absent(syscall.EIO) || Absent(fs.ErrPermission) {
+		t.Error("EIO or EPERM taken as absent: a failing read would go uncounted")
 	}
 }
