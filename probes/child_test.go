@@ -301,8 +301,10 @@ func TestCommandRejectsBadInput(t *testing.T) {
 		want string
 	}{
 		{Command{Size: "12 parsecs", Samples: 1}, "--size=12 parsecs: want bytes or a size such as 64MiB"},
-		{Command{Size: "1024", Samples: 1}, "want 1MiB to 4GiB"},
+		{Command{Size: "1024", Samples: 1}, "--size=1024: want 1MiB to 4GiB"},
+		{Command{Size: "8GiB", Samples: 1}, "--size=8GiB: want 1MiB to 4GiB"},
 		{Command{Size: "64MiB", Samples: 0}, "--samples=0: want 1 to 100"},
+		{Command{Size: "64MiB", Samples: 101}, "--samples=101: want 1 to 100"},
 		{Command{Size: "64MiB", Samples: 1, Probes: []string{"warp_drive"}}, "--probe=warp_drive: unknown probe"},
 		{Command{Size: "64MiB", Samples: 1, GPUs: []string{"7"}}, "--gpu=7: there are 2 GPUs (0-1)"},
 	} {

@@ -56,17 +56,8 @@ func AddCommand(app *kingpin.Application, c *Command) *kingpin.CmdClause {
 	return cmd
 }
 
-func kindList() string { return strings.Join(KindNames(), ", ") }
-
-// Size limits: below 1 MiB a copy measures launch cost, not the link; above
-// 4 GiB a round would hold more memory than a probe should.
-const (
-	minSize    = 1 << 20
-	maxSize    = 4 << 30
-	maxSamples = 100
-)
-
-// parseSize takes plain bytes or a size with a unit.
+// parseSize takes plain bytes or a size with a unit; Options.Validate
+// checks the range.
 func parseSize(s string) (int64, error) {
 	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 	if err != nil {
@@ -76,10 +67,26 @@ func parseSize(s string) (int64, error) {
 		}
 		n = int64(b)
 	}
-	if n < minSize || n > maxSize {
-		return 0, fmt.Errorf("--size=%s: want 1MiB to 4GiB", s)
-	}
 	return n, nil
+}
+
+// commandFlags are this command's flags for the daemon's that
+// Options.Validate names.
+var commandFlags = map[string]string{"--probe.size": "--size", "--probe.samples": "--samples", "--probe.kind": "--probe"}
+
+// usageError is err from Options.Validate in this command's terms: its
+// flag, and the size as given.
+func (c *Command) usageError(err error) error {
+	oe, ok := err.(*OptionError)
+	if !ok {
+		return err
+	}
+	e := *oe
+	if e.Flag == "--probe.size" {
+		e.Value = c.Size
+	}
+	e.Flag = commandFlags[e.Flag]
+	return &e
 }
 
 // Exit statuses of the child.
@@ -96,24 +103,22 @@ func (c *Command) Run(ctx context.Context, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return ExitUsage
 	}
-	if c.Samples < 1 || c.Samples > maxSamples {
-		fmt.Fprintf(stderr, "--samples=%d: want 1 to %d\n", c.Samples, maxSamples)
-		return ExitUsage
-	}
 	var kinds []Kind
 	for _, k := range c.Probes {
-		if !slices.Contains(Kinds, Kind(k)) {
-			fmt.Fprintf(stderr, "--probe=%s: unknown probe; known: %s\n", k, kindList())
-			return ExitUsage
-		}
 		kinds = append(kinds, Kind(k))
+	}
+	// Every GPU's options share these; the rest are addresses and nodes.
+	template := Options{Probes: kinds, SizeBytes: size, Samples: c.Samples}
+	if err := template.Validate(); err != nil {
+		fmt.Fprintln(stderr, c.usageError(err))
+		return ExitUsage
 	}
 	var round *Round
 	drv, err := cuda.Open(c.Library)
 	switch {
 	case err == nil:
 		defer drv.Close()
-		opts, err := c.options(drv, size, kinds)
+		opts, err := c.options(drv, template)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return ExitUsage
@@ -160,8 +165,9 @@ func (c *Command) addressesOnly() bool {
 }
 
 // options resolves the GPU and peer selectors against the devices CUDA
-// sees and fills in the default host nodes.
-func (c *Command) options(drv *cuda.Driver, size int64, kinds []Kind) ([]Options, error) {
+// sees and fills in the default host nodes, for each GPU a copy of
+// template.
+func (c *Command) options(drv *cuda.Driver, template Options) ([]Options, error) {
 	addrs, err := pciOrder(drv)
 	if err != nil {
 		return nil, err
@@ -200,7 +206,8 @@ func (c *Command) options(drv *cuda.Driver, size int64, kinds []Kind) ([]Options
 	}
 	var out []Options
 	for _, g := range gpus {
-		o := Options{GPU: g, Probes: kinds, SizeBytes: size, Samples: c.Samples}
+		o := template
+		o.GPU = g
 		for _, sel := range peerSel {
 			if sel == "all" {
 				o.Peers = appendNew(o.Peers, reachablePeers(drv, g, addrs)...)

@@ -35,7 +35,8 @@ const (
 // Policies lists the valid policies, the default first.
 var Policies = []string{PolicyIdle, PolicyAlways, PolicyOff}
 
-// SchedulerConfig configures a Scheduler. Zero values mean the defaults.
+// SchedulerConfig configures a Scheduler. Zero values mean the defaults,
+// except in Options.
 type SchedulerConfig struct {
 	Policy string // default idle
 	// Interval is the time between rounds, jittered by Jitter either way
@@ -52,8 +53,9 @@ type SchedulerConfig struct {
 	FirstDelay time.Duration
 	// Timeout bounds one child run (default 60s).
 	Timeout time.Duration
-	// Options is the template of every run: Probes, SizeBytes, Samples.
-	// GPU, Peers and HostNodes are filled per GPU.
+	// Options is the template of every run: Probes, SizeBytes, Samples,
+	// which must be valid (Options.Validate; zero is not a default). GPU,
+	// Peers and HostNodes are filled per GPU.
 	Options Options
 	// UtilizationThreshold is the NVML utilization (0..1) above which the
 	// idle policy leaves a GPU alone (default 0.05).
@@ -112,7 +114,8 @@ type gpuEntry struct {
 	down bool
 }
 
-// NewScheduler checks cfg and fills in its defaults.
+// NewScheduler checks cfg and fills in its defaults. An error names what
+// is wrong: for the probe options, the daemon's flag and what it takes.
 func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	if cfg.Policy == "" {
 		cfg.Policy = PolicyIdle
@@ -156,16 +159,10 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	if cfg.UtilizationThreshold < 0 || cfg.UtilizationThreshold > 1 {
 		return nil, fmt.Errorf("probe utilization threshold %g outside [0, 1]", cfg.UtilizationThreshold)
 	}
-	for _, k := range cfg.Options.Probes {
-		if !slices.Contains(Kinds, k) {
-			return nil, fmt.Errorf("unknown probe %q: want some of %s", k, kindList())
-		}
-	}
-	if cfg.Options.SizeBytes <= 0 {
-		cfg.Options.SizeBytes = DefaultSizeBytes
-	}
-	if cfg.Options.Samples <= 0 {
-		cfg.Options.Samples = DefaultSamples
+	// Checked whatever the policy: a flag that is wrong is wrong before
+	// the policy turns the probes on.
+	if err := cfg.Options.Validate(); err != nil {
+		return nil, err
 	}
 	if cfg.Policy != PolicyOff {
 		switch {

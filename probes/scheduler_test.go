@@ -86,6 +86,9 @@ func nvswitch(gpus []nvml.GPUState) []nvml.Pair {
 	return out
 }
 
+// defaultOptions are the daemon's flags' defaults.
+var defaultOptions = Options{SizeBytes: DefaultSizeBytes, Samples: DefaultSamples}
+
 // fakeClock advances a second every time it is read, so durations are
 // whole seconds and every timestamp differs.
 type fakeClock struct {
@@ -124,7 +127,8 @@ func newSched(t *testing.T, snap *nvml.Snapshot, edit func(*SchedulerConfig)) *s
 	t.Helper()
 	f := &schedFixture{runner: &fakeRunner{}, clock: &fakeClock{t: time.Unix(1700000000, 0)}, snap: snap}
 	cfg := SchedulerConfig{
-		Runner: f.runner,
+		Runner:  f.runner,
+		Options: defaultOptions,
 		GPUs: func() *nvml.Snapshot {
 			f.mu.Lock()
 			defer f.mu.Unlock()
@@ -361,12 +365,14 @@ func TestSchedulerPeers(t *testing.T) {
 	}
 }
 
-func TestSchedulerDefaultsFillOptions(t *testing.T) {
-	f := newSched(t, &nvml.Snapshot{GPUs: []nvml.GPUState{idleGPU(0)}}, nil)
+func TestSchedulerRunsItsOptions(t *testing.T) {
+	f := newSched(t, &nvml.Snapshot{GPUs: []nvml.GPUState{idleGPU(0)}}, func(c *SchedulerConfig) {
+		c.Options = Options{SizeBytes: 8 << 20, Samples: 7}
+	})
 	f.s.RunRound(context.Background())
 	o := f.runner.calls[0]
-	if o.SizeBytes != DefaultSizeBytes || o.Samples != DefaultSamples || o.Probes != nil || o.Peers != nil || o.HostNodes != nil {
-		t.Errorf("run with %+v, want the default size and samples, all probes, no peers, unbound", o)
+	if o.SizeBytes != 8<<20 || o.Samples != 7 || o.Probes != nil || o.Peers != nil || o.HostNodes != nil {
+		t.Errorf("run with %+v, want the configured size and samples, all probes, no peers, unbound", o)
 	}
 }
 
@@ -609,7 +615,7 @@ func TestSchedulerRunLoop(t *testing.T) {
 
 func TestSchedulerPolicyOff(t *testing.T) {
 	// Off needs neither a runner nor the samples.
-	s, err := NewScheduler(SchedulerConfig{Policy: PolicyOff})
+	s, err := NewScheduler(SchedulerConfig{Policy: PolicyOff, Options: defaultOptions})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -630,7 +636,7 @@ func TestSchedulerPolicyOff(t *testing.T) {
 
 func TestSchedulerConfig(t *testing.T) {
 	ok := SchedulerConfig{Runner: &fakeRunner{}, GPUs: func() *nvml.Snapshot { return nil },
-		Processes: func() ([]nvml.Process, error) { return nil, nil }}
+		Processes: func() ([]nvml.Process, error) { return nil, nil }, Options: defaultOptions}
 	for _, tc := range []struct {
 		name string
 		edit func(*SchedulerConfig)
@@ -643,9 +649,12 @@ func TestSchedulerConfig(t *testing.T) {
 		{"jitter too big", func(c *SchedulerConfig) { c.Jitter = 0.6 }, "probe jitter 0.6 outside [0, 0.5]"},
 		{"negative jitter", func(c *SchedulerConfig) { c.Jitter = -0.1 }, "probe jitter -0.1 outside [0, 0.5]"},
 		{"threshold", func(c *SchedulerConfig) { c.UtilizationThreshold = 5 }, "utilization threshold 5 outside [0, 1]"},
-		{"unknown probe", func(c *SchedulerConfig) { c.Options.Probes = []Kind{"warp_drive"} }, `unknown probe "warp_drive": want some of host_to_device,`},
+		{"unknown probe", func(c *SchedulerConfig) { c.Options.Probes = []Kind{"warp_drive"} }, "--probe.kind=warp_drive: unknown probe; known: host_to_device,"},
+		{"size too big", func(c *SchedulerConfig) { c.Options.SizeBytes = 8 << 30 }, "--probe.size=8GiB: want 1MiB to 4GiB"},
+		{"no samples", func(c *SchedulerConfig) { c.Options.Samples = 0 }, "--probe.samples=0: want 1 to 100"},
+		{"options checked when off", func(c *SchedulerConfig) { c.Policy, c.Options.SizeBytes = PolicyOff, 0 }, "--probe.size=0B: want 1MiB"},
 		{"no runner", func(c *SchedulerConfig) { c.Runner = nil }, "no runner"},
-		{"no samples", func(c *SchedulerConfig) { c.GPUs = nil }, "no NVML sample"},
+		{"no NVML sample", func(c *SchedulerConfig) { c.GPUs = nil }, "no NVML sample"},
 		{"idle without processes", func(c *SchedulerConfig) { c.Processes = nil }, "idle needs the GPU process list"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -748,7 +757,7 @@ func TestSchedulerKeepsTheDutyCycle(t *testing.T) {
 	if want := []time.Duration{time.Second, 450 * time.Second}; !slices.Equal(slept, want) {
 		t.Errorf("slept %v, want %v", slept, want)
 	}
-	if _, err := NewScheduler(SchedulerConfig{Policy: PolicyIdle, MaxDuty: 2, Runner: f.runner}); err == nil || !strings.Contains(err.Error(), "max duty 2") {
+	if _, err := NewScheduler(SchedulerConfig{Policy: PolicyIdle, MaxDuty: 2, Runner: f.runner, Options: defaultOptions}); err == nil || !strings.Contains(err.Error(), "max duty 2") {
 		t.Errorf("MaxDuty 2: %v", err)
 	}
 }

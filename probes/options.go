@@ -1,0 +1,52 @@
+package probes
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/alecthomas/units"
+)
+
+// Limits of the options: below 1 MiB a copy measures launch cost, not the
+// link; above 4 GiB a round would hold more memory than a probe should.
+// More than 100 samples only makes a round longer.
+const (
+	MinSizeBytes = 1 << 20
+	MaxSizeBytes = 4 << 30
+	MaxSamples   = 100
+)
+
+// OptionError is an option out of its range. It names the daemon's flag
+// for the option; the probe command names its own.
+type OptionError struct {
+	Flag  string // --probe.size, --probe.samples or --probe.kind
+	Value string
+	// Want says what the flag takes.
+	Want string
+}
+
+func (e *OptionError) Error() string { return fmt.Sprintf("%s=%s: %s", e.Flag, e.Value, e.Want) }
+
+// Validate checks the options a round measures with: the transfer size,
+// the samples and the probe kinds. The daemon checks them when it starts,
+// the probe child and the simulated node before a round. Zero is not a
+// default: the flags have theirs.
+func (o Options) Validate() error {
+	if o.SizeBytes < MinSizeBytes || o.SizeBytes > MaxSizeBytes {
+		return &OptionError{Flag: "--probe.size", Value: units.Base2Bytes(o.SizeBytes).String(),
+			Want: fmt.Sprintf("want %s to %s", units.Base2Bytes(MinSizeBytes), units.Base2Bytes(MaxSizeBytes))}
+	}
+	if o.Samples < 1 || o.Samples > MaxSamples {
+		return &OptionError{Flag: "--probe.samples", Value: strconv.Itoa(o.Samples), Want: fmt.Sprintf("want 1 to %d", MaxSamples)}
+	}
+	for _, k := range o.Probes {
+		if !slices.Contains(Kinds, k) {
+			return &OptionError{Flag: "--probe.kind", Value: string(k), Want: "unknown probe; known: " + kindList()}
+		}
+	}
+	return nil
+}
+
+func kindList() string { return strings.Join(KindNames(), ", ") }
