@@ -8,23 +8,37 @@ import (
 	"github.com/gpulink/gpulink_exporter/probes/cuda"
 )
 
-// hostProbe measures one host probe with the host buffer on one node.
-func (p *gpuProbe) hostProbe(kind Kind, node int) []Result {
-	if kind == HostLatency {
-		return []Result{p.hostLatency(node)}
+// HostToDevice, DeviceToHost and HostBidirectional are hostCopy's kinds.
+func (p *gpuProbe) HostToDevice(node int, readLink bool) (float64, *LinkUnderLoad, error) {
+	rates, link, err := p.hostCopy(HostToDevice, node, readLink)
+	if err != nil {
+		return 0, nil, err
 	}
-	size := p.opts.SizeBytes
-	base := Result{Probe: kind, HostNUMANode: nodeRef(node), SizeBytes: size, Samples: p.opts.Samples}
-	fail := func(err error) []Result {
-		if kind == HostBidirectional {
-			a, b := base, base
-			a.Direction, b.Direction = DirHostToDevice, DirDeviceToHost
-			return []Result{errResult(a, err), errResult(b, err)}
-		}
-		base.Direction = map[Kind]string{HostToDevice: DirHostToDevice, DeviceToHost: DirDeviceToHost}[kind]
-		return []Result{errResult(base, err)}
-	}
+	return rates[0], link, nil
+}
 
+func (p *gpuProbe) DeviceToHost(node int) (float64, error) {
+	rates, _, err := p.hostCopy(DeviceToHost, node, false)
+	if err != nil {
+		return 0, err
+	}
+	return rates[0], nil
+}
+
+func (p *gpuProbe) HostBidirectional(node int) (float64, float64, error) {
+	rates, _, err := p.hostCopy(HostBidirectional, node, false)
+	if err != nil {
+		return 0, 0, err
+	}
+	return rates[0], rates[1], nil
+}
+
+// hostCopy measures one host copy probe with the host buffer on one node:
+// one rate, or for HostBidirectional the host-to-device and device-to-host
+// rates. With readLink, a host-to-device copy reads the link under load
+// too.
+func (p *gpuProbe) hostCopy(kind Kind, node int, readLink bool) ([]float64, *LinkUnderLoad, error) {
+	size := p.opts.SizeBytes
 	// Both directions at once need a host and a device buffer each.
 	pairs := 1
 	if kind == HostBidirectional {
@@ -45,43 +59,37 @@ func (p *gpuProbe) hostProbe(kind Kind, node int) []Result {
 	for range pairs {
 		h, err := p.pin(size, node)
 		if err != nil {
-			return fail(err)
+			return nil, nil, err
 		}
 		hosts = append(hosts, h)
 		d, err := p.alloc(p.w, size)
 		if err != nil {
-			return fail(err)
+			return nil, nil, err
 		}
 		devs = append(devs, d)
 	}
 	p.noteMemory()
-	var dirs []string
 	for i := range pairs {
 		toDevice := kind == HostToDevice || (kind == HostBidirectional && i == 0)
-		dst, src, dir := devs[i], hosts[i].dev, DirHostToDevice
+		dst, src := devs[i], hosts[i].dev
 		if !toDevice {
-			dst, src, dir = hosts[i].dev, devs[i], DirDeviceToHost
+			dst, src = hosts[i].dev, devs[i]
 		}
 		l, err := p.newLane(p.w, dst, src, size)
 		if err != nil {
-			return fail(err)
+			return nil, nil, err
 		}
-		lanes, dirs = append(lanes, l), append(dirs, dir)
+		lanes = append(lanes, l)
 	}
 	rates, err := p.measure(lanes)
 	if err != nil {
-		return fail(err)
+		return nil, nil, err
 	}
-	if kind == HostToDevice && p.round.LinkUnderLoad == nil {
-		p.readLinkUnderLoad(lanes[0], rates[0])
+	var link *LinkUnderLoad
+	if kind == HostToDevice && readLink {
+		link = p.readLinkUnderLoad(lanes[0], rates[0])
 	}
-	out := make([]Result, len(lanes))
-	for i := range lanes {
-		r := base
-		r.Direction, r.BytesPerSecond = dirs[i], rates[i]
-		out[i] = r
-	}
-	return out
+	return rates, link, nil
 }
 
 // measure runs one lane alone or two at once.
@@ -100,14 +108,15 @@ func (p *gpuProbe) measure(lanes []*lane) ([]float64, error) {
 const linkReadTime = 15 * time.Millisecond
 
 // readLinkUnderLoad reads the GPU's PCIe link while host-to-device copies
-// move data, and confirms they were still moving once it was read.
-func (p *gpuProbe) readLinkUnderLoad(l *lane, rate float64) {
+// move data, and confirms they were still moving once it was read; nil
+// when the read gave nothing.
+func (p *gpuProbe) readLinkUnderLoad(l *lane, rate float64) *LinkUnderLoad {
 	loops := int(math.Ceil(linkReadTime.Seconds() * rate / float64(l.n)))
 	var link numa.PCIeLink
 	var readErr error
 	var running bool
 	_, err := p.timed([]*lane{l}, []int{min(max(loops, minLoops), 4*maxLoops)}, func() {
-		link, readErr = p.fs.PCIeLinkOf(p.round.PCIBusID)
+		link, readErr = p.fs.PCIeLinkOf(p.addr)
 		l.w.do(func(*cuda.Context) error {
 			done, err := l.end.Done()
 			running = err == nil && !done
@@ -115,65 +124,67 @@ func (p *gpuProbe) readLinkUnderLoad(l *lane, rate float64) {
 		})
 	})
 	if err != nil || readErr != nil || !link.Speed.Valid || !link.Width.Valid {
-		return
+		return nil
 	}
-	p.round.LinkUnderLoad = &LinkUnderLoad{
+	return &LinkUnderLoad{
 		Generation: numa.Generation(link.Speed.V),
 		Width:      link.Width.V,
 		Confirmed:  running,
 	}
 }
 
-// localCopy copies within the GPU's memory. Every byte copied is read once
+// LocalCopy copies within the GPU's memory. Every byte copied is read once
 // and written once, and both are counted, so the result compares with the
 // HBM's peak bandwidth.
-func (p *gpuProbe) localCopy() Result {
+func (p *gpuProbe) LocalCopy() (float64, error) {
 	size := p.opts.SizeBytes
-	r := Result{Probe: DeviceLocalCopy, Direction: DirLocal, SizeBytes: size, Samples: p.opts.Samples}
 	src, err := p.alloc(p.w, size)
 	if err != nil {
-		return errResult(r, err)
+		return 0, err
 	}
 	defer p.free(p.w, src, size)
 	dst, err := p.alloc(p.w, size)
 	if err != nil {
-		return errResult(r, err)
+		return 0, err
 	}
 	defer p.free(p.w, dst, size)
 	p.noteMemory()
 	l, err := p.newLane(p.w, dst, src, size)
 	if err != nil {
-		return errResult(r, err)
+		return 0, err
 	}
 	defer l.close()
 	rate, _, err := p.bandwidth(l, p.opts.Samples)
 	if err != nil {
-		return errResult(r, err)
+		return 0, err
 	}
-	r.BytesPerSecond = 2 * rate
-	return r
+	return 2 * rate, nil
 }
 
-// peerProbe measures one peer probe against the GPU at addr.
-func (p *gpuProbe) peerProbe(kind Kind, addr string) []Result {
-	if kind == PeerLatency {
-		return []Result{p.peerLatency(addr)}
+// PeerCopy and PeerBidirectional are peerCopy's kinds.
+func (p *gpuProbe) PeerCopy(addr string) (float64, error) {
+	rates, err := p.peerCopy(PeerCopy, addr)
+	if err != nil {
+		return 0, err
 	}
+	return rates[0], nil
+}
+
+func (p *gpuProbe) PeerBidirectional(addr string) (float64, float64, error) {
+	rates, err := p.peerCopy(PeerBidirectional, addr)
+	if err != nil {
+		return 0, 0, err
+	}
+	return rates[0], rates[1], nil
+}
+
+// peerCopy measures one peer copy probe against the GPU at addr: the rate
+// to the peer, and for PeerBidirectional the rate from it.
+func (p *gpuProbe) peerCopy(kind Kind, addr string) ([]float64, error) {
 	size := p.opts.SizeBytes
-	base := Result{Probe: kind, Peer: addr, SizeBytes: size, Samples: p.opts.Samples}
-	fail := func(err error) []Result {
-		a := base
-		a.Direction = DirToPeer
-		if kind == PeerCopy {
-			return []Result{errResult(a, err)}
-		}
-		b := base
-		b.Direction = DirFromPeer
-		return []Result{errResult(a, err), errResult(b, err)}
-	}
 	pw, err := p.peer(addr)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	type buf struct {
 		w   *worker
@@ -196,10 +207,9 @@ func (p *gpuProbe) peerProbe(kind Kind, addr string) []Result {
 	}
 	// Each direction is a copy issued by the GPU that writes: its copy
 	// engine pushes into the other's memory (nvbandwidth's write tests).
-	dirs := []string{DirToPeer}
 	writers := []*worker{p.w}
 	if kind == PeerBidirectional {
-		dirs, writers = append(dirs, DirFromPeer), append(writers, pw)
+		writers = append(writers, pw)
 	}
 	for i, w := range writers {
 		reader := pw
@@ -208,34 +218,24 @@ func (p *gpuProbe) peerProbe(kind Kind, addr string) []Result {
 		}
 		src, err := get(w)
 		if err != nil {
-			return fail(err)
+			return nil, err
 		}
 		dst, err := get(reader)
 		if err != nil {
-			return fail(err)
+			return nil, err
 		}
 		l, err := p.newLane(w, dst, src, size)
 		if err != nil {
-			return fail(err)
+			return nil, err
 		}
 		lanes = append(lanes, l)
 	}
 	p.noteMemory()
-	rates, err := p.measure(lanes)
-	if err != nil {
-		return fail(err)
-	}
-	out := make([]Result, len(lanes))
-	for i := range lanes {
-		r := base
-		r.Direction, r.BytesPerSecond = dirs[i], rates[i]
-		out[i] = r
-	}
-	return out
+	return p.measure(lanes)
 }
 
-// launchCount launches are timed for the launch latency, after
-// launchWarmup untimed ones, as the reference (latency_ref.cu) does. With
+// LaunchCount launches are timed for the launch latency, after
+// LaunchWarmup untimed ones, as the reference (latency_ref.cu) does. With
 // 200 after 20 the median moved 5-29% between rounds on the same GPU,
 // against the reference's 1-6% (bench/RESULTS.md, 2026-11-21). On an idle
 // GPU all 1100 take about 11 ms. Beside a job each launch waits for a time
@@ -244,15 +244,14 @@ func (p *gpuProbe) peerProbe(kind Kind, addr string) []Result {
 // (2.8% of its throughput at a 10 s interval, measured 2026-11-22), and the
 // warm-up shrinks to the first half of what ran.
 const (
-	launchCount  = 1000
-	launchWarmup = 100
+	LaunchCount  = 1000
+	LaunchWarmup = 100
 	launchBudget = 40 * time.Millisecond
 )
 
-// launchLatency is the time from launching an empty kernel to the host
+// LaunchLatency is the time from launching an empty kernel to the host
 // seeing it finish: the floor under every small GPU operation.
-func (p *gpuProbe) launchLatency() Result {
-	r := Result{Probe: LaunchLatency, Samples: launchCount}
+func (p *gpuProbe) LaunchLatency() (float64, int, error) {
 	var d []float64
 	err := p.w.do(func(c *cuda.Context) error {
 		s, err := c.NewStream()
@@ -260,12 +259,12 @@ func (p *gpuProbe) launchLatency() Result {
 			return err
 		}
 		defer s.Destroy()
-		times, err := s.TimeLaunches(p.empty, launchWarmup+launchCount, launchBudget)
+		times, err := s.TimeLaunches(p.empty, LaunchWarmup+LaunchCount, launchBudget)
 		if err != nil {
 			return err
 		}
-		warm := launchWarmup
-		if len(times) < 2*launchWarmup {
+		warm := LaunchWarmup
+		if len(times) < 2*LaunchWarmup {
 			warm = len(times) / 2
 		}
 		for i, el := range times {
@@ -277,8 +276,7 @@ func (p *gpuProbe) launchLatency() Result {
 		return nil
 	})
 	if err != nil {
-		return errResult(r, err)
+		return 0, LaunchCount, err
 	}
-	r.Seconds, r.Samples = median(d), len(d)
-	return r
+	return median(d), len(d), nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -49,22 +48,25 @@ func failedRound(gpus []string, err error) *Round {
 }
 
 func runRound(ctx context.Context, drv *cuda.Driver, fs numa.FS, opts []Options) *Round {
-	round := &Round{Version: ContractVersion, Started: time.Now().UTC(), GPUs: []GPURound{}}
-	round.DriverVersion, _ = drv.Version()
-	for _, o := range opts {
-		if ctx.Err() != nil {
-			break
-		}
-		round.GPUs = append(round.GPUs, probeGPU(ctx, drv, fs, o))
-	}
-	round.Seconds = time.Since(round.Started).Seconds()
-	return round
+	return MeasureRound(ctx, cudaMeasurer{drv: drv, fs: fs}, opts)
+}
+
+// cudaMeasurer is the Measurer over the CUDA driver: the probe child's.
+type cudaMeasurer struct {
+	drv *cuda.Driver
+	fs  numa.FS
+}
+
+func (m cudaMeasurer) DriverVersion() int {
+	v, _ := m.drv.Version()
+	return v
 }
 
 // Sizes of what the latency probes chase: nvbandwidth's 2 MiB, nodes a
-// cache line (128 bytes on NVIDIA GPUs) apart.
+// cache line (128 bytes on NVIDIA GPUs) apart. ChaseBytes is the
+// SizeBytes of a latency result.
 const (
-	chaseBytes  = 2 << 20
+	ChaseBytes  = 2 << 20
 	chaseStride = 128
 )
 
@@ -72,8 +74,9 @@ const (
 // microseconds, so a gate still shut after this means the host is gone.
 const gateTimeout = 5 * time.Second
 
-// gpuProbe is one GPU's probing: its worker, kernels and control page, and
-// the accounting of what the probes cost.
+// gpuProbe is one GPU's probing, the GPU that cudaMeasurer opens: its
+// worker, kernels and control page, and the accounting of what the probes
+// cost.
 type gpuProbe struct {
 	ctx                context.Context
 	fs                 numa.FS
@@ -88,56 +91,50 @@ type gpuProbe struct {
 
 	peers map[string]*worker
 
-	round *GPURound
-	busy  time.Duration
-	dev   int64 // device memory held now
-	host  int64 // pinned host memory held now
+	addr string // the GPU's PCI address, sysfs form
+	busy time.Duration
+	dev  int64 // device memory held now
+	host int64 // pinned host memory held now
+	cost Cost  // the memory highs; busy is kept apart, as a duration
 }
 
-func probeGPU(ctx context.Context, drv *cuda.Driver, fs numa.FS, o Options) (g GPURound) {
-	g = GPURound{PCIBusID: nvml.NormalizeBusID(o.GPU), CUDADevice: -1, Results: []Result{}}
-	dev, err := drv.DeviceByPCIBusID(o.GPU)
+// Open finds the GPU, starts its worker and loads the kernels.
+func (m cudaMeasurer) Open(ctx context.Context, o Options) (GPU, Device, error) {
+	found := Device{CUDADevice: -1}
+	addr := nvml.NormalizeBusID(o.GPU)
+	dev, err := m.drv.DeviceByPCIBusID(o.GPU)
 	if err != nil {
-		g.Error = err.Error()
-		return g
+		return nil, found, err
 	}
-	g.CUDADevice = dev.Ordinal
-	g.Name, _ = dev.Name()
+	found.CUDADevice = dev.Ordinal
+	found.Name, _ = dev.Name()
 	w, err := startWorker(dev)
 	if err != nil {
-		g.Error = fmt.Sprintf("GPU %s: %v", g.PCIBusID, err)
-		return g
+		return nil, found, fmt.Errorf("GPU %s: %v", addr, err)
 	}
-	p := &gpuProbe{ctx: ctx, fs: fs, opts: o, w: w, round: &g, peers: map[string]*worker{}}
-	defer func() {
-		p.teardown()
-		g.ContextSeconds = w.stop().Seconds()
-		g.BusySeconds = p.busy.Seconds()
-	}()
+	p := &gpuProbe{ctx: ctx, fs: m.fs, opts: o, w: w, addr: addr, peers: map[string]*worker{}}
 	if err := p.setup(); err != nil {
-		g.Error = fmt.Sprintf("GPU %s: %v", g.PCIBusID, err)
-		return g
+		// The context was held: returned, so that it is closed and counted.
+		return p, found, fmt.Errorf("GPU %s: %v", addr, err)
 	}
-	for _, kind := range kindsToRun(o.Probes) {
-		if ctx.Err() != nil {
-			break
-		}
-		g.Results = append(g.Results, p.run(kind)...)
-	}
-	return g
+	return p, found, nil
 }
 
-func kindsToRun(want []Kind) []Kind {
-	if len(want) == 0 {
-		return Kinds
-	}
-	var out []Kind
-	for _, k := range Kinds {
-		if slices.Contains(want, k) {
-			out = append(out, k)
-		}
-	}
-	return out
+// Close stops the peers' workers and then the GPU's own.
+func (p *gpuProbe) Close() float64 {
+	p.teardown()
+	return p.w.stop().Seconds()
+}
+
+func (p *gpuProbe) Cost() Cost {
+	c := p.cost
+	c.BusySeconds = p.busy.Seconds()
+	return c
+}
+
+func (p *gpuProbe) OpenPeer(addr string) error {
+	_, err := p.peer(addr)
+	return err
 }
 
 func (p *gpuProbe) setup() error {
@@ -192,7 +189,7 @@ func (p *gpuProbe) peer(addr string) (*worker, error) {
 		return nil, err
 	}
 	if !ok {
-		return nil, fmt.Errorf("GPU %s cannot access GPU %s peer to peer", p.round.PCIBusID, addr)
+		return nil, fmt.Errorf("GPU %s cannot access GPU %s peer to peer", p.addr, addr)
 	}
 	w, err := startWorker(dev)
 	if err != nil {
@@ -227,7 +224,7 @@ func (p *gpuProbe) alloc(w *worker, n int64) (cuda.DevicePtr, error) {
 	})
 	if err == nil && w == p.w {
 		p.dev += n
-		p.round.DeviceMemoryBytes = max(p.round.DeviceMemoryBytes, p.dev)
+		p.cost.DeviceMemoryBytes = max(p.cost.DeviceMemoryBytes, p.dev)
 	}
 	return ptr, err
 }
@@ -261,7 +258,7 @@ func (p *gpuProbe) pin(n int64, node int) (*pinned, error) {
 		return nil, err
 	}
 	p.host += n
-	p.round.HostMemoryBytes = max(p.round.HostMemoryBytes, p.host)
+	p.cost.HostMemoryBytes = max(p.cost.HostMemoryBytes, p.host)
 	return &pinned{buf: buf, dev: dp}, nil
 }
 
@@ -280,64 +277,10 @@ func (p *gpuProbe) noteMemory() {
 	p.w.do(func(c *cuda.Context) error {
 		free, total, err := c.MemInfo()
 		if err == nil && total > free {
-			p.round.ContextMemoryBytes = max(p.round.ContextMemoryBytes, int64(total-free))
+			p.cost.ContextMemoryBytes = max(p.cost.ContextMemoryBytes, int64(total-free))
 		}
 		return err
 	})
-}
-
-// run runs one probe kind, once per host node or peer as it applies.
-func (p *gpuProbe) run(kind Kind) []Result {
-	switch kind {
-	case HostToDevice, DeviceToHost, HostBidirectional, HostLatency:
-		var out []Result
-		for _, node := range p.hostNodes() {
-			out = append(out, p.hostProbe(kind, node)...)
-		}
-		return out
-	case PeerCopy, PeerBidirectional, PeerLatency:
-		var out []Result
-		for _, peer := range p.opts.Peers {
-			addr := nvml.NormalizeBusID(peer)
-			if kind != PeerCopy && addr < p.round.PCIBusID {
-				continue // measured in the peer's round
-			}
-			before := p.busy
-			out = append(out, p.peerProbe(kind, addr)...)
-			if p.round.PeerBusySeconds == nil {
-				p.round.PeerBusySeconds = map[string]float64{}
-			}
-			p.round.PeerBusySeconds[addr] += (p.busy - before).Seconds()
-		}
-		return out
-	case DeviceLocalCopy:
-		return []Result{p.localCopy()}
-	case LaunchLatency:
-		return []Result{p.launchLatency()}
-	}
-	return []Result{{Probe: kind, Error: fmt.Sprintf("unknown probe %q", kind)}}
-}
-
-// hostNodes are the nodes to bind host buffers to in turn; -1 alone means
-// unbound.
-func (p *gpuProbe) hostNodes() []int {
-	if len(p.opts.HostNodes) == 0 {
-		return []int{-1}
-	}
-	return p.opts.HostNodes
-}
-
-func nodeRef(node int) *int {
-	if node < 0 {
-		return nil
-	}
-	return &node
-}
-
-// errResult is a probe that gave no value, with why.
-func errResult(r Result, err error) Result {
-	r.Error = err.Error()
-	return r
 }
 
 var errGateTimedOut = errors.New("the spin gate timed out before the host opened it")

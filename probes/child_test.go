@@ -116,13 +116,13 @@ func TestRoundMeasuresWhatTheFakeModels(t *testing.T) {
 		want float64
 	}{{HostLatency, fakeHostLat}, {PeerLatency, fakePeerLat}} {
 		r := find(t, g, c.kind, "")
-		if !near(r.Seconds, c.want) || r.SizeBytes != chaseBytes {
-			t.Errorf("%s = %g s over %d bytes, want %g over %d", c.kind, r.Seconds, r.SizeBytes, c.want, chaseBytes)
+		if !near(r.Seconds, c.want) || r.SizeBytes != ChaseBytes {
+			t.Errorf("%s = %g s over %d bytes, want %g over %d", c.kind, r.Seconds, r.SizeBytes, c.want, ChaseBytes)
 		}
 	}
 	// All launches unless the machine running the test is slower than
 	// launchBudget allows; TestLaunchLatencyStopsAtItsBudget checks the cut.
-	if r := find(t, g, LaunchLatency, ""); r.Seconds <= 0 || r.Samples < 1 || r.Samples > launchCount {
+	if r := find(t, g, LaunchLatency, ""); r.Seconds <= 0 || r.Samples < 1 || r.Samples > LaunchCount {
 		t.Errorf("launch latency %g over %d samples", r.Seconds, r.Samples)
 	}
 	// The h200-vm fixture's GPU link is Gen5 x16; the fake's event query

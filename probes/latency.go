@@ -83,6 +83,18 @@ func (c *chain) tourStart() uint64 {
 // the lap, does not walk it.
 const chaseSampleHops = 4096
 
+// ChaseHops is how many hops the latency probe of kind (HostLatency or
+// PeerLatency) walks for one result: the warm-up, then samples samples.
+// It is for a model of the probe's cost; chaseLatency is what walks them.
+func ChaseHops(kind Kind, samples int) int {
+	nodes := ChaseBytes / chaseStride
+	warm := ChaseBytes / tourPage // the page tour
+	if kind == HostLatency {
+		warm = nodes // the whole cycle
+	}
+	return warm + samples*min(chaseSampleHops, nodes)
+}
+
 // chaseLatency runs the chase kernel on this GPU over c and returns the
 // median time of one hop. lap warms up with the whole cycle, else with the
 // page tour.
@@ -141,42 +153,34 @@ func (p *gpuProbe) chaseLatency(c *chain, lap bool) (float64, error) {
 	return median(out), nil
 }
 
-// hostLatency chases pointers through pinned host memory on one node: each
+// HostLatency chases pointers through pinned host memory on one node: each
 // hop is a round trip over PCIe to that node's memory.
-func (p *gpuProbe) hostLatency(node int) Result {
-	r := Result{Probe: HostLatency, HostNUMANode: nodeRef(node), SizeBytes: chaseBytes, Samples: p.opts.Samples}
-	h, err := p.pin(chaseBytes, node)
+func (p *gpuProbe) HostLatency(node int) (float64, error) {
+	h, err := p.pin(ChaseBytes, node)
 	if err != nil {
-		return errResult(r, err)
+		return 0, err
 	}
 	defer p.unpin(h)
-	c := newChain(uint64(h.dev), chaseBytes, chaseStride)
+	c := newChain(uint64(h.dev), ChaseBytes, chaseStride)
 	copy(h.buf.mem, c.bytes)
-	if r.Seconds, err = p.chaseLatency(c, true); err != nil {
-		return errResult(r, err)
-	}
-	return r
+	return p.chaseLatency(c, true)
 }
 
-// peerLatency chases pointers through the peer's memory: each hop is a
+// PeerLatency chases pointers through the peer's memory: each hop is a
 // round trip over the link between the two GPUs.
-func (p *gpuProbe) peerLatency(addr string) Result {
-	r := Result{Probe: PeerLatency, Peer: addr, SizeBytes: chaseBytes, Samples: p.opts.Samples}
+func (p *gpuProbe) PeerLatency(addr string) (float64, error) {
 	pw, err := p.peer(addr)
 	if err != nil {
-		return errResult(r, err)
+		return 0, err
 	}
-	ptr, err := p.alloc(pw, chaseBytes)
+	ptr, err := p.alloc(pw, ChaseBytes)
 	if err != nil {
-		return errResult(r, err)
+		return 0, err
 	}
-	defer p.free(pw, ptr, chaseBytes)
-	c := newChain(uint64(ptr), chaseBytes, chaseStride)
+	defer p.free(pw, ptr, ChaseBytes)
+	c := newChain(uint64(ptr), ChaseBytes, chaseStride)
 	if err := pw.do(func(ctx *cuda.Context) error { return ctx.CopyHtoD(ptr, c.bytes) }); err != nil {
-		return errResult(r, err)
+		return 0, err
 	}
-	if r.Seconds, err = p.chaseLatency(c, false); err != nil {
-		return errResult(r, err)
-	}
-	return r
+	return p.chaseLatency(c, false)
 }

@@ -18,8 +18,9 @@ import (
 	"unsafe"
 )
 
-// RoundRunner runs one probe round. ChildRunner is the real one; the
-// simulated node and the tests supply others.
+// RoundRunner runs one probe round. ChildRunner is the real one: the child
+// it starts runs MeasureRound over CUDA. The simulated node's runs
+// MeasureRound in process over its model; the tests supply others.
 type RoundRunner interface {
 	Run(ctx context.Context, o Options) (*Round, error)
 }

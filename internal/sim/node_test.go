@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -125,13 +126,17 @@ func placement(t *testing.T, n *Node) *numa.PlacementSnapshot {
 	return s
 }
 
+// defaultOptions are the daemon's flags' defaults.
+var defaultOptions = probes.Options{SizeBytes: probes.DefaultSizeBytes, Samples: probes.DefaultSamples}
+
 // round runs GPU i's probe round as the scheduler asks for it: every
 // other GPU a peer, host buffers on every node, the GPU's own first.
 func round(t *testing.T, n *Node, i int) *probes.GPURound {
 	t.Helper()
 	snap := gpus(t, n)
 	topo := topology(t, n)
-	o := probes.Options{GPU: snap.GPUs[i].PCIBusID, HostNodes: topo.HostNodes(snap.GPUs[i].PCIBusID)}
+	o := defaultOptions
+	o.GPU, o.HostNodes = snap.GPUs[i].PCIBusID, topo.HostNodes(snap.GPUs[i].PCIBusID)
 	for j, g := range snap.GPUs {
 		if j != i {
 			o.Peers = append(o.Peers, g.PCIBusID)
@@ -712,7 +717,7 @@ func TestRoundCost(t *testing.T) {
 	n := startNode(t, "dgx-h100", "")
 	g := round(t, n, 0)
 	if g.BusySeconds <= 0 || g.ContextSeconds <= g.BusySeconds || g.DeviceMemoryBytes != 2*probes.DefaultSizeBytes ||
-		g.HostMemoryBytes < 2*probes.DefaultSizeBytes || g.ContextMemoryBytes <= g.DeviceMemoryBytes {
+		g.HostMemoryBytes != 2*probes.DefaultSizeBytes || g.ContextMemoryBytes <= g.DeviceMemoryBytes {
 		t.Errorf("round cost %+v", g)
 	}
 	// GPU 0 has the lowest address: its bidirectional and latency probes
@@ -727,13 +732,25 @@ func TestRoundCost(t *testing.T) {
 		}
 	}
 	// A round asked for one probe gives that probe only.
-	rnd, err := n.Runner().Run(context.Background(), probes.Options{GPU: "0000:18:00.0", Probes: []probes.Kind{probes.LaunchLatency}})
+	o := defaultOptions
+	o.GPU, o.Probes = "0000:18:00.0", []probes.Kind{probes.LaunchLatency}
+	rnd, err := n.Runner().Run(context.Background(), o)
 	if err != nil || len(rnd.GPUs[0].Results) != 1 || rnd.GPUs[0].Results[0].Probe != probes.LaunchLatency {
 		t.Errorf("one-probe round %+v, %v", rnd, err)
 	}
-	rnd, err = n.Runner().Run(context.Background(), probes.Options{GPU: "0000:99:00.0"})
+	o = defaultOptions
+	o.GPU = "0000:99:00.0"
+	rnd, err = n.Runner().Run(context.Background(), o)
 	if err != nil || rnd.GPUs[0].Error == "" || !strings.Contains(rnd.GPUs[0].Error, "0000:99:00.0") {
 		t.Errorf("round for a GPU that is not there: %+v, %v", rnd, err)
+	}
+	// Options the child refuses, the simulated node refuses too.
+	o = defaultOptions
+	o.GPU, o.SizeBytes = "0000:18:00.0", 8<<30
+	rnd, err = n.Runner().Run(context.Background(), o)
+	var rf *probes.RunFailure
+	if rnd != nil || !errors.As(err, &rf) || rf.Result != probes.RunCrash || !strings.Contains(err.Error(), "--probe.size=8GiB: want 1MiB to 4GiB") {
+		t.Errorf("round with an 8 GiB transfer: %+v, %v", rnd, err)
 	}
 }
 
@@ -880,7 +897,8 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	testwait.Until(t, func() bool {
-		n.Runner().Run(context.Background(), probes.Options{GPU: "0000:18:00.0", Probes: []probes.Kind{probes.HostToDevice}})
+		n.Runner().Run(context.Background(), probes.Options{GPU: "0000:18:00.0", Probes: []probes.Kind{probes.HostToDevice},
+			SizeBytes: probes.DefaultSizeBytes, Samples: probes.DefaultSamples})
 		s, err := (&nic.Reader{FS: n.FS()}).Sample(context.Background())
 		if err != nil {
 			return false

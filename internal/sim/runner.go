@@ -2,12 +2,10 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
-	"slices"
 	"sync"
-	"time"
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/numa"
@@ -16,11 +14,14 @@ import (
 
 // Runner is the simulated node's probes.RoundRunner: it returns the round
 // the probe child would print on this node, with results that follow the
-// simulated links as they are now. It reads the node through the same
-// readers the exporter uses: an NVML sample for NVLinks and memory, the
-// sysfs PCIe tree for the host path, and what the path should give comes
-// from probes.PathFor, so the model and the expectations cannot drift
-// apart.
+// simulated links as they are now. The round is probes.MeasureRound, the
+// child's own, over a probes.Measurer whose GPUs are this file's
+// arithmetic: rates from the links, noise, the probe faults in force, and
+// the GPU time and memory a measurement costs. It reads the node through
+// the same readers the exporter uses: an NVML sample for NVLinks and
+// memory, the sysfs PCIe tree for the host path, and what the path should
+// give comes from probes.PathFor, so the model and the expectations cannot
+// drift apart.
 type Runner struct {
 	n      *Node
 	reader *nvml.Reader
@@ -43,39 +44,71 @@ const (
 	contextSetupSeconds = 0.35
 	peerContextSeconds  = 0.05
 	contextMemoryBytes  = 530 << 20
-	controlPageBytes    = 4096
-	chaseBytes          = 2 << 20
-	chaseStride         = 128
-	chaseSampleHops     = 4096
-	launchCount         = 220 // 20 warm-up and 200 timed, as the child
 	linkReadSeconds     = 0.015
 )
 
 // Run returns o.GPU's round. Like the child's, a round for a GPU that
-// cannot be found carries the error in the round, not in err.
+// cannot be found carries the error in the round, not in err; options the
+// child would refuse are a crash, as the daemon sees the child that
+// refuses them exit without a round.
 func (r *Runner) Run(ctx context.Context, o probes.Options) (*probes.Round, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &probes.RunFailure{GPU: o.GPU, Result: probes.RunError, Err: fmt.Errorf("not started: %w", err)}
 	}
-	start := time.Now()
-	bus := nvml.NormalizeBusID(o.GPU)
-	round := &probes.Round{Version: probes.ContractVersion, Started: start.UTC(), DriverVersion: cudaDriverVersion}
+	if err := o.Validate(); err != nil {
+		return nil, &probes.RunFailure{GPU: o.GPU, Result: probes.RunCrash, Err: err}
+	}
 	snap, err := r.reader.Sample(ctx)
 	if snap == nil {
 		return nil, &probes.RunFailure{GPU: o.GPU, Result: probes.RunError, Err: fmt.Errorf("simulated driver: %w", err)}
 	}
 	topo, _ := r.n.fs.Topology() // a value it could not read is left out, as for the exporter
-	g := r.measure(ctx, snap, topo, bus, o)
-	round.GPUs = []probes.GPURound{g}
-	round.Seconds = g.ContextSeconds + 0.05
-	return round, nil
+	return probes.MeasureRound(ctx, &measurer{r: r, snap: snap, topo: topo}, []probes.Options{o}), nil
 }
 
-// model is one round's view of the node.
+// measurer is one round's view of the node.
+type measurer struct {
+	r    *Runner
+	snap *nvml.Snapshot
+	topo *numa.Topology
+}
+
+func (*measurer) DriverVersion() int { return cudaDriverVersion }
+
+// Open finds the GPU in the NVML sample, as the child finds it by PCI
+// address.
+func (ms *measurer) Open(_ context.Context, o probes.Options) (probes.GPU, probes.Device, error) {
+	bus := nvml.NormalizeBusID(o.GPU)
+	m := &model{r: ms.r, snap: ms.snap, topo: ms.topo, o: o, links: ms.r.n.profile.Links, index: map[string]int{}, ownNode: -1,
+		peers: map[string]bool{}}
+	for i := range ms.snap.GPUs {
+		s := &ms.snap.GPUs[i]
+		m.index[s.PCIBusID] = s.Index
+		if s.PCIBusID == bus {
+			m.self = s
+		}
+	}
+	if m.self == nil || m.self.Lost {
+		return nil, probes.Device{CUDADevice: -1}, fmt.Errorf("no CUDA device with PCI bus id %s", bus)
+	}
+	m.path = probes.PathFor(ms.snap, ms.topo, bus)
+	m.host = m.currentHost(bus) * m.links.HostEfficiency
+	if ms.topo != nil {
+		if d := ms.topo.Device(bus); d != nil {
+			m.ownNode = ms.topo.NodeOf(d)
+		}
+	}
+	m.faults = ms.r.n.Faults()
+	return m, probes.Device{CUDADevice: m.self.Index, Name: m.self.Name}, nil
+}
+
+// model is one simulated GPU opened for a round: what it measures and
+// what that costs.
 type model struct {
 	r     *Runner
 	snap  *nvml.Snapshot
 	topo  *numa.Topology
+	o     probes.Options
 	self  *nvml.GPUState
 	path  probes.Path
 	links LinkModel
@@ -84,174 +117,147 @@ type model struct {
 	ownNode int
 	faults  []Fault
 	index   map[string]int // GPU index by bus
+	peers   map[string]bool
+
+	// What the measurements cost so far: GPU seconds, and the most
+	// memory held at once.
+	busy, hostMem, devMem float64
 }
 
-func (r *Runner) measure(ctx context.Context, snap *nvml.Snapshot, topo *numa.Topology, bus string, o probes.Options) probes.GPURound {
-	g := probes.GPURound{PCIBusID: bus, CUDADevice: -1, Results: []probes.Result{}}
-	m := &model{r: r, snap: snap, topo: topo, links: r.n.profile.Links, index: map[string]int{}, ownNode: -1}
-	for i := range snap.GPUs {
-		s := &snap.GPUs[i]
-		m.index[s.PCIBusID] = s.Index
-		if s.PCIBusID == bus {
-			m.self = s
-		}
-	}
-	if m.self == nil || m.self.Lost {
-		g.Error = fmt.Sprintf("no CUDA device with PCI bus id %s", bus)
-		return g
-	}
-	g.CUDADevice, g.Name = m.self.Index, m.self.Name
-	m.path = probes.PathFor(snap, topo, bus)
-	m.host = m.currentHost(bus) * m.links.HostEfficiency
-	if topo != nil {
-		if d := topo.Device(bus); d != nil {
-			m.ownNode = topo.NodeOf(d)
-		}
-	}
-	m.faults = r.n.Faults()
+// errPathUnknown is a copy whose path the model does not know.
+var errPathUnknown = errors.New("simulated path unknown: the simulated sysfs tree could not be read")
 
-	size, samples := o.SizeBytes, o.Samples
-	if size <= 0 {
-		size = probes.DefaultSizeBytes
+func (m *model) HostToDevice(node int, readLink bool) (float64, *probes.LinkUnderLoad, error) {
+	v, err := m.hostCopy(probes.HostToDevice, node)
+	if err != nil || !readLink {
+		return v, nil, err
 	}
-	if samples <= 0 {
-		samples = probes.DefaultSamples
-	}
-	nodes := o.HostNodes
-	if len(nodes) == 0 {
-		nodes = []int{-1} // unbound
-	}
-	var busy, hostMem, devMem float64
-	peerBusy := map[string]float64{}
-	for _, kind := range probes.Kinds {
-		if len(o.Probes) > 0 && !slices.Contains(o.Probes, kind) {
-			continue
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		switch kind {
-		case probes.HostToDevice, probes.DeviceToHost, probes.HostBidirectional:
-			hostMem = max(hostMem, float64(size))
-			devMem = max(devMem, float64(size))
-			for _, node := range nodes {
-				base := probes.Result{Probe: kind, HostNUMANode: nodeRef(node), SizeBytes: size, Samples: samples}
-				rate := m.hostFrom(node)
-				if kind != probes.HostBidirectional {
-					res := base
-					res.Direction = map[probes.Kind]string{probes.HostToDevice: probes.DirHostToDevice, probes.DeviceToHost: probes.DirDeviceToHost}[kind]
-					res.BytesPerSecond = m.bandwidth(res, rate)
-					busy += timed(res.BytesPerSecond, size, samples)
-					g.Results = append(g.Results, res)
-					if kind == probes.HostToDevice && g.LinkUnderLoad == nil {
-						g.LinkUnderLoad = r.linkUnderLoad(bus)
-						busy += linkReadSeconds
-					}
-					continue
-				}
-				hostMem, devMem = max(hostMem, 2*float64(size)), max(devMem, 2*float64(size))
-				slowest := math.Inf(1)
-				for _, dir := range []string{probes.DirHostToDevice, probes.DirDeviceToHost} {
-					res := base
-					res.Direction = dir
-					res.BytesPerSecond = m.bandwidth(res, rate*hostBidirectionalShare)
-					slowest = min(slowest, res.BytesPerSecond)
-					g.Results = append(g.Results, res)
-				}
-				busy += timed(slowest, size, samples)
-			}
-		case probes.DeviceLocalCopy:
-			devMem = max(devMem, 2*float64(size))
-			res := probes.Result{Probe: kind, Direction: probes.DirLocal, SizeBytes: size, Samples: samples}
-			if m.path.HBMBytesPerSecond <= 0 {
-				res.Error = "simulated GPU reports no memory clock or bus width"
-			} else {
-				res.BytesPerSecond = m.bandwidth(res, m.path.HBMBytesPerSecond*hbmEfficiency)
-				busy += timed(res.BytesPerSecond/2, size, samples) // each byte read and written
-			}
-			g.Results = append(g.Results, res)
-		case probes.PeerCopy, probes.PeerBidirectional, probes.PeerLatency:
-			for _, peer := range o.Peers {
-				addr := nvml.NormalizeBusID(peer)
-				if kind != probes.PeerCopy && addr < bus {
-					continue // measured in the peer's round, as the child does
-				}
-				before := busy
-				g.Results = append(g.Results, m.peer(kind, addr, size, samples, &busy, &devMem)...)
-				peerBusy[addr] += busy - before
-			}
-		case probes.HostLatency:
-			hostMem = max(hostMem, chaseBytes)
-			for _, node := range nodes {
-				res := probes.Result{Probe: kind, HostNUMANode: nodeRef(node), SizeBytes: chaseBytes, Samples: samples}
-				lat := hostLatencySeconds
-				if node >= 0 && m.ownNode >= 0 && node != m.ownNode {
-					lat += remoteNodeLatencyAdd
-				}
-				res.Seconds = m.latency(res, lat)
-				busy += chaseSeconds(res.Seconds, samples)
-				g.Results = append(g.Results, res)
-			}
-		case probes.LaunchLatency:
-			res := probes.Result{Probe: kind, Samples: launchCount - 20}
-			res.Seconds = m.latency(res, launchLatencySeconds)
-			busy += launchCount * res.Seconds
-			g.Results = append(g.Results, res)
-		}
-	}
-	for i := range g.Results {
-		r := &g.Results[i]
-		if r.Error == "" && r.BytesPerSecond == 0 && r.Seconds == 0 {
-			r.Error = "simulated path unknown: the simulated sysfs tree could not be read"
-		}
-	}
-	g.BusySeconds = busy
-	if len(peerBusy) > 0 {
-		g.PeerBusySeconds = peerBusy
-	}
-	g.ContextSeconds = busy + contextSetupSeconds + peerContextSeconds*float64(len(o.Peers))
-	g.DeviceMemoryBytes = int64(devMem)
-	g.HostMemoryBytes = int64(hostMem) + controlPageBytes
-	if m.self.MemoryUsed.Valid {
-		g.ContextMemoryBytes = int64(m.self.MemoryUsed.V) + contextMemoryBytes + g.DeviceMemoryBytes
-	}
-	return g
+	m.busy += linkReadSeconds
+	return v, m.r.linkUnderLoad(m.self.PCIBusID), nil
 }
 
-// peer measures one peer probe against the GPU at addr.
-func (m *model) peer(kind probes.Kind, addr string, size int64, samples int, busy, devMem *float64) []probes.Result {
-	base := probes.Result{Probe: kind, Peer: addr, SizeBytes: size, Samples: samples}
+func (m *model) DeviceToHost(node int) (float64, error) {
+	return m.hostCopy(probes.DeviceToHost, node)
+}
+
+// hostCopy is one direction between the GPU and host memory on node.
+func (m *model) hostCopy(kind probes.Kind, node int) (float64, error) {
+	m.hold(1, 1)
+	v := m.bandwidth(kind, "", m.hostFrom(node))
+	if v <= 0 {
+		return 0, errPathUnknown
+	}
+	m.busy += m.timed(v)
+	return v, nil
+}
+
+func (m *model) HostBidirectional(node int) (float64, float64, error) {
+	m.hold(2, 2)
+	rate := m.hostFrom(node) * hostBidirectionalShare
+	in := m.bandwidth(probes.HostBidirectional, "", rate)
+	out := m.bandwidth(probes.HostBidirectional, "", rate)
+	if in <= 0 || out <= 0 {
+		return 0, 0, errPathUnknown
+	}
+	m.busy += m.timed(min(in, out))
+	return in, out, nil
+}
+
+func (m *model) LocalCopy() (float64, error) {
+	m.hold(0, 2)
+	if m.path.HBMBytesPerSecond <= 0 {
+		return 0, errors.New("simulated GPU reports no memory clock or bus width")
+	}
+	v := m.bandwidth(probes.DeviceLocalCopy, "", m.path.HBMBytesPerSecond*hbmEfficiency)
+	m.busy += m.timed(v / 2) // each byte read and written
+	return v, nil
+}
+
+func (m *model) OpenPeer(addr string) error {
 	if _, ok := m.index[addr]; !ok {
-		base.Direction = probes.DirToPeer
-		base.Error = fmt.Sprintf("no CUDA device with PCI bus id %s", addr)
-		return []probes.Result{base}
+		return fmt.Errorf("no CUDA device with PCI bus id %s", addr)
 	}
-	if kind == probes.PeerLatency {
-		base.SizeBytes = chaseBytes
-		base.Seconds = m.latency(base, peerLatencySeconds)
-		*busy += chaseSeconds(base.Seconds, samples)
-		return []probes.Result{base}
+	m.peers[addr] = true
+	return nil
+}
+
+func (m *model) PeerCopy(addr string) (float64, error) {
+	m.hold(0, 1)
+	v := m.bandwidth(probes.PeerCopy, addr, m.peerRate(addr))
+	if v <= 0 {
+		return 0, errPathUnknown
 	}
-	rate := m.peerRate(addr)
-	if kind == probes.PeerCopy {
-		*devMem = max(*devMem, float64(size))
-		base.Direction = probes.DirToPeer
-		base.BytesPerSecond = m.bandwidth(base, rate)
-		*busy += timed(base.BytesPerSecond, size, samples)
-		return []probes.Result{base}
+	m.busy += m.timed(v)
+	return v, nil
+}
+
+func (m *model) PeerBidirectional(addr string) (float64, float64, error) {
+	m.hold(0, 2)
+	rate := m.peerRate(addr) * peerBidirectionalShare
+	to := m.bandwidth(probes.PeerBidirectional, addr, rate)
+	from := m.bandwidth(probes.PeerBidirectional, addr, rate)
+	if to <= 0 || from <= 0 {
+		return 0, 0, errPathUnknown
 	}
-	*devMem = max(*devMem, 2*float64(size))
-	var out []probes.Result
-	slowest := math.Inf(1)
-	for _, dir := range []string{probes.DirToPeer, probes.DirFromPeer} {
-		res := base
-		res.Direction = dir
-		res.BytesPerSecond = m.bandwidth(res, rate*peerBidirectionalShare)
-		slowest = min(slowest, res.BytesPerSecond)
-		out = append(out, res)
+	m.busy += m.timed(min(to, from))
+	return to, from, nil
+}
+
+func (m *model) HostLatency(node int) (float64, error) {
+	m.hostMem = max(m.hostMem, probes.ChaseBytes)
+	lat := hostLatencySeconds
+	if node >= 0 && m.ownNode >= 0 && node != m.ownNode {
+		lat += remoteNodeLatencyAdd
 	}
-	*busy += timed(slowest, size, samples)
-	return out
+	v := m.latency(probes.HostLatency, "", lat)
+	m.busy += v * float64(probes.ChaseHops(probes.HostLatency, m.o.Samples))
+	return v, nil
+}
+
+func (m *model) PeerLatency(addr string) (float64, error) {
+	v := m.latency(probes.PeerLatency, addr, peerLatencySeconds)
+	m.busy += v * float64(probes.ChaseHops(probes.PeerLatency, m.o.Samples))
+	return v, nil
+}
+
+// LaunchLatency: on an idle GPU every launch runs, none waiting for a
+// time slice.
+func (m *model) LaunchLatency() (float64, int, error) {
+	v := m.latency(probes.LaunchLatency, "", launchLatencySeconds)
+	m.busy += v * (probes.LaunchWarmup + probes.LaunchCount)
+	return v, probes.LaunchCount, nil
+}
+
+// Cost: ContextMemoryBytes is what NVML says the GPU holds, with the
+// probe's context and buffers on top.
+func (m *model) Cost() probes.Cost {
+	c := probes.Cost{BusySeconds: m.busy, DeviceMemoryBytes: int64(m.devMem), HostMemoryBytes: int64(m.hostMem)}
+	if m.self.MemoryUsed.Valid {
+		c.ContextMemoryBytes = int64(m.self.MemoryUsed.V) + contextMemoryBytes + c.DeviceMemoryBytes
+	}
+	return c
+}
+
+// Close: the context was held for the timed work and for setting up the
+// GPU's context and each peer's.
+func (m *model) Close() float64 {
+	return m.busy + contextSetupSeconds + peerContextSeconds*float64(len(m.peers))
+}
+
+// hold notes host and device buffers of the round's transfer size held at
+// once.
+func (m *model) hold(host, dev int) {
+	size := float64(m.o.SizeBytes)
+	m.hostMem, m.devMem = max(m.hostMem, float64(host)*size), max(m.devMem, float64(dev)*size)
+}
+
+// timed is the GPU time of one bandwidth result at rate: a warm-up and
+// the samples, each moving the transfer size.
+func (m *model) timed(rate float64) float64 {
+	if rate <= 0 {
+		return 0
+	}
+	return float64(m.o.Samples+1) * float64(m.o.SizeBytes) / rate
 }
 
 // currentHost is the slowest hop of the GPU's PCIe path to the CPU at its
@@ -294,47 +300,49 @@ func (m *model) peerRate(addr string) float64 {
 	return min(m.currentHost(m.self.PCIBusID), m.currentHost(addr)) * pcieP2PEfficiency
 }
 
-// bandwidth is rate as measured: a little noise, and the probe faults in
-// force on this result. 0 means the path is not known (a tree that could
-// not be read); the caller reports the probe as failed.
-func (m *model) bandwidth(res probes.Result, rate float64) float64 {
+// bandwidth is rate as measured by a probe of kind (against peer, if
+// any): a little noise, and the probe faults in force on it. 0 means the
+// path is not known (a tree that could not be read); the caller reports
+// the probe as failed.
+func (m *model) bandwidth(kind probes.Kind, peer string, rate float64) float64 {
 	if rate <= 0 {
 		return 0
 	}
 	v := rate * m.r.noise()
 	for _, f := range m.faults {
-		if f.Kind == ProbeBandwidth && m.matches(f, res) {
+		if f.Kind == ProbeBandwidth && m.matches(f, kind, peer) {
 			v *= f.Fraction
 		}
 	}
 	return v
 }
 
-func (m *model) latency(res probes.Result, seconds float64) float64 {
+func (m *model) latency(kind probes.Kind, peer string, seconds float64) float64 {
 	v := seconds * m.r.noise()
 	for _, f := range m.faults {
-		if f.Kind == ProbeLatency && m.matches(f, res) {
+		if f.Kind == ProbeLatency && m.matches(f, kind, peer) {
 			v *= f.Factor
 		}
 	}
 	return v
 }
 
-// matches reports whether probe fault f applies to a result of this
-// round. A fault on GPU N matches N's results of its probe kind, narrowed
-// to one peer by peer_gpu. Peer bidirectional and latency probes measure
-// each pair once, in the round of the lower-addressed GPU, so a fault on
-// the higher one shows there, on the result whose peer is N.
-func (m *model) matches(f Fault, res probes.Result) bool {
-	if f.Probe != res.Probe || f.GPU >= len(m.snap.GPUs) {
+// matches reports whether probe fault f applies to a measurement of this
+// round by a probe of kind against peer ("" for none). A fault on GPU N
+// matches N's measurements of its probe kind, narrowed to one peer by
+// peer_gpu. Peer bidirectional and latency probes measure each pair once,
+// in the round of the lower-addressed GPU, so a fault on the higher one
+// shows there, on the measurement whose peer is N.
+func (m *model) matches(f Fault, kind probes.Kind, peerAddr string) bool {
+	if f.Probe != kind || f.GPU >= len(m.snap.GPUs) {
 		return false
 	}
 	self := m.self.Index
-	peer, hasPeer := m.index[res.Peer]
+	peer, hasPeer := m.index[peerAddr]
 	switch {
 	case f.GPU == self:
 		return f.PeerGPU < 0 || (hasPeer && peer == f.PeerGPU)
-	case res.Probe == probes.PeerBidirectional || res.Probe == probes.PeerLatency:
+	case kind == probes.PeerBidirectional || kind == probes.PeerLatency:
 		return hasPeer && peer == f.GPU && (f.PeerGPU < 0 || f.PeerGPU == self)
 	}
 	return false
@@ -355,26 +363,4 @@ func (r *Runner) linkUnderLoad(bus string) *probes.LinkUnderLoad {
 		return nil
 	}
 	return &probes.LinkUnderLoad{Generation: numa.Generation(l.Speed.V), Width: l.Width.V, Confirmed: true}
-}
-
-// timed is the GPU time of one bandwidth result: a warm-up and the
-// samples, each moving size bytes.
-func timed(rate float64, size int64, samples int) float64 {
-	if rate <= 0 {
-		return 0
-	}
-	return float64(samples+1) * float64(size) / rate
-}
-
-// chaseSeconds is the GPU time of a pointer chase: a whole cycle to warm
-// up, then the samples.
-func chaseSeconds(perHop float64, samples int) float64 {
-	return perHop * float64(chaseBytes/chaseStride+samples*chaseSampleHops)
-}
-
-func nodeRef(node int) *int {
-	if node < 0 {
-		return nil
-	}
-	return &node
 }
