@@ -203,8 +203,9 @@ func sleepUnlessDone(ctx context.Context, d time.Duration) bool {
 // Policy is the policy in force.
 func (s *Scheduler) Policy() string { return s.cfg.Policy }
 
-// Run runs rounds until ctx ends: the first after FirstDelay, then one
-// every Interval, both jittered. Under policy off it returns at once.
+// Run runs rounds until ctx ends: the first after FirstDelay and once
+// the first NVML sample is there, then one every Interval, both jittered.
+// Under policy off it returns at once.
 func (s *Scheduler) Run(ctx context.Context) {
 	if s.cfg.Policy == PolicyOff {
 		return
@@ -212,11 +213,45 @@ func (s *Scheduler) Run(ctx context.Context) {
 	if !s.sleep(ctx, s.jittered(s.cfg.FirstDelay)) {
 		return
 	}
+	if !s.waitForGPUs(ctx) {
+		return
+	}
 	for {
 		s.RunRound(ctx)
 		if !s.sleep(ctx, s.nextDelay()) {
 			return
 		}
+	}
+}
+
+// How often the first round looks for the first NVML sample: soon after
+// start, since the sampler takes its first at once, then less often, for
+// a driver that is not loaded yet.
+const (
+	firstSamplePoll    = 50 * time.Millisecond
+	firstSampleMaxPoll = time.Second
+)
+
+// waitForGPUs waits until the NVML sample has a GPU, so that a round
+// started before the first sample (a zero first delay) is not a round that
+// probes nothing followed by a whole interval's wait. It polls: GPUs is
+// any func returning the latest sample (the sampler's LatestData), which
+// has nothing to wait on, and each look is one atomic load, at most once a
+// second; the round starts at most firstSampleMaxPoll after the sample.
+// It returns false when ctx ends first.
+func (s *Scheduler) waitForGPUs(ctx context.Context) bool {
+	d := firstSamplePoll
+	for {
+		if snap := s.cfg.GPUs(); snap != nil && len(snap.GPUs) > 0 {
+			return true
+		}
+		if d == firstSamplePoll {
+			s.logger.Debug("waiting for the first NVML sample with a GPU before the first round")
+		}
+		if !s.sleep(ctx, d) {
+			return false
+		}
+		d = min(2*d, firstSampleMaxPoll)
 	}
 }
 

@@ -613,6 +613,44 @@ func TestSchedulerRunLoop(t *testing.T) {
 	}
 }
 
+// With no sample yet the first round waits for one, polling less often
+// as it waits, instead of probing nothing and waiting an interval.
+func TestSchedulerWaitsForTheFirstSample(t *testing.T) {
+	f := newSched(t, nil, func(c *SchedulerConfig) { c.Interval = 5 * time.Minute })
+	f.s.rand = func() float64 { return 0.5 } // no jitter
+	var slept []time.Duration
+	f.s.sleep = func(ctx context.Context, d time.Duration) bool {
+		slept = append(slept, d)
+		switch len(slept) {
+		case 4:
+			f.setSnap(&nvml.Snapshot{}) // a sample without a GPU: nothing to probe yet
+		case 7:
+			if n := len(f.runner.gpus()); n != 0 {
+				t.Errorf("%d runs before the sample with a GPU", n)
+			}
+			f.setSnap(&nvml.Snapshot{GPUs: []nvml.GPUState{idleGPU(0)}})
+		}
+		return len(slept) < 8
+	}
+	f.s.Run(context.Background())
+	ms := time.Millisecond
+	want := []time.Duration{0, 50 * ms, 100 * ms, 200 * ms, 400 * ms, 800 * ms, time.Second, 5 * time.Minute}
+	if !slices.Equal(slept, want) {
+		t.Errorf("slept %v, want %v", slept, want)
+	}
+	if n := len(f.runner.gpus()); n != 1 {
+		t.Errorf("%d runs, want the first round as soon as the sample came", n)
+	}
+
+	// Shut down while waiting: no round.
+	f = newSched(t, nil, nil)
+	f.s.sleep = func(ctx context.Context, d time.Duration) bool { return d == 0 }
+	f.s.Run(context.Background())
+	if n := len(f.runner.gpus()); n != 0 || f.s.Status().Up {
+		t.Errorf("%d runs after shutting down in the wait", n)
+	}
+}
+
 func TestSchedulerPolicyOff(t *testing.T) {
 	// Off needs neither a runner nor the samples.
 	s, err := NewScheduler(SchedulerConfig{Policy: PolicyOff, Options: defaultOptions})
