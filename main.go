@@ -32,6 +32,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/podresources"
+	"github.com/gpulink/gpulink_exporter/internal/process"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/scrape"
 	"github.com/gpulink/gpulink_exporter/internal/sim"
@@ -210,7 +211,7 @@ func main() {
 		}
 	}
 	if switches.Enabled("process") && reader != nil {
-		s := sampler.New[*numa.PlacementSnapshot]("process", &numa.PlacementReader{
+		s := sampler.New[*process.Snapshot]("process", &process.Reader{
 			FS:        fsys,
 			Processes: reader.ComputeProcesses,
 			Topology:  topology.LatestData,

@@ -22,6 +22,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/podresources"
+	"github.com/gpulink/gpulink_exporter/internal/process"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/sim"
 	"github.com/gpulink/gpulink_exporter/internal/testwait"
@@ -110,7 +111,7 @@ func simulatedDGX(t *testing.T) []prometheus.Collector {
 	opts := sampler.Options{Interval: time.Hour, Timeout: 10 * time.Second}
 	nvmlS := sampler.New[*nvml.Snapshot]("nvml", reader, opts)
 	topo := sampler.New[*numa.Topology]("topology", &numa.TopologyReader{FS: fsys}, opts)
-	place := sampler.New[*numa.PlacementSnapshot]("process", &numa.PlacementReader{
+	place := sampler.New[*process.Snapshot]("process", &process.Reader{
 		FS: fsys, Processes: reader.ComputeProcesses, Topology: topo.LatestData, GPUs: reader.Identities}, opts)
 	nic := sampler.New[*nic.Snapshot]("nic", &nic.Reader{FS: fsys}, opts)
 	xid := nvml.NewXIDWatcher(reader, nil)

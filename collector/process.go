@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gpulink/gpulink_exporter/numa"
+	"github.com/gpulink/gpulink_exporter/internal/process"
 )
 
 // processLabels name a process on a GPU. pod_uid and container_id are
@@ -22,7 +22,7 @@ func processDesc(name, help string, extra ...string) *prometheus.Desc {
 // processes and how many are misaffine, and, unless turned off, per
 // process the ratios the verdict rests on.
 type ProcessCollector struct {
-	snapshotMetrics[*numa.PlacementSnapshot]
+	snapshotMetrics[*process.Snapshot]
 	perProcess bool
 
 	processes, misaffineProcesses, unknownProcesses  *prometheus.Desc
@@ -32,7 +32,7 @@ type ProcessCollector struct {
 
 // NewProcessCollector renders the placement source's snapshots. With
 // perProcess false only the per-GPU counts are exported.
-func NewProcessCollector(src latester[*numa.PlacementSnapshot], perProcess bool) *ProcessCollector {
+func NewProcessCollector(src latester[*process.Snapshot], perProcess bool) *ProcessCollector {
 	c := &ProcessCollector{
 		perProcess: perProcess,
 		processes: gpuDesc("gpu", "processes",
@@ -56,7 +56,7 @@ func NewProcessCollector(src latester[*numa.PlacementSnapshot], perProcess bool)
 		gpuMemoryUsed: processDesc("gpu_memory_used_bytes",
 			"Device memory the process holds on the GPU (NVML)."),
 	}
-	c.snapshotMetrics = snapshotMetrics[*numa.PlacementSnapshot]{src: src, render: c.render}
+	c.snapshotMetrics = snapshotMetrics[*process.Snapshot]{src: src, render: c.render}
 	return c
 }
 
@@ -78,7 +78,7 @@ func (c *ProcessCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *ProcessCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 
-func (c *ProcessCollector) render(s *numa.PlacementSnapshot) []prometheus.Metric {
+func (c *ProcessCollector) render(s *process.Snapshot) []prometheus.Metric {
 	o := &out{}
 	for i := range s.GPUs {
 		g := &s.GPUs[i]

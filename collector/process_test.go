@@ -13,6 +13,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/collector"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
+	"github.com/gpulink/gpulink_exporter/internal/process"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
 	"github.com/gpulink/gpulink_exporter/numa"
@@ -34,25 +35,25 @@ func placementCPUs(s string) sampler.Opt[numa.CPUSet] {
 // placementSnapshot has a healthy process in a pod, one pinned to the far
 // socket whose name is not UTF-8, one on a GPU whose node is unknown, and
 // a GPU without processes.
-func placementSnapshot() *numa.PlacementSnapshot {
+func placementSnapshot() *process.Snapshot {
 	f := sampler.Some[float64]
-	return &numa.PlacementSnapshot{GPUs: []numa.GPUPlacement{
-		{GPU: 0, UUID: "GPU-0", PCIBusID: "0000:18:00.0", NUMANode: 0, Processes: 1, Procs: []numa.GPUProcess{{
-			Placement: &numa.ProcessPlacement{PID: 4242, Comm: "python", PodUID: placementPod, ContainerID: placementCtr,
+	return &process.Snapshot{GPUs: []process.GPU{
+		{GPU: 0, UUID: "GPU-0", PCIBusID: "0000:18:00.0", NUMANode: 0, Processes: 1, Procs: []process.GPUProcess{{
+			Placement: &process.Placement{PID: 4242, Comm: "python", PodUID: placementPod, ContainerID: placementCtr,
 				AllowedCPUs:  placementCPUs("0-55,112-167"),
 				MemoryByNode: sampler.Some(map[int]uint64{0: 8192000000, 1: 49152000})},
-			UsedGPUMemory:  f(1073741824),
-			RemoteCPURatio: f(0), RemoteThreadRatio: f(0.125), RemoteMemoryRatio: f(0.25),
-			NoLocalCPU: sampler.Some(false), Misaffine: sampler.Some(false),
+			UsedGPUMemory: f(1073741824),
+			Verdict: numa.Verdict{RemoteCPURatio: f(0), RemoteThreadRatio: f(0.125), RemoteMemoryRatio: f(0.25),
+				NoLocalCPU: sampler.Some(false), Misaffine: sampler.Some(false)},
 		}}},
-		{GPU: 4, UUID: "GPU-4", PCIBusID: "0000:9a:00.0", NUMANode: 1, Processes: 1, Misaffine: 1, Procs: []numa.GPUProcess{{
-			Placement: &numa.ProcessPlacement{PID: 5151, Comm: "bad\xffname", AllowedCPUs: placementCPUs("56-111,168-223"),
+		{GPU: 4, UUID: "GPU-4", PCIBusID: "0000:9a:00.0", NUMANode: 1, Processes: 1, Misaffine: 1, Procs: []process.GPUProcess{{
+			Placement: &process.Placement{PID: 5151, Comm: "bad\xffname", AllowedCPUs: placementCPUs("56-111,168-223"),
 				MemoryByNode: sampler.Some(map[int]uint64{1: 819200000, 0: 7372800000})},
-			RemoteCPURatio: f(1), RemoteThreadRatio: f(1), RemoteMemoryRatio: f(0.9),
-			NoLocalCPU: sampler.Some(true), Misaffine: sampler.Some(true),
+			Verdict: numa.Verdict{RemoteCPURatio: f(1), RemoteThreadRatio: f(1), RemoteMemoryRatio: f(0.9),
+				NoLocalCPU: sampler.Some(true), Misaffine: sampler.Some(true)},
 		}}},
-		{GPU: 6, UUID: "GPU-6", PCIBusID: "0000:ba:00.0", NUMANode: -1, Processes: 1, Unknown: 1, Procs: []numa.GPUProcess{{
-			Placement: &numa.ProcessPlacement{PID: 6161, Comm: "python", MemoryByNode: sampler.Some(map[int]uint64{0: 4096})},
+		{GPU: 6, UUID: "GPU-6", PCIBusID: "0000:ba:00.0", NUMANode: -1, Processes: 1, Unknown: 1, Procs: []process.GPUProcess{{
+			Placement: &process.Placement{PID: 6161, Comm: "python", MemoryByNode: sampler.Some(map[int]uint64{0: 4096})},
 		}}},
 		{GPU: 7, UUID: "GPU-7", PCIBusID: "0000:db:00.0", NUMANode: 1},
 	}}
@@ -147,7 +148,7 @@ func TestProcessMetricsPerProcessOff(t *testing.T) {
 }
 
 func TestProcessMetricsBeforeFirstSample(t *testing.T) {
-	c := collector.NewProcessCollector(fixedSource[*numa.PlacementSnapshot]{}, true)
+	c := collector.NewProcessCollector(fixedSource[*process.Snapshot]{}, true)
 	if n := testutil.CollectAndCount(c); n != 0 {
 		t.Errorf("%d metrics before the first sample, want none", n)
 	}
@@ -171,7 +172,7 @@ type placementNode struct {
 	m      *nvmlfake.Machine
 	reader *nvml.Reader
 	topo   *sampler.Sampler[*numa.Topology]
-	place  *sampler.Sampler[*numa.PlacementSnapshot]
+	place  *sampler.Sampler[*process.Snapshot]
 }
 
 func newPlacementNode(t *testing.T, profile string) *placementNode {
@@ -194,7 +195,7 @@ func newPlacementNode(t *testing.T, profile string) *placementNode {
 	opts := sampler.Options{Interval: time.Hour, Timeout: 5 * time.Second}
 	n.topo = sampler.New[*numa.Topology]("topology", &numa.TopologyReader{FS: n.fs}, opts)
 	n.topo.SampleOnce(context.Background())
-	n.place = sampler.New[*numa.PlacementSnapshot]("process", &numa.PlacementReader{
+	n.place = sampler.New[*process.Snapshot]("process", &process.Reader{
 		FS:        n.fs,
 		Processes: n.reader.ComputeProcesses,
 		GPUs:      n.reader.Identities,
@@ -293,7 +294,7 @@ func TestProcessMetricsPromtool(t *testing.T) {
 // Describe lists the per-process families only when they are on.
 func TestProcessDescribe(t *testing.T) {
 	for _, perProcess := range []bool{true, false} {
-		c := collector.NewProcessCollector(fixedSource[*numa.PlacementSnapshot]{}, perProcess)
+		c := collector.NewProcessCollector(fixedSource[*process.Snapshot]{}, perProcess)
 		ch := make(chan *prometheus.Desc, 32)
 		c.Describe(ch)
 		close(ch)

@@ -7,9 +7,9 @@ import (
 	"strings"
 )
 
-// maxCPU bounds CPU numbers read from the machine, so a corrupt list cannot
+// MaxCPU bounds CPU numbers read from the machine, so a corrupt list cannot
 // make a set allocate without limit. Linux's NR_CPUS tops out at 8192.
-const maxCPU = 1 << 13
+const MaxCPU = 1 << 13
 
 // CPUSet is a set of logical CPU numbers.
 type CPUSet struct {
@@ -51,7 +51,7 @@ func parseCPU(s string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if n < 0 || n >= maxCPU {
+	if n < 0 || n >= MaxCPU {
 		return 0, fmt.Errorf("cpu %d out of range", n)
 	}
 	return n, nil
@@ -59,7 +59,7 @@ func parseCPU(s string) (int, error) {
 
 // Add puts cpu in the set; out-of-range CPUs are ignored.
 func (s *CPUSet) Add(cpu int) {
-	if cpu < 0 || cpu >= maxCPU {
+	if cpu < 0 || cpu >= MaxCPU {
 		return
 	}
 	w := cpu / 64

@@ -1,29 +1,30 @@
 // Package numa discovers where things sit in a machine: NUMA nodes and their
 // distances, the PCIe tree from every GPU, NIC and NVMe drive up to its root
 // port, the path class between each GPU and NIC as nvidia-smi topo -m names
-// it, and the CPU and memory placement of GPU processes. NIC ports are the
-// nic package's (internal/nic).
+// it, and the verdict on a process's placement against its GPU's node
+// (Judge). NIC ports are the nic package's (internal/nic), the processes'
+// placement the process package's (internal/process).
 //
-// Everything is read from a sysfs and a procfs root, so fixture trees stand
-// in for a machine in tests. Parsing is kept apart from metrics: this package
-// returns typed results and knows nothing of Prometheus.
+// Everything is read from a sysfs root, so fixture trees stand in for a
+// machine in tests. Parsing is kept apart from metrics: this package returns
+// typed results and knows nothing of Prometheus.
 //
-// prometheus/procfs is used for per-process files. Its sysfs PCI reader is
-// not: they drop a whole device (or the whole class)
-// when one file is unreadable or holds an unexpected value, which is the
-// failure node_exporter#3265 describes. Here one bad file drops one value and
-// is counted.
+// prometheus/procfs's sysfs PCI reader is not used: it drops a whole device
+// (or the whole class) when one file is unreadable or holds an unexpected
+// value, which is the failure node_exporter#3265 describes. Here one bad
+// file drops one value and is counted.
 package numa
 
 import (
 	"path/filepath"
 )
 
-// FS is a sysfs root and a procfs root.
+// FS is a sysfs root and a procfs root: the one filesystem seam every
+// source that reads them takes. This package reads only Sys;
+// internal/process reads Proc.
 type FS struct {
 	Sys  string // usually /sys
 	Proc string // usually /proc
 }
 
-func (f FS) sys(parts ...string) string  { return filepath.Join(append([]string{f.Sys}, parts...)...) }
-func (f FS) proc(parts ...string) string { return filepath.Join(append([]string{f.Proc}, parts...)...) }
+func (f FS) sys(parts ...string) string { return filepath.Join(append([]string{f.Sys}, parts...)...) }

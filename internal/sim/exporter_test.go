@@ -21,6 +21,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/collector"
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/process"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/scrape"
 	"github.com/gpulink/gpulink_exporter/internal/sim"
@@ -36,7 +37,7 @@ type exporter struct {
 	faults   string
 	nvml     *sampler.Sampler[*nvml.Snapshot]
 	topo     *sampler.Sampler[*numa.Topology]
-	place    *sampler.Sampler[*numa.PlacementSnapshot]
+	place    *sampler.Sampler[*process.Snapshot]
 	nic      *sampler.Sampler[*nic.Snapshot]
 	xid      *nvml.XIDWatcher
 	sched    *probes.Scheduler
@@ -63,7 +64,7 @@ func newExporter(t *testing.T, profile string) *exporter {
 	opts := sampler.Options{Interval: time.Hour, Timeout: 10 * time.Second}
 	e.nvml = sampler.New[*nvml.Snapshot]("nvml", reader, opts)
 	e.topo = sampler.New[*numa.Topology]("topology", &numa.TopologyReader{FS: fsys}, opts)
-	e.place = sampler.New[*numa.PlacementSnapshot]("process", &numa.PlacementReader{
+	e.place = sampler.New[*process.Snapshot]("process", &process.Reader{
 		FS: fsys, Processes: reader.ComputeProcesses, Topology: e.topo.LatestData, GPUs: reader.Identities}, opts)
 	e.nic = sampler.New[*nic.Snapshot]("nic", &nic.Reader{FS: fsys}, opts)
 	e.samplers = []interface{ SampleOnce(context.Context) }{e.nvml, e.topo, e.place, e.nic}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/process"
 	"github.com/gpulink/gpulink_exporter/internal/testwait"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
@@ -114,11 +115,11 @@ func topology(t *testing.T, n *Node) *numa.Topology {
 	return topo
 }
 
-func placement(t *testing.T, n *Node) *numa.PlacementSnapshot {
+func placement(t *testing.T, n *Node) *process.Snapshot {
 	t.Helper()
 	r := nvml.NewReader(n.NVML(), n.FS().Sys, nil)
 	topo := topology(t, n)
-	s, err := (&numa.PlacementReader{FS: n.FS(), Processes: r.ComputeProcesses, GPUs: r.Identities,
+	s, err := (&process.Reader{FS: n.FS(), Processes: r.ComputeProcesses, GPUs: r.Identities,
 		Topology: func() *numa.Topology { return topo }}).Sample(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,10 @@
-package numa
+// Package process reads where the processes holding GPUs run and keep their
+// memory, from procfs: each process's allowed CPUs, the CPU each of its
+// threads last ran on, its resident memory by NUMA node (numa_maps) and the
+// pod and container its cgroup names. Reader judges each against its GPU's
+// NUMA node with numa.Judge. The procfs root is a parameter, so fixture
+// trees stand in for a machine in tests.
+package process
 
 import (
 	"bufio"
@@ -10,20 +16,21 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/numa"
 
 	"github.com/prometheus/procfs"
 )
 
-// ErrProcessGone is what ReadProcess returns (wrapped) when the process
+// ErrGone is what Read returns (wrapped) when the process
 // exited while it was being read: its /proc directory vanished, or the
 // kernel answered ESRCH. It is no failure: a process list is out of date as
 // soon as it is taken.
-var ErrProcessGone = errors.New("process exited")
+var ErrGone = errors.New("process exited")
 
 // maxProcThreads bounds the threads read per process, each one small
 // file read. A PyTorch process has a thread per core for OpenMP (224 on a
@@ -39,14 +46,14 @@ const maxNUMANode = 1 << 10
 // cgroup, stat): a v1 cgroup file with long paths stays far below it.
 const maxProcFile = 1 << 20
 
-// ProcessPlacement is where a process may run, where its threads last ran
+// Placement is where a process may run, where its threads last ran
 // and where its resident memory is.
-type ProcessPlacement struct {
+type Placement struct {
 	PID  int
 	Comm string
 	// AllowedCPUs is status's Cpus_allowed_list: the CPUs the scheduler
 	// may put the process's main thread on (taskset, cgroup cpuset).
-	AllowedCPUs sampler.Opt[CPUSet]
+	AllowedCPUs sampler.Opt[numa.CPUSet]
 	// ThreadCPUs is the CPU each thread last ran on (stat field 39), at
 	// most maxProcThreads of them; empty when none could be read.
 	ThreadCPUs []int
@@ -60,18 +67,18 @@ type ProcessPlacement struct {
 	PodUID, ContainerID string
 }
 
-// ReadProcess reads one process's placement. When the process exited
-// during the read the error satisfies errors.Is(err, ErrProcessGone) and
+// Read reads the placement of process pid under the procfs root. When the process exited
+// during the read the error satisfies errors.Is(err, ErrGone) and
 // the placement is to be dropped. Values that could not be read (EACCES on
 // numa_maps without ptrace rights, hidepid) are left out and counted in a
 // *sampler.PartialError returned with the rest.
-func (f FS) ReadProcess(pid int) (ProcessPlacement, error) {
-	p, err := f.readProcessFiles(pid, make([]byte, 0, 4096))
-	if errors.Is(err, ErrProcessGone) {
+func Read(root string, pid int) (Placement, error) {
+	p, err := readFiles(root, pid, make([]byte, 0, 4096))
+	if errors.Is(err, ErrGone) {
 		return p, err
 	}
-	mem, merr := f.readProcessMemory(pid, newMapsScratch())
-	if errors.Is(merr, ErrProcessGone) {
+	mem, merr := readMemory(root, pid, newMapsScratch())
+	if errors.Is(merr, ErrGone) {
 		return p, merr
 	}
 	p.MemoryByNode = mem
@@ -89,10 +96,10 @@ func procErr(t *sampler.Tally, pid int, dir string, err error) (gone error) {
 	switch {
 	case err == nil:
 	case errors.Is(err, syscall.ESRCH):
-		return fmt.Errorf("pid %d: %w: %w", pid, ErrProcessGone, err)
+		return fmt.Errorf("pid %d: %w: %w", pid, ErrGone, err)
 	case errors.Is(err, fs.ErrNotExist):
 		if _, serr := os.Stat(dir); serr != nil {
-			return fmt.Errorf("pid %d: %w: %w", pid, ErrProcessGone, err)
+			return fmt.Errorf("pid %d: %w: %w", pid, ErrGone, err)
 		}
 	default:
 		t.Add(err)
@@ -100,16 +107,16 @@ func procErr(t *sampler.Tally, pid int, dir string, err error) (gone error) {
 	return nil
 }
 
-// readProcessFiles reads everything but numa_maps: comm, status, cgroup
+// readFiles reads everything but numa_maps: comm, status, cgroup
 // and each thread's stat. buf is reused for each file.
-func (f FS) readProcessFiles(pid int, buf []byte) (ProcessPlacement, error) {
-	p := ProcessPlacement{PID: pid}
+func readFiles(root string, pid int, buf []byte) (Placement, error) {
+	p := Placement{PID: pid}
 	var t sampler.Tally
-	dir := f.proc(strconv.Itoa(pid))
+	dir := filepath.Join(root, strconv.Itoa(pid))
 
 	// procfs stats the process's directory: a process already gone is
 	// found out before anything is read.
-	pfs, err := procfs.NewFS(f.Proc)
+	pfs, err := procfs.NewFS(root)
 	if err != nil {
 		return p, err
 	}
@@ -208,11 +215,11 @@ const numaMapsBuffer = 128 << 10
 
 func newMapsScratch() *mapsScratch { return &mapsScratch{buf: make([]byte, numaMapsBuffer)} }
 
-// readProcessMemory reads numa_maps: resident bytes by node. It streams
+// readMemory reads numa_maps: resident bytes by node. It streams
 // the file through the parser, read once and never held whole.
-func (f FS) readProcessMemory(pid int, s *mapsScratch) (sampler.Opt[map[int]uint64], error) {
+func readMemory(root string, pid int, s *mapsScratch) (sampler.Opt[map[int]uint64], error) {
 	var t sampler.Tally
-	dir := f.proc(strconv.Itoa(pid))
+	dir := filepath.Join(root, strconv.Itoa(pid))
 	path := dir + "/numa_maps"
 	fd, err := openProcFile(path)
 	if gone := procErr(&t, pid, dir, err); gone != nil || err != nil {
@@ -434,7 +441,7 @@ func parseStatCPU(b []byte) (int, error) {
 		}
 		if field++; field == 39 {
 			v, ok := parseDecimal(tok)
-			if !ok || v >= maxCPU {
+			if !ok || v >= numa.MaxCPU {
 				return 0, fmt.Errorf("stat: processor field %q is not a CPU number", tok)
 			}
 			return int(v), nil
@@ -449,7 +456,7 @@ var allowedListKey = []byte("Cpus_allowed_list:")
 // false when the kernel does not print it. procfs's ProcStatus has it
 // too, but turns a malformed list into CPU 0 and expands ranges without
 // a bound; ParseCPUList does neither.
-func parseStatusCPUs(b []byte) (cpus CPUSet, found bool, err error) {
+func parseStatusCPUs(b []byte) (cpus numa.CPUSet, found bool, err error) {
 	for len(b) > 0 {
 		var line []byte
 		if i := bytes.IndexByte(b, '\n'); i >= 0 {
@@ -458,179 +465,11 @@ func parseStatusCPUs(b []byte) (cpus CPUSet, found bool, err error) {
 			line, b = b, nil
 		}
 		if v, ok := bytes.CutPrefix(line, allowedListKey); ok {
-			cpus, err = ParseCPUList(string(v))
+			cpus, err = numa.ParseCPUList(string(v))
 			return cpus, err == nil, err
 		}
 	}
-	return CPUSet{}, false, nil
-}
-
-// parseCgroupFile takes the pod and container from /proc/<pid>/cgroup:
-// the unified line ("0::/path") on cgroup v2, the first line naming a pod
-// or container on v1, where every controller has its own line.
-func parseCgroupFile(b []byte) (podUID, containerID string) {
-	for len(b) > 0 {
-		var line []byte
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			line, b = b, nil
-		}
-		// hierarchy-ID:controllers:path; the path may hold ':'.
-		_, rest, ok1 := bytes.Cut(line, []byte{':'})
-		_, path, ok2 := bytes.Cut(rest, []byte{':'})
-		if !ok1 || !ok2 {
-			continue
-		}
-		if pod, ctr := parseCgroupPod(string(path)); pod != "" || ctr != "" {
-			return pod, ctr
-		}
-	}
-	return "", ""
-}
-
-// parseCgroupPod reads the Kubernetes pod UID (with dashes) and the
-// container ID from a cgroup path, as the kubelet lays it out:
-//
-//	systemd driver:  /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid, _ for ->.slice/cri-containerd-<id>.scope
-//	                 (docker-<id>.scope, crio-<id>.scope; guaranteed pods sit in kubepods-pod<uid>.slice)
-//	cgroupfs driver: /kubepods/burstable/pod<uid>/<id>, guaranteed pods /kubepods/pod<uid>/<id>
-//
-// Kubelets nested under a service ("/kubelet.slice/kubelet-kubepods..."),
-// containerd's "<pod slice>:cri-containerd:<id>" form and cgroups below
-// the container's (a container running systemd) are read too. A container
-// outside Kubernetes (docker-<id>.scope, /docker/<id>) yields its ID with
-// no pod. Anything else yields "", "".
-func parseCgroupPod(path string) (podUID, containerID string) {
-	comps := strings.Split(strings.Trim(path, "/"), "/")
-	kube := false
-	for i, c := range comps {
-		if strings.Contains(c, "kubepods") {
-			kube = true
-		}
-		if !kube {
-			continue
-		}
-		if pod, ctr, ok := strings.Cut(c, ":"); ok {
-			// containerd: kubepods-<qos>-pod<uid>.slice:cri-containerd:<id>
-			_, id, _ := strings.Cut(ctr, ":")
-			if uid := systemdPodUID(pod); uid != "" {
-				if !isContainerID(id) {
-					id = ""
-				}
-				return uid, id
-			}
-			continue
-		}
-		uid := systemdPodUID(c)
-		if uid == "" {
-			if rest, ok := strings.CutPrefix(c, "pod"); ok && podUIDValid(rest) {
-				uid = rest
-			}
-		}
-		if uid == "" {
-			continue
-		}
-		if i+1 < len(comps) {
-			containerID = containerComponent(comps[i+1])
-		}
-		return uid, containerID
-	}
-	if kube {
-		return "", ""
-	}
-	for i, c := range comps {
-		if strings.HasSuffix(c, ".scope") {
-			if id := containerComponent(c); id != "" {
-				return "", id
-			}
-		}
-		if c == "docker" && i+1 < len(comps) && isContainerID(comps[i+1]) {
-			return "", comps[i+1]
-		}
-	}
-	return "", ""
-}
-
-// systemdPodUID reads "<...>kubepods<...>-pod<uid with _>.slice".
-func systemdPodUID(c string) string {
-	name, ok := strings.CutSuffix(c, ".slice")
-	if !ok {
-		return ""
-	}
-	i := strings.LastIndex(name, "-pod")
-	if i < 0 || !strings.Contains(name[:i], "kubepods") {
-		return ""
-	}
-	uid := strings.ReplaceAll(name[i+len("-pod"):], "_", "-")
-	if !podUIDValid(uid) {
-		return ""
-	}
-	return uid
-}
-
-// containerRuntimePrefixes name the scopes (systemd driver) and cgroups
-// (CRI-O under cgroupfs) that hold a container, by runtime.
-var containerRuntimePrefixes = []string{"cri-containerd-", "docker-", "crio-"}
-
-// containerComponent reads a container ID from the cgroup component below
-// a pod: "<runtime>-<id>.scope", "crio-<id>" or the bare ID. CRI-O's
-// crio-conmon-<id> holds the monitor, not the container.
-func containerComponent(c string) string {
-	c = strings.TrimSuffix(c, ".scope")
-	if isContainerID(c) {
-		return c
-	}
-	for _, p := range containerRuntimePrefixes {
-		if id, ok := strings.CutPrefix(c, p); ok && isContainerID(id) {
-			return id
-		}
-	}
-	return ""
-}
-
-// isContainerID reports whether s is a 64-digit hex ID, as containerd,
-// Docker and CRI-O give.
-func isContainerID(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if !isHexDigit(s[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-// podUIDValid accepts a UUID (an API pod's UID) or 32 hex digits (a
-// static pod's, the hash of its manifest).
-func podUIDValid(s string) bool {
-	switch len(s) {
-	case 36:
-		for i := 0; i < len(s); i++ {
-			if i == 8 || i == 13 || i == 18 || i == 23 {
-				if s[i] != '-' {
-					return false
-				}
-			} else if !isHexDigit(s[i]) {
-				return false
-			}
-		}
-		return true
-	case 32:
-		for i := 0; i < len(s); i++ {
-			if !isHexDigit(s[i]) {
-				return false
-			}
-		}
-		return true
-	}
-	return false
-}
-
-func isHexDigit(c byte) bool {
-	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+	return numa.CPUSet{}, false, nil
 }
 
 // nextToken splits b at the first sep: the token before it and the rest

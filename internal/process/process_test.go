@@ -1,4 +1,4 @@
-package numa
+package process
 
 import (
 	"errors"
@@ -114,79 +114,6 @@ func BenchmarkParseNUMAMaps(b *testing.B) {
 	}
 }
 
-const (
-	ctrID = "4f8a1d2c9b7e6f5a3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b"
-	podU  = "1f0e8a2c-5b7d-4c3e-9a41-6f2d8e7b9c10"
-)
-
-func TestParseCgroupPod(t *testing.T) {
-	podS := strings.ReplaceAll(podU, "-", "_")
-	for _, tc := range []struct {
-		path, pod, ctr string
-	}{
-		// systemd driver, containerd, each QoS class.
-		{"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + podS + ".slice/cri-containerd-" + ctrID + ".scope", podU, ctrID},
-		{"/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + podS + ".slice/cri-containerd-" + ctrID + ".scope", podU, ctrID},
-		{"/kubepods.slice/kubepods-pod" + podS + ".slice/cri-containerd-" + ctrID + ".scope", podU, ctrID},
-		// Docker (dockershim, cri-dockerd) and CRI-O scopes.
-		{"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + podS + ".slice/docker-" + ctrID + ".scope", podU, ctrID},
-		{"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + podS + ".slice/crio-" + ctrID + ".scope", podU, ctrID},
-		// CRI-O's monitor is no container.
-		{"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + podS + ".slice/crio-conmon-" + ctrID + ".scope", podU, ""},
-		// A container running systemd keeps its processes below its scope.
-		{"/kubepods.slice/kubepods-pod" + podS + ".slice/cri-containerd-" + ctrID + ".scope/init.scope", podU, ctrID},
-		// The pod's own cgroup (the pause process under some set-ups).
-		{"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + podS + ".slice", podU, ""},
-		// cgroupfs driver.
-		{"/kubepods/besteffort/pod" + podU + "/" + ctrID, podU, ctrID},
-		{"/kubepods/burstable/pod" + podU + "/" + ctrID, podU, ctrID},
-		{"/kubepods/pod" + podU + "/" + ctrID, podU, ctrID},
-		{"/kubepods/burstable/pod" + podU + "/crio-" + ctrID, podU, ctrID},
-		// Nested kubelets (kind) and containerd's colon form.
-		{"/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod" + podS + ".slice/cri-containerd-" + ctrID + ".scope", podU, ctrID},
-		{"/system.slice/containerd.service/kubepods-besteffort-pod" + podS + ".slice:cri-containerd:" + ctrID, podU, ctrID},
-		// Static pods' UIDs are a 32-digit hash.
-		{"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0123456789abcdef0123456789abcdef.slice/cri-containerd-" + ctrID + ".scope", "0123456789abcdef0123456789abcdef", ctrID},
-		// Containers outside Kubernetes.
-		{"/system.slice/docker-" + ctrID + ".scope", "", ctrID},
-		{"/docker/" + ctrID, "", ctrID},
-		// Nothing to read.
-		{"/", "", ""},
-		{"", "", ""},
-		{"/process_api/98e0b3c2a7f14e6d8c5b4a3f2e1d0c9b", "", ""},
-		{"/user.slice/user-1000.slice/session-4.scope", "", ""},
-		{"/system.slice/nvidia-persistenced.service", "", ""},
-		{"/kubepods.slice/kubepods-burstable.slice", "", ""},
-		{"/kubepods/burstable/podnot-a-uid/" + ctrID, "", ""},
-		{"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + podS + ".slice/cri-containerd-abc.scope", podU, ""},
-		{"/system.slice/docker-abc.scope", "", ""},
-		{"/user.slice/pod" + podU + "/" + ctrID, "", ""},
-	} {
-		pod, ctr := parseCgroupPod(tc.path)
-		if pod != tc.pod || ctr != tc.ctr {
-			t.Errorf("parseCgroupPod(%q) = %q, %q; want %q, %q", tc.path, pod, ctr, tc.pod, tc.ctr)
-		}
-	}
-}
-
-func TestParseCgroupFile(t *testing.T) {
-	v1 := "12:devices:/kubepods/burstable/pod" + podU + "/" + ctrID + "\n" +
-		"11:cpuset:/kubepods/burstable/pod" + podU + "/" + ctrID + "\n" +
-		"1:name=systemd:/kubepods/burstable/pod" + podU + "/" + ctrID + "\n0::/\n"
-	for _, tc := range []struct{ in, pod, ctr string }{
-		{"0::/kubepods/besteffort/pod" + podU + "/" + ctrID + "\n", podU, ctrID},
-		{v1, podU, ctrID},
-		{"0::/process_api/98e0b3c2\n", "", ""}, // the borrowed VM
-		{"9:name=systemd:/\n4:memory:/process_api/b4b0e2e3\n0::/\n", "", ""},
-		{"garbage\n\n::\n", "", ""},
-	} {
-		pod, ctr := parseCgroupFile([]byte(tc.in))
-		if pod != tc.pod || ctr != tc.ctr {
-			t.Errorf("parseCgroupFile(%q) = %q, %q; want %q, %q", tc.in, pod, ctr, tc.pod, tc.ctr)
-		}
-	}
-}
-
 // statLine is a thread's stat as the kernel writes it (modelled on one
 // read on the VM), last CPU cpu.
 func statLine(comm string, cpu string) string {
@@ -271,8 +198,7 @@ func TestReadProcess(t *testing.T) {
 		"numa_maps":        "7f00 default anon=3 N0=2 N1=1 kernelpagesize_kB=4\n",
 		"task/4252/status": "thread exited: no stat\n",
 	})
-	f := FS{Proc: root}
-	p, err := f.ReadProcess(4242)
+	p, err := Read(root, 4242)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,30 +218,29 @@ func TestReadProcess(t *testing.T) {
 
 func TestReadProcessGone(t *testing.T) {
 	root := t.TempDir()
-	f := FS{Proc: root}
-	if _, err := f.ReadProcess(999); !errors.Is(err, ErrProcessGone) {
-		t.Fatalf("no directory: err %v, want ErrProcessGone", err)
+	if _, err := Read(root, 999); !errors.Is(err, ErrGone) {
+		t.Fatalf("no directory: err %v, want ErrGone", err)
 	}
 	// Files vanish with the directory: ENOENT on a file of a directory
 	// that is gone too.
 	writeProc(t, root, "1000", map[string]string{"comm": "x\n"})
 	os.RemoveAll(filepath.Join(root, "1000"))
-	if _, err := f.ReadProcess(1000); !errors.Is(err, ErrProcessGone) {
-		t.Fatalf("removed: err %v, want ErrProcessGone", err)
+	if _, err := Read(root, 1000); !errors.Is(err, ErrGone) {
+		t.Fatalf("removed: err %v, want ErrGone", err)
 	}
 	// The process exits between its small files and numa_maps.
 	writeProc(t, root, "1002", map[string]string{"comm": "x\n", "numa_maps": ""})
-	if _, err := f.readProcessFiles(1002, nil); err != nil {
+	if _, err := readFiles(root, 1002, nil); err != nil {
 		t.Fatal(err)
 	}
 	os.RemoveAll(filepath.Join(root, "1002"))
-	if _, err := f.readProcessMemory(1002, newMapsScratch()); !errors.Is(err, ErrProcessGone) {
-		t.Fatalf("numa_maps gone: err %v, want ErrProcessGone", err)
+	if _, err := readMemory(root, 1002, newMapsScratch()); !errors.Is(err, ErrGone) {
+		t.Fatalf("numa_maps gone: err %v, want ErrGone", err)
 	}
 	// A file missing from a directory still there is not there on this
 	// kernel: nothing to count.
 	writeProc(t, root, "1001", map[string]string{"comm": "x\n", "task/1001/stat": statLine("x", "1")})
-	p, err := f.ReadProcess(1001)
+	p, err := Read(root, 1001)
 	if err != nil || p.AllowedCPUs.Valid || p.MemoryByNode.Valid || len(p.ThreadCPUs) != 1 {
 		t.Fatalf("trimmed tree: %+v, %v", p, err)
 	}
@@ -343,7 +268,7 @@ func TestReadProcessUnreadable(t *testing.T) {
 	} else if err := os.Chmod(maps, 0); err != nil {
 		t.Fatal(err)
 	}
-	p, err := FS{Proc: root}.ReadProcess(7)
+	p, err := Read(root, 7)
 	var partial *sampler.PartialError
 	if !errors.As(err, &partial) || partial.Count != 1 || !errors.Is(err, want) {
 		t.Fatalf("err %v, want a PartialError counting %v once", err, want)
@@ -359,7 +284,7 @@ func TestReadProcessMalformed(t *testing.T) {
 		"comm": "x\n", "status": "Cpus_allowed_list:\t0-x\n", "cgroup": "0::/\n",
 		"task/8/stat": "8 (x) S 1\n", "numa_maps": "7f00 default N0=z kernelpagesize_kB=4\n",
 	})
-	p, err := FS{Proc: root}.ReadProcess(8)
+	p, err := Read(root, 8)
 	var partial *sampler.PartialError
 	if !errors.As(err, &partial) || partial.Count != 3 {
 		t.Fatalf("err %v, want a PartialError counting 3", err)
@@ -374,11 +299,11 @@ func TestReadProcessSelf(t *testing.T) {
 	if _, err := os.Stat("/proc/self/numa_maps"); err != nil {
 		t.Skip("no numa_maps here")
 	}
-	p, err := FS{Proc: "/proc"}.ReadProcess(os.Getpid())
+	p, err := Read("/proc", os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Comm == "" || !p.AllowedCPUs.Valid || len(p.ThreadCPUs) == 0 || !p.MemoryByNode.Valid || memTotal(p.MemoryByNode.V) == 0 {
+	if p.Comm == "" || !p.AllowedCPUs.Valid || len(p.ThreadCPUs) == 0 || !p.MemoryByNode.Valid || len(p.MemoryByNode.V) == 0 {
 		t.Fatalf("self: %+v", p)
 	}
 }

@@ -1,4 +1,4 @@
-package numa
+package process
 
 import (
 	"maps"
@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
+	"github.com/gpulink/gpulink_exporter/numa"
 )
 
 // fixtureSeeds adds the named file of every process in every fixture
@@ -113,11 +114,11 @@ func FuzzParseStatCPU(f *testing.F) {
 	f.Add("pt_autograd_0", uint16(8191), "3553 (cat) R 3551 3551 29982 0 -1 4194304 99 0 0 0 0 0 0 0 20 0 1 0 230733 3133440 381 18446744073709551615 94873740963840 94873740983721 140737324577520 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0 94873740999728 94873741001344 94874722516992 140737324579327 140737324579347 140737324579347 140737324580843 0\n")
 	fixtureSeeds(f, "task/*/stat", func(s string) { f.Add("x", uint16(1), s) })
 	f.Fuzz(func(t *testing.T, comm string, cpu uint16, raw string) {
-		if v, err := parseStatCPU([]byte(raw)); err == nil && (v < 0 || v >= maxCPU) {
+		if v, err := parseStatCPU([]byte(raw)); err == nil && (v < 0 || v >= numa.MaxCPU) {
 			t.Fatalf("%q: CPU %d", raw, v)
 		}
 		// Whatever the command name holds, the CPU is found.
-		want := int(cpu) % maxCPU
+		want := int(cpu) % numa.MaxCPU
 		got, err := parseStatCPU([]byte(statLine(comm, strconv.Itoa(want))))
 		if err != nil || got != want {
 			t.Fatalf("comm %q: got %d, %v; want %d", comm, got, err, want)

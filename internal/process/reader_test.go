@@ -1,4 +1,4 @@
-package numa_test
+package process_test
 
 import (
 	"bufio"
@@ -21,6 +21,7 @@ import (
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/process"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
 	"github.com/gpulink/gpulink_exporter/numa"
@@ -154,7 +155,7 @@ func on(g nvml.Process, pid int) nvml.Process {
 	return g
 }
 
-func sample(t testing.TB, r *numa.PlacementReader) *numa.PlacementSnapshot {
+func sample(t testing.TB, r *process.Reader) *process.Snapshot {
 	t.Helper()
 	snap, err := r.Sample(context.Background())
 	if err != nil {
@@ -163,7 +164,7 @@ func sample(t testing.TB, r *numa.PlacementReader) *numa.PlacementSnapshot {
 	return snap
 }
 
-func gpuOf(t *testing.T, s *numa.PlacementSnapshot, index int) *numa.GPUPlacement {
+func gpuOf(t *testing.T, s *process.Snapshot, index int) *process.GPU {
 	t.Helper()
 	for i := range s.GPUs {
 		if s.GPUs[i].GPU == index {
@@ -187,7 +188,7 @@ func TestPlacementHealthy(t *testing.T) {
 	root := t.TempDir()
 	writeFakeProc(t, root, fakeProc{pid: 4242, comm: "python", allowed: "0-55,112-167",
 		threads: []int{3, 4, 5, 113, 120}, pages: map[int]uint64{0: 100000}, cgroup: k8sCgroup})
-	r := &numa.PlacementReader{FS: numa.FS{Proc: root},
+	r := &process.Reader{FS: numa.FS{Proc: root},
 		Processes: func() ([]nvml.Process, error) { return []nvml.Process{on(gpu0, 4242)}, nil },
 		Topology:  func() *numa.Topology { return dgxTopology(t) }}
 	g := gpuOf(t, sample(t, r), 0)
@@ -215,7 +216,7 @@ func TestPlacementPinnedFarSocket(t *testing.T) {
 	root := t.TempDir()
 	writeFakeProc(t, root, fakeProc{pid: 4242, comm: "python", allowed: "56-111,168-223",
 		threads: []int{60, 61, 170, 171}, pages: map[int]uint64{0: 10000, 1: 90000}, lines: 40})
-	r := &numa.PlacementReader{FS: numa.FS{Proc: root},
+	r := &process.Reader{FS: numa.FS{Proc: root},
 		Processes: func() ([]nvml.Process, error) { return []nvml.Process{on(gpu0, 4242)}, nil },
 		Topology:  func() *numa.Topology { return dgxTopology(t) }}
 	g := gpuOf(t, sample(t, r), 0)
@@ -248,7 +249,7 @@ func TestPlacementEachRule(t *testing.T) {
 			root := t.TempDir()
 			tc.p.pid, tc.p.comm = 100, "x"
 			writeFakeProc(t, root, tc.p)
-			r := &numa.PlacementReader{FS: numa.FS{Proc: root},
+			r := &process.Reader{FS: numa.FS{Proc: root},
 				Processes: func() ([]nvml.Process, error) { return []nvml.Process{on(gpu0, 100)}, nil },
 				Topology:  func() *numa.Topology { return dgxTopology(t) }}
 			p := gpuOf(t, sample(t, r), 0).Procs[0]
@@ -265,7 +266,7 @@ func TestPlacementUnpinnedSpread(t *testing.T) {
 	root := t.TempDir()
 	writeFakeProc(t, root, fakeProc{pid: 6161, comm: "python", allowed: "0-223",
 		threads: []int{1, 2, 57, 58, 113, 169}, pages: map[int]uint64{0: 55000, 1: 45000}, lines: 10})
-	r := &numa.PlacementReader{FS: numa.FS{Proc: root},
+	r := &process.Reader{FS: numa.FS{Proc: root},
 		Processes: func() ([]nvml.Process, error) { return []nvml.Process{on(gpu2, 6161)}, nil },
 		Topology:  func() *numa.Topology { return dgxTopology(t) }}
 	g := gpuOf(t, sample(t, r), 2)
@@ -283,7 +284,7 @@ func TestPlacementSingleNodeVM(t *testing.T) {
 	root := t.TempDir()
 	writeFakeProc(t, root, fakeProc{pid: 793, comm: "python3", allowed: "0-31",
 		threads: repeat(7, 34), pages: map[int]uint64{0: 500000}, cgroup: "/process_api/98e0b3c2"})
-	r := &numa.PlacementReader{FS: numa.FS{Proc: root},
+	r := &process.Reader{FS: numa.FS{Proc: root},
 		Processes: func() ([]nvml.Process, error) {
 			return []nvml.Process{{GPU: 0, UUID: "GPU-a", PCIBusID: "0000:00:06.0", PID: 793}}, nil
 		},
@@ -307,7 +308,7 @@ func TestPlacementUnknownNode(t *testing.T) {
 	root := t.TempDir()
 	writeFakeProc(t, root, fakeProc{pid: 300, comm: "python", allowed: "0-55",
 		threads: []int{1}, pages: map[int]uint64{0: 100}})
-	r := &numa.PlacementReader{FS: numa.FS{Proc: root},
+	r := &process.Reader{FS: numa.FS{Proc: root},
 		Processes: func() ([]nvml.Process, error) { return []nvml.Process{on(gpu6, 300)}, nil },
 		Topology:  func() *numa.Topology { return dgxTopology(t) }}
 	g := gpuOf(t, sample(t, r), 6)
@@ -344,7 +345,7 @@ func TestPlacementPartiallyRead(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := &numa.PlacementReader{FS: numa.FS{Proc: root},
+	r := &process.Reader{FS: numa.FS{Proc: root},
 		Processes: func() ([]nvml.Process, error) { return []nvml.Process{on(gpu0, 1), on(gpu0, 2)}, nil },
 		Topology:  func() *numa.Topology { return dgxTopology(t) }}
 	snap, err := r.Sample(context.Background())
@@ -370,7 +371,7 @@ func TestPlacementProcessExits(t *testing.T) {
 	root := t.TempDir()
 	writeFakeProc(t, root, fakeProc{pid: 4242, comm: "python", allowed: "0-55", threads: []int{1}, pages: map[int]uint64{0: 1}})
 	writeFakeProc(t, root, fakeProc{pid: 5151, comm: "python", allowed: "56-111", threads: []int{60}, pages: map[int]uint64{1: 1}})
-	r := &numa.PlacementReader{FS: numa.FS{Proc: root},
+	r := &process.Reader{FS: numa.FS{Proc: root},
 		Processes: func() ([]nvml.Process, error) {
 			// 5151 exits once listed; 999 had already gone.
 			if err := os.RemoveAll(filepath.Join(root, "5151")); err != nil {
@@ -395,7 +396,7 @@ func TestPlacementProcessExits(t *testing.T) {
 func TestPlacementProcessOnTwoGPUs(t *testing.T) {
 	root := t.TempDir()
 	writeFakeProc(t, root, fakeProc{pid: 77, comm: "torchrun", allowed: "0-55", threads: []int{1}, pages: map[int]uint64{0: 10}})
-	r := &numa.PlacementReader{FS: numa.FS{Proc: root},
+	r := &process.Reader{FS: numa.FS{Proc: root},
 		Processes: func() ([]nvml.Process, error) {
 			return []nvml.Process{on(gpu0, 77), on(gpu4, 77), on(gpu4, 77)}, nil // listed twice on GPU 4
 		},
@@ -413,7 +414,7 @@ func TestPlacementProcessOnTwoGPUs(t *testing.T) {
 func TestPlacementProcessListErrors(t *testing.T) {
 	root := t.TempDir()
 	writeFakeProc(t, root, fakeProc{pid: 1, comm: "a", allowed: "0-55", threads: []int{1}, pages: map[int]uint64{0: 1}})
-	r := &numa.PlacementReader{FS: numa.FS{Proc: root}, Topology: func() *numa.Topology { return dgxTopology(t) }}
+	r := &process.Reader{FS: numa.FS{Proc: root}, Topology: func() *numa.Topology { return dgxTopology(t) }}
 
 	r.Processes = func() ([]nvml.Process, error) { return nil, nvml.ErrNoLibrary }
 	if _, err := r.Sample(context.Background()); !errors.Is(err, nvml.ErrNoLibrary) {
@@ -447,7 +448,7 @@ func BenchmarkPlacementSample(b *testing.B) {
 		procs = append(procs, on(g, pid))
 	}
 	topo := dgxTopology(b)
-	r := &numa.PlacementReader{FS: numa.FS{Proc: root},
+	r := &process.Reader{FS: numa.FS{Proc: root},
 		Processes: func() ([]nvml.Process, error) { return procs, nil },
 		Topology:  func() *numa.Topology { return topo }}
 	b.ReportAllocs()
@@ -527,7 +528,7 @@ func BenchmarkPlacementSampleLive(b *testing.B) {
 	fs := numa.FS{Sys: "/sys", Proc: "/proc"}
 	nodes, _ := fs.NUMANodes()
 	topo := &numa.Topology{Nodes: nodes, Devices: map[string]*numa.PCIDevice{"0000:00:00.0": {Address: "0000:00:00.0", NUMANode: 0}}}
-	r := &numa.PlacementReader{FS: fs,
+	r := &process.Reader{FS: fs,
 		Processes: func() ([]nvml.Process, error) { return procs, nil },
 		Topology:  func() *numa.Topology { return topo }}
 	// One process alone, for the per-process cost.
@@ -566,10 +567,10 @@ func TestPlacementRealMachine(t *testing.T) {
 		procs, err := rd.ComputeProcesses()
 		t.Logf("ComputeProcesses %d: %d processes in %v, err %v", i, len(procs), time.Since(start), err)
 	}
-	r := &numa.PlacementReader{FS: fs, Processes: rd.ComputeProcesses, GPUs: rd.Identities,
+	r := &process.Reader{FS: fs, Processes: rd.ComputeProcesses, GPUs: rd.Identities,
 		Topology: func() *numa.Topology { return topo }}
 	var took []time.Duration
-	var snap *numa.PlacementSnapshot
+	var snap *process.Snapshot
 	for range 20 {
 		start := time.Now()
 		s, err := r.Sample(context.Background())
@@ -595,7 +596,7 @@ func TestPlacementRealMachine(t *testing.T) {
 // placementFixture is the placement source over a fixture profile, its
 // processes on the GPUs the profile names, GPUs indexed in address order
 // as NVML does.
-func placementFixture(t testing.TB, profile string) *numa.PlacementReader {
+func placementFixture(t testing.TB, profile string) *process.Reader {
 	t.Helper()
 	root := sysfsfake.Load(t, profile)
 	fs := numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
@@ -620,7 +621,7 @@ func placementFixture(t testing.TB, profile string) *numa.PlacementReader {
 	if err != nil {
 		t.Fatalf("%s topology: %v", profile, err)
 	}
-	return &numa.PlacementReader{FS: fs,
+	return &process.Reader{FS: fs,
 		Processes: func() ([]nvml.Process, error) { return procs, nil },
 		Topology:  func() *numa.Topology { return topo },
 		GPUs:      func() []nvml.Identity { return ids }}
@@ -677,7 +678,7 @@ func TestPlacementFixtures(t *testing.T) {
 					wantMis++
 				}
 				g := gpuOf(t, snap, w.gpu)
-				var p *numa.GPUProcess
+				var p *process.GPUProcess
 				for i := range g.Procs {
 					if g.Procs[i].Placement.PID == w.pid {
 						p = &g.Procs[i]
@@ -707,7 +708,7 @@ func TestPlacementFixtures(t *testing.T) {
 
 // The fixture's pages add up to what the profile says, in bytes.
 func TestPlacementFixtureMemory(t *testing.T) {
-	p, err := numa.FS{Proc: filepath.Join(sysfsfake.Load(t, "dgx-h100-faults"), "proc")}.ReadProcess(4242)
+	p, err := process.Read(filepath.Join(sysfsfake.Load(t, "dgx-h100-faults"), "proc"), 4242)
 	if err != nil {
 		t.Fatal(err)
 	}
