@@ -1,28 +1,18 @@
 package process
 
 import (
-	"bytes"
 	"strings"
+
+	"github.com/prometheus/procfs"
 )
 
-// parseCgroupFile takes the pod and container from /proc/<pid>/cgroup:
-// the unified line ("0::/path") on cgroup v2, the first line naming a pod
-// or container on v1, where every controller has its own line.
-func parseCgroupFile(b []byte) (podUID, containerID string) {
-	for len(b) > 0 {
-		var line []byte
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			line, b = b, nil
-		}
-		// hierarchy-ID:controllers:path; the path may hold ':'.
-		_, rest, ok1 := bytes.Cut(line, []byte{':'})
-		_, path, ok2 := bytes.Cut(rest, []byte{':'})
-		if !ok1 || !ok2 {
-			continue
-		}
-		if pod, ctr := parseCgroupPod(string(path)); pod != "" || ctr != "" {
+// cgroupPod takes the pod and container from a process's cgroups
+// (/proc/<pid>/cgroup): the unified hierarchy's path on cgroup v2, the
+// first path naming a pod or container on v1, where every controller has
+// its own line.
+func cgroupPod(cgroups []procfs.Cgroup) (podUID, containerID string) {
+	for _, c := range cgroups {
+		if pod, ctr := parseCgroupPod(c.Path); pod != "" || ctr != "" {
 			return pod, ctr
 		}
 	}

@@ -1,8 +1,12 @@
 package process
 
 import (
+	"errors"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
 const (
@@ -60,20 +64,41 @@ func TestParseCgroupPod(t *testing.T) {
 	}
 }
 
-func TestParseCgroupFile(t *testing.T) {
+// The cgroup file, read through procfs: the v2 line, the first v1 line
+// naming a pod, paths holding ':'; a malformed file drops the pod and is
+// counted.
+func TestReadCgroup(t *testing.T) {
+	podS := strings.ReplaceAll(podU, "-", "_")
 	v1 := "12:devices:/kubepods/burstable/pod" + podU + "/" + ctrID + "\n" +
 		"11:cpuset:/kubepods/burstable/pod" + podU + "/" + ctrID + "\n" +
 		"1:name=systemd:/kubepods/burstable/pod" + podU + "/" + ctrID + "\n0::/\n"
-	for _, tc := range []struct{ in, pod, ctr string }{
-		{"0::/kubepods/besteffort/pod" + podU + "/" + ctrID + "\n", podU, ctrID},
-		{v1, podU, ctrID},
-		{"0::/process_api/98e0b3c2\n", "", ""}, // the borrowed VM
-		{"9:name=systemd:/\n4:memory:/process_api/b4b0e2e3\n0::/\n", "", ""},
-		{"garbage\n\n::\n", "", ""},
+	for i, tc := range []struct {
+		in, pod, ctr string
+		bad          bool
+	}{
+		{in: "0::/kubepods/besteffort/pod" + podU + "/" + ctrID + "\n", pod: podU, ctr: ctrID},
+		{in: v1, pod: podU, ctr: ctrID},
+		{in: "0::/system.slice/containerd.service/kubepods-besteffort-pod" + podS + ".slice:cri-containerd:" + ctrID + "\n", pod: podU, ctr: ctrID},
+		{in: "0::/process_api/98e0b3c2\n"}, // the borrowed VM
+		{in: "9:name=systemd:/\n4:memory:/process_api/b4b0e2e3\n0::/\n"},
+		{in: ""},
+		{in: "garbage\n", bad: true},
+		{in: "0::/\n\n4:memory:/\n", bad: true},
+		{in: "x::/kubepods/pod" + podU + "/" + ctrID + "\n", bad: true},
 	} {
-		pod, ctr := parseCgroupFile([]byte(tc.in))
-		if pod != tc.pod || ctr != tc.ctr {
-			t.Errorf("parseCgroupFile(%q) = %q, %q; want %q, %q", tc.in, pod, ctr, tc.pod, tc.ctr)
+		root := t.TempDir()
+		pid := strconv.Itoa(100 + i)
+		writeProc(t, root, pid, map[string]string{"comm": "x\n", "cgroup": tc.in})
+		p, err := Read(root, 100+i)
+		var partial *sampler.PartialError
+		switch {
+		case tc.bad && (!errors.As(err, &partial) || partial.Count != 1 || !strings.Contains(err.Error(), "/cgroup")):
+			t.Errorf("%q: err %v, want a PartialError counting the cgroup file", tc.in, err)
+		case !tc.bad && err != nil:
+			t.Errorf("%q: %v", tc.in, err)
+		}
+		if p.PodUID != tc.pod || p.ContainerID != tc.ctr {
+			t.Errorf("%q: pod %q container %q; want %q, %q", tc.in, p.PodUID, p.ContainerID, tc.pod, tc.ctr)
 		}
 	}
 }

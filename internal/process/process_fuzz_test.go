@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/procfs"
+
 	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
 	"github.com/gpulink/gpulink_exporter/numa"
 )
@@ -99,10 +101,11 @@ func FuzzParseCgroupPod(f *testing.F) {
 		if ctr != "" && (!isContainerID(ctr) || !strings.Contains(path, ctr)) {
 			t.Fatalf("%q: container ID %q", path, ctr)
 		}
-		// The whole file reads the same path on its v2 line.
-		pod2, ctr2 := parseCgroupFile([]byte("0::" + path))
-		if !strings.Contains(path, "\n") && (pod2 != pod || ctr2 != ctr) {
-			t.Fatalf("%q: file gives %q %q, path %q %q", path, pod2, ctr2, pod, ctr)
+		// The same path among v1 controllers' paths naming nothing reads
+		// the same.
+		pod2, ctr2 := cgroupPod([]procfs.Cgroup{{HierarchyID: 2, Path: "/"}, {HierarchyID: 1, Path: path}, {Path: "/user.slice"}})
+		if pod2 != pod || ctr2 != ctr {
+			t.Fatalf("%q: cgroups give %q %q, path %q %q", path, pod2, ctr2, pod, ctr)
 		}
 	})
 }
