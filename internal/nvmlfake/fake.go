@@ -300,6 +300,76 @@ func (g *GPU) call(name string) gonvml.Return {
 	return gonvml.SUCCESS
 }
 
+// verdict is what method would answer, but for a hang or a lost GPU; the
+// caller holds the machine lock.
+func (g *GPU) verdict(method string) gonvml.Return {
+	switch {
+	case g.Unsupported[method]:
+		return gonvml.ERROR_NOT_SUPPORTED
+	case g.Errors[method] != 0:
+		return g.Errors[method]
+	}
+	return gonvml.SUCCESS
+}
+
+// methodField serves as a field value what a single call answers, as the
+// driver does: the value, and the method whose verdict (unsupported, an
+// error) the field shares. The caller holds the machine lock.
+func (g *GPU) methodField(k FieldKey) (float64, string, bool) {
+	b := func(v bool) float64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	retired := func(cause gonvml.PageRetirementCause) (float64, string, bool) {
+		if g.RetiredPages == nil {
+			return 0, "", false // Hopper: not supported
+		}
+		return float64(g.RetiredPages[cause]), "GetRetiredPages", true
+	}
+	switch k.ID {
+	case gonvml.FI_DEV_POWER_AVERAGE:
+		return float64(g.PowerMW), "GetPowerUsage", true
+	case gonvml.FI_DEV_POWER_CURRENT_LIMIT:
+		return float64(g.PowerLimitMW), "GetEnforcedPowerLimit", true
+	case gonvml.FI_DEV_TOTAL_ENERGY_CONSUMPTION:
+		return float64(g.EnergyMJ), "GetTotalEnergyConsumption", true
+	case gonvml.FI_DEV_ECC_SBE_VOL_TOTAL:
+		return float64(g.ECC[gonvml.MEMORY_ERROR_TYPE_CORRECTED][gonvml.VOLATILE_ECC]), "GetTotalEccErrors", true
+	case gonvml.FI_DEV_ECC_DBE_VOL_TOTAL:
+		return float64(g.ECC[gonvml.MEMORY_ERROR_TYPE_UNCORRECTED][gonvml.VOLATILE_ECC]), "GetTotalEccErrors", true
+	case gonvml.FI_DEV_ECC_SBE_AGG_TOTAL:
+		return float64(g.ECC[gonvml.MEMORY_ERROR_TYPE_CORRECTED][gonvml.AGGREGATE_ECC]), "GetTotalEccErrors", true
+	case gonvml.FI_DEV_ECC_DBE_AGG_TOTAL:
+		return float64(g.ECC[gonvml.MEMORY_ERROR_TYPE_UNCORRECTED][gonvml.AGGREGATE_ECC]), "GetTotalEccErrors", true
+	case gonvml.FI_DEV_REMAPPED_COR:
+		return float64(g.RemapCorr), "GetRemappedRows", true
+	case gonvml.FI_DEV_REMAPPED_UNC:
+		return float64(g.RemapUnc), "GetRemappedRows", true
+	case gonvml.FI_DEV_REMAPPED_PENDING:
+		return b(g.RemapPending), "GetRemappedRows", true
+	case gonvml.FI_DEV_REMAPPED_FAILURE:
+		return b(g.RemapFailed), "GetRemappedRows", true
+	case gonvml.FI_DEV_RETIRED_SBE:
+		return retired(gonvml.PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+	case gonvml.FI_DEV_RETIRED_DBE:
+		return retired(gonvml.PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+	case gonvml.FI_DEV_RETIRED_PENDING:
+		if g.RetiredPages == nil {
+			return 0, "", false
+		}
+		return b(g.RetiredPending), "GetRetiredPagesPendingStatus", true
+	case gonvml.FI_DEV_PCIE_REPLAY_COUNTER:
+		return float64(g.PCIeReplays), "GetPcieReplayCounter", true
+	case gonvml.FI_DEV_NVLINK_GET_STATE:
+		if int(k.Scope) < len(g.NVLinks) {
+			return b(g.NVLinks[k.Scope].Up), "GetNvLinkState", true
+		}
+	}
+	return 0, "", false
+}
+
 // answer is a getter's whole body: the call's verdict, and on success the
 // value read under the machine lock.
 func answer[T any](g *GPU, name string, read func() T) (T, gonvml.Return) {
@@ -508,9 +578,15 @@ func (g *GPU) setDeviceFuncs() {
 				if c, isErr := linkErrorFields[k.ID]; isErr && int(k.Scope) < len(g.NVLinks) {
 					v, ok = float64(g.NVLinks[k.Scope].Errors[c]), true
 				}
+				ret := gonvml.SUCCESS
+				if mv, method, isMethod := g.methodField(k); isMethod {
+					v, ok, ret = mv, true, g.verdict(method)
+				}
 				switch {
 				case g.Unsupported[fmt.Sprintf("field:%d", k.ID)] || !ok:
 					fv[i].NvmlReturn = uint32(gonvml.ERROR_NOT_SUPPORTED)
+				case ret != gonvml.SUCCESS:
+					fv[i].NvmlReturn = uint32(ret)
 				default:
 					fv[i] = nvml.FieldValueOf(k.ID, k.Scope, gonvml.VALUE_TYPE_UNSIGNED_LONG_LONG, v)
 					fv[i].NvmlReturn = uint32(gonvml.SUCCESS)
