@@ -4,14 +4,39 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-
-	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"math/bits"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
-// Counters that NVML exposes only as field values are read in one batched
-// call per GPU rather than one call each.
+// Values NVML offers as field values are read in one GetFieldValues call
+// per GPU and tier rather than one call each. Where a GPU does not support
+// a field, the single call that gives the same value (its fallback) is
+// asked instead, from then on.
+
+// fieldSpec is one value read as a field.
+type fieldSpec struct {
+	id uint32
+	// perLink fields are read once per NVLink, the link as scope.
+	perLink bool
+	// what names the field in logs and errors, and in the GPU's record of
+	// what it does not support.
+	what string
+	set  func(g *GPUState, link int, v float64)
+	// fb indexes fallbacks: the single call for the value; -1 for none.
+	fb int
+}
+
+// fallbacks are the single calls that stand in for unsupported fields.
+// link is -1 for a GPU's value.
+var fallbacks []func(rd *read, h nvml.Device, g *GPUState, link int)
+
+func fallback(f func(rd *read, h nvml.Device, g *GPUState, link int)) int {
+	fallbacks = append(fallbacks, f)
+	return len(fallbacks) - 1
+}
 
 // throttleFields are the clock event reasons NVML keeps time for, in
 // nanoseconds. The fallback policy is read through the older violation
@@ -30,89 +55,260 @@ var throttleFields = []struct {
 
 // nvlinkErrorFields are the per-link error counters as field values, scope
 // the link. Batched they cost a quarter of one GetNvLinkErrorCounter call
-// each; readNVLinkErrorCalls fills in what a driver lacks.
+// each; the calls stand in where a driver lacks the field (data CRC on
+// driver 580).
 var nvlinkErrorFields = []struct {
-	name string
-	id   uint32
+	name    string
+	id      uint32
+	counter nvml.NvLinkErrorCounter
 }{
-	{"crc_flit", nvml.FI_DEV_NVLINK_ERROR_DL_CRC},
-	{"crc_data", nvml.FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L0},
-	{"replay", nvml.FI_DEV_NVLINK_ERROR_DL_REPLAY},
-	{"recovery", nvml.FI_DEV_NVLINK_ERROR_DL_RECOVERY},
+	{"crc_flit", nvml.FI_DEV_NVLINK_ERROR_DL_CRC, nvml.NVLINK_ERROR_DL_CRC_FLIT},
+	{"crc_data", nvml.FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L0, nvml.NVLINK_ERROR_DL_CRC_DATA},
+	{"replay", nvml.FI_DEV_NVLINK_ERROR_DL_REPLAY, nvml.NVLINK_ERROR_DL_REPLAY},
+	{"recovery", nvml.FI_DEV_NVLINK_ERROR_DL_RECOVERY, nvml.NVLINK_ERROR_DL_RECOVERY},
+}
+
+// NVLinkErrorTypes are the NVLink error counters, in export order.
+var NVLinkErrorTypes = []string{"crc_flit", "crc_data", "replay", "recovery"}
+
+// P2PCapabilities are the peer-to-peer capabilities read per GPU pair.
+var P2PCapabilities = []string{"read", "write", "nvlink", "atomics"}
+
+// The tiers' fields; built by init, with their fallbacks.
+var fastFields, fastFieldsWithState, slowFields []fieldSpec
+
+func init() {
+	fastFields = []fieldSpec{
+		// GetPowerUsage answers the 1 s average from Ampere on (bar
+		// GA100), which is this field; before, where the field is not
+		// supported, it answers instant power as the call did.
+		{id: nvml.FI_DEV_POWER_AVERAGE, what: "power usage (field)",
+			set: func(g *GPUState, _ int, v float64) { g.Power = sampler.Some(v / 1000) },
+			fb: fallback(func(rd *read, h nvml.Device, g *GPUState, _ int) {
+				if v, ok := get(rd, "power usage", h.GetPowerUsage); ok {
+					g.Power = sampler.Some(float64(v) / 1000)
+				}
+			})},
+		{id: nvml.FI_DEV_POWER_CURRENT_LIMIT, what: "enforced power limit (field)",
+			set: func(g *GPUState, _ int, v float64) { g.PowerLimit = sampler.Some(v / 1000) },
+			fb: fallback(func(rd *read, h nvml.Device, g *GPUState, _ int) {
+				if v, ok := get(rd, "enforced power limit", h.GetEnforcedPowerLimit); ok {
+					g.PowerLimit = sampler.Some(float64(v) / 1000)
+				}
+			})},
+		{id: nvml.FI_DEV_TOTAL_ENERGY_CONSUMPTION, what: "energy (field)",
+			set: func(g *GPUState, _ int, v float64) { g.Energy = sampler.Some(v / 1000) },
+			fb: fallback(func(rd *read, h nvml.Device, g *GPUState, _ int) {
+				if v, ok := get(rd, "energy", h.GetTotalEnergyConsumption); ok {
+					g.Energy = sampler.Some(float64(v) / 1000)
+				}
+			})},
+		{id: nvml.FI_DEV_MEMORY_TEMP, what: "memory temperature", fb: -1,
+			set: func(g *GPUState, _ int, v float64) { g.MemoryTemperature = sampler.Some(v) }},
+	}
+	for _, t := range throttleFields {
+		reason, policy := t.reason, t.fallback
+		fb := -1
+		if policy >= 0 {
+			// Older drivers keep some of the reasons' time only as
+			// violation status.
+			fb = fallback(func(rd *read, h nvml.Device, g *GPUState, _ int) {
+				if v, ok := get(rd, "violation status "+reason, func() (nvml.ViolationTime, nvml.Return) { return h.GetViolationStatus(policy) }); ok {
+					g.Throttle.Seconds[reason] = float64(v.ViolationTime) / 1e9
+				}
+			})
+		}
+		fastFields = append(fastFields, fieldSpec{id: t.field, what: "clock event time " + reason, fb: fb,
+			set: func(g *GPUState, _ int, v float64) { g.Throttle.Seconds[reason] = v / 1e9 }})
+	}
+	fastFields = append(fastFields,
+		fieldSpec{id: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, perLink: true, what: "NVLink TX bytes", fb: -1,
+			set: func(g *GPUState, l int, v float64) { g.NVLinks[l].TransmitBytes = sampler.Some(v * 1024) }},
+		fieldSpec{id: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, perLink: true, what: "NVLink RX bytes", fb: -1,
+			set: func(g *GPUState, l int, v float64) { g.NVLinks[l].ReceiveBytes = sampler.Some(v * 1024) }},
+	)
+	fastFieldsWithState = append([]fieldSpec{{id: nvml.FI_DEV_NVLINK_GET_STATE, perLink: true, what: "NVLink state (field)",
+		set: func(g *GPUState, l int, v float64) { g.NVLinks[l].Active = v == nvml.NVLINK_STATE_ACTIVE },
+		fb:  fallback(func(rd *read, h nvml.Device, g *GPUState, l int) { readNVLinkState(rd, h, g.NVLinks, l) }),
+	}}, fastFields...)
+
+	ecc := func(id uint32, what string, typ nvml.MemoryErrorType, kind nvml.EccCounterType, dst func(*ECC) *sampler.Opt[float64]) fieldSpec {
+		return fieldSpec{id: id, what: what + " (field)",
+			set: func(g *GPUState, _ int, v float64) { *dst(&g.ECC) = sampler.Some(v) },
+			fb: fallback(func(rd *read, h nvml.Device, g *GPUState, _ int) {
+				if v, ok := get(rd, what, func() (uint64, nvml.Return) { return h.GetTotalEccErrors(typ, kind) }); ok {
+					*dst(&g.ECC) = sampler.Some(float64(v))
+				}
+			})}
+	}
+	remap := fallback(func(rd *read, h nvml.Device, g *GPUState, _ int) {
+		if !rd.asks("remapped rows", -1) {
+			return
+		}
+		e := &g.ECC
+		if corr, unc, pending, failed, ret := h.GetRemappedRows(); rd.ok("remapped rows", ret) {
+			e.RemappedCorrectable = sampler.Some(float64(corr))
+			e.RemappedUncorrectable = sampler.Some(float64(unc))
+			e.RemapPending = sampler.Some(pending)
+			e.RemapFailed = sampler.Some(failed)
+		}
+	})
+	retired := func(id uint32, what string, cause nvml.PageRetirementCause, dst func(*ECC) *sampler.Opt[float64]) fieldSpec {
+		return fieldSpec{id: id, what: what + " (field)",
+			set: func(g *GPUState, _ int, v float64) { *dst(&g.ECC) = sampler.Some(v) },
+			fb: fallback(func(rd *read, h nvml.Device, g *GPUState, _ int) {
+				if p, ok := get(rd, what, func() ([]uint64, nvml.Return) { return h.GetRetiredPages(cause) }); ok {
+					*dst(&g.ECC) = sampler.Some(float64(len(p)))
+				}
+			})}
+	}
+	slowFields = []fieldSpec{
+		ecc(nvml.FI_DEV_ECC_SBE_VOL_TOTAL, "ECC corrected volatile", nvml.MEMORY_ERROR_TYPE_CORRECTED, nvml.VOLATILE_ECC,
+			func(e *ECC) *sampler.Opt[float64] { return &e.CorrectedVolatile }),
+		ecc(nvml.FI_DEV_ECC_DBE_VOL_TOTAL, "ECC uncorrected volatile", nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC,
+			func(e *ECC) *sampler.Opt[float64] { return &e.UncorrectedVolatile }),
+		ecc(nvml.FI_DEV_ECC_SBE_AGG_TOTAL, "ECC corrected aggregate", nvml.MEMORY_ERROR_TYPE_CORRECTED, nvml.AGGREGATE_ECC,
+			func(e *ECC) *sampler.Opt[float64] { return &e.CorrectedAggregate }),
+		ecc(nvml.FI_DEV_ECC_DBE_AGG_TOTAL, "ECC uncorrected aggregate", nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.AGGREGATE_ECC,
+			func(e *ECC) *sampler.Opt[float64] { return &e.UncorrectedAggregate }),
+		{id: nvml.FI_DEV_REMAPPED_COR, what: "remapped rows correctable (field)", fb: remap,
+			set: func(g *GPUState, _ int, v float64) { g.ECC.RemappedCorrectable = sampler.Some(v) }},
+		{id: nvml.FI_DEV_REMAPPED_UNC, what: "remapped rows uncorrectable (field)", fb: remap,
+			set: func(g *GPUState, _ int, v float64) { g.ECC.RemappedUncorrectable = sampler.Some(v) }},
+		{id: nvml.FI_DEV_REMAPPED_PENDING, what: "remapped rows pending (field)", fb: remap,
+			set: func(g *GPUState, _ int, v float64) { g.ECC.RemapPending = sampler.Some(v != 0) }},
+		{id: nvml.FI_DEV_REMAPPED_FAILURE, what: "remapped rows failure (field)", fb: remap,
+			set: func(g *GPUState, _ int, v float64) { g.ECC.RemapFailed = sampler.Some(v != 0) }},
+		retired(nvml.FI_DEV_RETIRED_SBE, "retired pages (single bit)", nvml.PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+			func(e *ECC) *sampler.Opt[float64] { return &e.RetiredSingleBit }),
+		retired(nvml.FI_DEV_RETIRED_DBE, "retired pages (double bit)", nvml.PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR,
+			func(e *ECC) *sampler.Opt[float64] { return &e.RetiredDoubleBit }),
+		{id: nvml.FI_DEV_RETIRED_PENDING, what: "retired pages pending (field)",
+			set: func(g *GPUState, _ int, v float64) { g.ECC.RetiredPending = sampler.Some(v != 0) },
+			fb: fallback(func(rd *read, h nvml.Device, g *GPUState, _ int) {
+				if v, ok := get(rd, "retired pages pending", h.GetRetiredPagesPendingStatus); ok {
+					g.ECC.RetiredPending = sampler.Some(v == nvml.FEATURE_ENABLED)
+				}
+			})},
+		{id: nvml.FI_DEV_PCIE_REPLAY_COUNTER, what: "PCIe replay counter (field)",
+			set: func(g *GPUState, _ int, v float64) { g.PCIe.Replays = sampler.Some(v) },
+			fb: fallback(func(rd *read, h nvml.Device, g *GPUState, _ int) {
+				if v, ok := get(rd, "PCIe replay counter", h.GetPcieReplayCounter); ok {
+					g.PCIe.Replays = sampler.Some(float64(v))
+				}
+			})},
+		{id: nvml.FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS, what: "PCIe correctable errors", fb: -1,
+			set: func(g *GPUState, _ int, v float64) { g.PCIe.CorrectableErrors = sampler.Some(v) }},
+	}
+	for _, f := range nvlinkErrorFields {
+		name, counter, what := f.name, f.counter, "NVLink "+f.name+" errors"
+		slowFields = append(slowFields, fieldSpec{id: f.id, perLink: true, what: what + " (field)",
+			set: func(g *GPUState, l int, v float64) { g.NVLinks[l].Errors[name] = v },
+			fb: fallback(func(rd *read, h nvml.Device, g *GPUState, l int) {
+				if v, ok := getAt(rd, what, l, func() (uint64, nvml.Return) { return h.GetNvLinkErrorCounter(l, counter) }); ok {
+					g.NVLinks[l].Errors[name] = float64(v)
+				}
+			})})
+	}
 }
 
 // maxFieldsPerCall keeps each GetFieldValues request small; NVML documents
 // no limit but drivers have differed.
 const maxFieldsPerCall = 64
 
-// fieldRequest is one field to read and where its value goes.
-type fieldRequest struct {
-	id    uint32
-	scope uint32
-	what  string
-	set   func(float64)
+// fieldBatch is one tier's GetFieldValues request for one GPU, kept from
+// sample to sample so that a sample allocates none of it.
+type fieldBatch struct {
+	fv   []nvml.FieldValue
+	reqs []fieldReq
+	// need is, per fallback, the links (bit link+1; bit 0 the GPU) whose
+	// value the batch did not give.
+	need []uint64
 }
 
-func readFields(rd *read, h nvml.Device, g *GPUState) {
-	var reqs []fieldRequest
-	add := func(id, scope uint32, what string, set func(float64)) {
-		reqs = append(reqs, fieldRequest{id, scope, what, set})
-	}
-	add(nvml.FI_DEV_MEMORY_TEMP, 0, "memory temperature", func(v float64) { g.MemoryTemperature = sampler.Some(v) })
-	g.Throttle.Seconds = map[string]float64{}
-	for _, t := range throttleFields {
-		reason := t.reason
-		add(t.field, 0, "clock event time "+reason, func(v float64) { g.Throttle.Seconds[reason] = v / 1e9 })
-	}
-	add(nvml.FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS, 0, "PCIe correctable errors", func(v float64) { g.PCIe.CorrectableErrors = sampler.Some(v) })
-	for i := range g.NVLinks {
-		link := &g.NVLinks[i]
-		scope := uint32(link.Link)
-		add(nvml.FI_DEV_NVLINK_GET_SPEED, scope, "NVLink speed", func(v float64) {
-			if v > 0 { // a down link reports 0: no speed, not a slow one
-				link.SpeedBytes = sampler.Some(v * 1e6) // MBps
-			}
-		})
-		add(nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, scope, "NVLink TX bytes", func(v float64) { link.TransmitBytes = sampler.Some(v * 1024) })
-		add(nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, scope, "NVLink RX bytes", func(v float64) { link.ReceiveBytes = sampler.Some(v * 1024) })
-		for _, f := range nvlinkErrorFields {
-			name := f.name
-			add(f.id, scope, "NVLink "+name+" errors (field)", func(v float64) { link.Errors[name] = v })
-		}
-	}
+// fieldReq says what fv[i] is: the spec and the link.
+type fieldReq struct {
+	spec, link int32
+}
 
-	for start := 0; start < len(reqs); start += maxFieldsPerCall {
-		batch := reqs[start:min(start+maxFieldsPerCall, len(reqs))]
-		fv := make([]nvml.FieldValue, len(batch))
-		for i, q := range batch {
-			fv[i] = nvml.FieldValue{FieldId: q.id, ScopeId: q.scope}
+func (b *fieldBatch) fallBack(s *fieldSpec, link int) {
+	if s.fb >= 0 && link < 63 {
+		b.need[s.fb] |= 1 << (link + 1)
+	}
+}
+
+// readFieldTier reads specs into g: the supported fields in batches, then
+// the fallback calls for fields the GPU does not support, or all of them
+// when the batch call itself failed. A field that answers another error is
+// counted and not asked again through its call.
+func readFieldTier(rd *read, h nvml.Device, g *GPUState, specs []fieldSpec) {
+	if rd.lost {
+		return
+	}
+	b := &rd.d.batch
+	b.fv, b.reqs = b.fv[:0], b.reqs[:0]
+	if len(b.need) != len(fallbacks) {
+		b.need = make([]uint64, len(fallbacks))
+	}
+	clear(b.need)
+	batched := rd.asks("field values", -1)
+	for si := range specs {
+		s := &specs[si]
+		first, last := -1, -1
+		if s.perLink {
+			first, last = 0, len(g.NVLinks)-1
 		}
+		for link := first; link <= last; link++ {
+			if !batched || !rd.asks(s.what, link) {
+				b.fallBack(s, link)
+				continue
+			}
+			scope := uint32(0)
+			if link >= 0 {
+				scope = uint32(link)
+			}
+			b.reqs = append(b.reqs, fieldReq{int32(si), int32(link)})
+			b.fv = append(b.fv, nvml.FieldValue{FieldId: s.id, ScopeId: scope})
+		}
+	}
+	for start := 0; start < len(b.fv); start += maxFieldsPerCall {
+		end := min(start+maxFieldsPerCall, len(b.fv))
+		fv, reqs := b.fv[start:end], b.reqs[start:end]
 		if !rd.ok("field values", h.GetFieldValues(fv)) {
 			if rd.lost {
 				return
 			}
+			for _, q := range reqs {
+				b.fallBack(&specs[q.spec], int(q.link))
+			}
 			continue
 		}
-		for i, q := range batch {
-			if !rd.ok(q.what, nvml.Return(fv[i].NvmlReturn)) {
+		for i, q := range reqs {
+			s, link := &specs[q.spec], int(q.link)
+			ret := nvml.Return(fv[i].NvmlReturn)
+			if !rd.okAt(s.what, link, ret) {
+				if rd.lost {
+					return
+				}
+				if unsupported(ret) {
+					b.fallBack(s, link)
+				}
 				continue
 			}
 			v, ok := fieldFloat(fv[i])
 			if !ok {
-				rd.errs.Add(fmt.Errorf("GPU %d %s: unknown value type %d", rd.d.id.Index, q.what, fv[i].ValueType))
+				rd.errs.Add(fmt.Errorf("GPU %d %s: unknown value type %d", rd.d.id.Index, s.what, fv[i].ValueType))
 				continue
 			}
-			q.set(v)
+			s.set(g, link, v)
 		}
 	}
-
-	// Older drivers keep some of the reasons' time only as violation status.
-	for _, t := range throttleFields {
-		if _, have := g.Throttle.Seconds[t.reason]; have || t.fallback < 0 {
-			continue
-		}
-		if v, ret := h.GetViolationStatus(t.fallback); rd.ok("violation status "+t.reason, ret) {
-			g.Throttle.Seconds[t.reason] = float64(v.ViolationTime) / 1e9
+	for fb, links := range b.need {
+		for ; links != 0; links &= links - 1 {
+			fallbacks[fb](rd, h, g, bits.TrailingZeros64(links)-1)
+			if rd.lost {
+				return
+			}
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -20,27 +21,81 @@ import (
 // ErrNoLibrary is returned while libnvidia-ml cannot be loaded (no driver).
 var ErrNoLibrary = errors.New("NVML library not found (no NVIDIA driver on this machine)")
 
+// DefaultSlowInterval is how often a Reader reads the slow tier unless
+// WithSlowInterval says otherwise.
+const DefaultSlowInterval = 60 * time.Second
+
 // Reader samples every GPU through an nvml.Interface. It calls nothing
 // before Init has succeeded: with go-nvml, any call before that kills the
 // process with a symbol lookup error.
+//
+// What it reads falls in three tiers:
+//   - static: identity, maximum clocks and PCIe link, supported clock event
+//     reasons, memory bus width, NVLink count, GPU pair topology, and per
+//     NVLink its version, remote end and speed. Read at discovery (or on a
+//     GPU's first sample), and again only when the GPU set changes: a GPU
+//     that was lost answers again, or one that could not be opened opens.
+//     An NVLink's statics are read again when its state changes.
+//   - slow: ECC counts, row remapping, retired pages, PCIe replay and
+//     correctable error counters, NVLink error counters, compute and MIG
+//     mode. Read every slow interval (DefaultSlowInterval); samples in
+//     between carry the last values, so series do not flap.
+//   - fast: everything else (clocks, power, energy, temperatures, clock
+//     event reasons and times, utilisation, memory use, PCIe and NVLink
+//     link state, NVLink traffic), every sample.
+//
+// Values NVML offers as field values are read in one GetFieldValues call
+// per GPU and tier; a GPU that does not support a field is asked the
+// single call instead from then on. Whatever a GPU answers NOT_SUPPORTED
+// is not asked again until the GPU set or the GPU's MIG mode changes.
 type Reader struct {
 	lib       nvml.Interface
 	sysfsRoot string
 	logger    *slog.Logger
 
-	mu        sync.Mutex
-	ready     bool
-	system    systemInfo
-	devices   []*device
-	pairs     []pairStatic
-	loggedOff map[string]bool // "what" already logged as unsupported
+	// slowInterval is how often the slow tier is read; 0 reads it every
+	// sample.
+	slowInterval time.Duration
+	now          func() time.Time
+	// linkStateFields reads NVLink states as field values in the fast
+	// batch instead of one GetNvLinkState call per link. Off: on an H200
+	// the 18 calls took 0.012 ms together, where field values cost
+	// 0.06-0.25 ms each (bench/RESULTS.md, 2026-11-21).
+	linkStateFields bool
+
+	mu      sync.Mutex
+	ready   bool
+	system  systemInfo
+	devices []*device
+	pairs   []pairStatic
+	// setChanged says a GPU came back or opened since pairs and inventory
+	// were last read.
+	setChanged bool
 
 	// inventory is published at discovery for readers that must never wait
 	// on a sample in progress (the scrape path, the XID watcher).
 	inventory atomic.Pointer[Inventory]
 }
 
-// Inventory is the GPUs found at discovery.
+// Option configures a Reader.
+type Option func(*Reader)
+
+// WithSlowInterval sets how often the slow tier (ECC, row remapping,
+// retired pages, PCIe and NVLink error counters, compute and MIG mode) is
+// read; samples in between carry the last values. 0 or less reads it every
+// sample. The default is DefaultSlowInterval.
+func WithSlowInterval(d time.Duration) Option {
+	return func(r *Reader) { r.slowInterval = max(d, 0) }
+}
+
+// WithClock sets the clock the slow interval is measured on (time.Now by
+// default), for tests and the simulated node.
+func WithClock(now func() time.Time) Option {
+	return func(r *Reader) { r.now = now }
+}
+
+// Inventory is the GPUs found at discovery (or at the last change of the
+// GPU set).
 type Inventory struct {
 	IDs     []Identity
 	Handles []nvml.Device
@@ -50,12 +105,42 @@ type systemInfo struct {
 	driver, cuda, nvml string
 }
 
-// device is a GPU found at discovery with what does not change.
+// device is a GPU found at discovery: what does not change, the slow
+// tier's last values, and what the GPU does not support.
 type device struct {
 	handle    nvml.Device
 	id        Identity
 	supported sampler.Opt[uint64] // clock event reasons the GPU reports
+	static    deviceStatic
 	links     []linkStatic
+	// lost says the last sample found the GPU lost; a GPU that answers
+	// again is identified anew.
+	lost bool
+	// slow holds the slow tier's values, read at slowAt (zero: due).
+	slow   slowValues
+	slowAt time.Time
+	// off is what the GPU answered unsupported, and how: logged once, and
+	// not asked again (see read.asks).
+	off map[offKey]nvml.Return
+	// batch is the field value requests of one GetFieldValues call,
+	// reused from sample to sample.
+	batch fieldBatch
+}
+
+// offKey names a value: a call or a field, with the link it is for (-1
+// for the GPU).
+type offKey struct {
+	what string
+	link int
+}
+
+// deviceStatic is what does not change while the driver is loaded and is
+// read on a GPU's first sample, so that its failures are counted: a read
+// that failed is tried again next sample.
+type deviceStatic struct {
+	read                                    bool
+	smMax, memMax                           sampler.Opt[float64]
+	pcieMaxGen, pcieMaxWidth, pcieGPUMaxGen sampler.Opt[int]
 }
 
 // pairStatic is what the PCIe tree and driver say of a GPU pair; it does not
@@ -68,12 +153,19 @@ type pairStatic struct {
 
 // NewReader returns a reader over lib. sysfsRoot is where /sys is mounted
 // (numa_node is read from there when NVML does not know it).
-func NewReader(lib nvml.Interface, sysfsRoot string, logger *slog.Logger) *Reader {
+func NewReader(lib nvml.Interface, sysfsRoot string, logger *slog.Logger, opts ...Option) *Reader {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Reader{lib: lib, sysfsRoot: sysfsRoot, logger: logger, loggedOff: map[string]bool{}}
+	r := &Reader{lib: lib, sysfsRoot: sysfsRoot, logger: logger, slowInterval: DefaultSlowInterval, now: time.Now}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
 }
+
+// SlowInterval is how often the slow tier is read.
+func (r *Reader) SlowInterval() time.Duration { return r.slowInterval }
 
 // Init loads NVML and discovers the GPUs. It is safe to call again after a
 // failure; it does nothing once it has succeeded.
@@ -112,8 +204,9 @@ func (r *Reader) Shutdown() {
 	}
 }
 
-// Inventory returns the GPUs found at discovery; nil before Init has
-// succeeded. It never waits on a sample.
+// Inventory returns the GPUs found at discovery, or since when the GPU set
+// changed (a lost GPU answered again); nil before Init has succeeded. It
+// never waits on a sample.
 func (r *Reader) Inventory() *Inventory { return r.inventory.Load() }
 
 // Identities returns the discovered GPUs' identities; it never waits on a
@@ -145,30 +238,50 @@ func (r *Reader) discover() error {
 	}
 	devs := make([]*device, 0, n)
 	for i := 0; i < n; i++ {
-		h, ret := r.lib.DeviceGetHandleByIndex(i)
-		if ret != nvml.SUCCESS {
-			// A GPU that cannot even be opened is still a GPU: keep its
-			// index so it is reported lost rather than silently dropped.
-			r.logger.Warn("cannot open GPU", "gpu", i, "err", ret)
-			devs = append(devs, &device{id: Identity{Index: i, NUMANode: -1}})
-			continue
-		}
-		devs = append(devs, r.identify(i, h))
+		devs = append(devs, r.open(i))
 	}
 	r.system = sys
 	r.devices = devs
 	r.pairs = r.readPairs(devs)
+	r.publish()
+	return nil
+}
+
+// open opens GPU i and reads its identity. A GPU that cannot even be
+// opened is still a GPU: it keeps its index so it is reported lost rather
+// than silently dropped, and opening it is tried again every slow interval.
+func (r *Reader) open(i int) *device {
+	h, ret := r.lib.DeviceGetHandleByIndex(i)
+	if ret != nvml.SUCCESS {
+		r.logger.Warn("cannot open GPU", "gpu", i, "err", ret)
+		return &device{id: Identity{Index: i, NUMANode: -1}, slowAt: r.now(), off: map[offKey]nvml.Return{}}
+	}
+	return r.identify(i, h)
+}
+
+// publish makes the devices' identities and handles the inventory.
+func (r *Reader) publish() {
 	inv := &Inventory{}
-	for _, d := range devs {
+	for _, d := range r.devices {
 		inv.IDs = append(inv.IDs, d.id)
 		inv.Handles = append(inv.Handles, d.handle)
 	}
 	r.inventory.Store(inv)
-	return nil
+}
+
+// setChange re-reads what depends on the GPU set after a GPU came back or
+// opened: the pairs' topology and the inventory.
+func (r *Reader) setChange() {
+	if !r.setChanged {
+		return
+	}
+	r.setChanged = false
+	r.pairs = r.readPairs(r.devices)
+	r.publish()
 }
 
 func (r *Reader) identify(i int, h nvml.Device) *device {
-	d := &device{handle: h, id: Identity{Index: i, NUMANode: -1}}
+	d := &device{handle: h, id: Identity{Index: i, NUMANode: -1}, off: map[offKey]nvml.Return{}}
 	id := &d.id
 	if v, ret := h.GetUUID(); ret == nvml.SUCCESS {
 		id.UUID = v
@@ -278,6 +391,7 @@ func (r *Reader) Sample(ctx context.Context) (*Snapshot, error) {
 	if err := r.initLocked(); err != nil {
 		return nil, err
 	}
+	now := r.now()
 	snap := &Snapshot{
 		DriverVersion:     r.system.driver,
 		CUDADriverVersion: r.system.cuda,
@@ -285,12 +399,13 @@ func (r *Reader) Sample(ctx context.Context) (*Snapshot, error) {
 		GPUs:              make([]GPUState, 0, len(r.devices)),
 	}
 	var errs sampler.Tally
-	for _, d := range r.devices {
+	for i := range r.devices {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("sample abandoned at GPU %d: %w", d.id.Index, ctx.Err())
+			return nil, fmt.Errorf("sample abandoned at GPU %d: %w", i, ctx.Err())
 		}
-		snap.GPUs = append(snap.GPUs, r.readGPU(d, &errs))
+		snap.GPUs = append(snap.GPUs, r.readGPU(i, now, &errs))
 	}
+	r.setChange()
 	snap.Pairs = pairs(r.pairs, snap.GPUs)
 	return snap, errs.Err()
 }
@@ -304,312 +419,64 @@ type read struct {
 	lost bool
 }
 
-// ok reports whether ret is SUCCESS, and deals with it otherwise.
-func (rd *read) ok(what string, ret nvml.Return) bool {
+// unsupported says NVML cannot give this value here: not an error.
+func unsupported(ret nvml.Return) bool {
 	switch ret {
-	case nvml.SUCCESS:
-		return true
-	case nvml.ERROR_GPU_IS_LOST:
-		rd.lost = true
 	case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND, nvml.ERROR_NOT_FOUND:
-		key := fmt.Sprintf("%d/%s", rd.d.id.Index, what)
-		if !rd.r.loggedOff[key] {
-			rd.r.loggedOff[key] = true
-			rd.r.logger.Debug("not supported, skipping", "gpu", rd.d.id.Index, "what", what, "nvml", ret)
-		}
-	default:
-		rd.errs.Add(fmt.Errorf("GPU %d %s: %v", rd.d.id.Index, what, ret))
+		return true
 	}
 	return false
 }
 
-func (r *Reader) readGPU(d *device, errs *sampler.Tally) GPUState {
-	g := GPUState{Identity: d.id}
-	if d.handle == nil {
-		g.Lost = true
-		return g
-	}
-	rd := &read{r: r, d: d, errs: errs}
-	h := d.handle
+// ok reports whether ret is SUCCESS, and deals with it otherwise.
+func (rd *read) ok(what string, ret nvml.Return) bool { return rd.okAt(what, -1, ret) }
 
-	// Ask the cheapest call first: a lost GPU answers it with GPU_IS_LOST
-	// and is not asked anything else.
-	if v, ret := h.GetPerformanceState(); rd.ok("performance state", ret) {
-		g.PerformanceState = sampler.Some(int(v))
-	}
-	if rd.lost {
-		g.Lost = true
-		return g
-	}
-	readClocks(rd, h, &g)
-	readPowerThermal(rd, h, &g)
-	readMemory(rd, h, &g)
-	readECC(rd, h, &g)
-	readPCIe(rd, h, &g)
-	g.NVLinks = readNVLinks(rd, h, d)
-	readFields(rd, h, &g)
-	readNVLinkErrorCalls(rd, h, g.NVLinks)
-	if rd.lost {
-		// Readings taken before the GPU went are not trustworthy.
-		return GPUState{Identity: d.id, Lost: true}
-	}
-	return g
-}
-
-func readClocks(rd *read, h nvml.Device, g *GPUState) {
-	const mhz = 1e6
-	if v, ret := h.GetClockInfo(nvml.CLOCK_SM); rd.ok("SM clock", ret) {
-		g.Clocks.SM = sampler.Some(float64(v) * mhz)
-	}
-	if v, ret := h.GetMaxClockInfo(nvml.CLOCK_SM); rd.ok("SM max clock", ret) {
-		g.Clocks.SMMax = sampler.Some(float64(v) * mhz)
-	}
-	if v, ret := h.GetClockInfo(nvml.CLOCK_MEM); rd.ok("memory clock", ret) {
-		g.Clocks.Memory = sampler.Some(float64(v) * mhz)
-	}
-	if v, ret := h.GetMaxClockInfo(nvml.CLOCK_MEM); rd.ok("memory max clock", ret) {
-		g.Clocks.MemoryMax = sampler.Some(float64(v) * mhz)
-	}
-	if v, ret := h.GetCurrentClocksEventReasons(); rd.ok("clock event reasons", ret) {
-		g.Throttle.Active = sampler.Some(v)
-	}
-	g.Throttle.Supported = rd.d.supported
-}
-
-func readPowerThermal(rd *read, h nvml.Device, g *GPUState) {
-	if v, ret := h.GetTemperature(nvml.TEMPERATURE_GPU); rd.ok("GPU temperature", ret) {
-		g.GPUTemperature = sampler.Some(float64(v))
-	}
-	if v, ret := h.GetPowerUsage(); rd.ok("power usage", ret) {
-		g.Power = sampler.Some(float64(v) / 1000)
-	}
-	if v, ret := h.GetEnforcedPowerLimit(); rd.ok("enforced power limit", ret) {
-		g.PowerLimit = sampler.Some(float64(v) / 1000)
-	}
-	if v, ret := h.GetTotalEnergyConsumption(); rd.ok("energy", ret) {
-		g.Energy = sampler.Some(float64(v) / 1000)
-	}
-	if u, ret := h.GetUtilizationRates(); rd.ok("utilization", ret) {
-		g.Utilization = sampler.Some(float64(u.Gpu) / 100)
-		g.MemoryUtilization = sampler.Some(float64(u.Memory) / 100)
-	}
-	if v, ret := h.GetComputeMode(); rd.ok("compute mode", ret) {
-		g.ComputeMode = sampler.Some(computeModeName(v))
-	}
-	if cur, _, ret := h.GetMigMode(); rd.ok("MIG mode", ret) {
-		g.MIGEnabled = sampler.Some(cur == nvml.DEVICE_MIG_ENABLE)
-	}
-}
-
-func computeModeName(m nvml.ComputeMode) string {
-	switch m {
-	case nvml.COMPUTEMODE_DEFAULT:
-		return "default"
-	case nvml.COMPUTEMODE_EXCLUSIVE_THREAD:
-		return "exclusive_thread"
-	case nvml.COMPUTEMODE_PROHIBITED:
-		return "prohibited"
-	case nvml.COMPUTEMODE_EXCLUSIVE_PROCESS:
-		return "exclusive_process"
-	}
-	return "unknown"
-}
-
-// readMemory prefers the v2 call: v1 counts the driver's reserved memory as
-// used, so an idle H200 shows 615 MiB used where nvidia-smi shows 0.
-func readMemory(rd *read, h nvml.Device, g *GPUState) {
-	m, ret := h.GetMemoryInfo_v2()
+// okAt is ok for a value of one NVLink (link -1: the GPU's).
+func (rd *read) okAt(what string, link int, ret nvml.Return) bool {
 	switch {
 	case ret == nvml.SUCCESS:
-		g.MemoryUsed = sampler.Some(float64(m.Used))
-		g.MemoryTotal = sampler.Some(float64(m.Total))
-		g.MemoryReserved = sampler.Some(float64(m.Reserved))
-		return
+		return true
 	case ret == nvml.ERROR_GPU_IS_LOST:
-		rd.ok("memory info", ret)
-		return
-	}
-	if m, ret := h.GetMemoryInfo(); rd.ok("memory info", ret) {
-		g.MemoryUsed = sampler.Some(float64(m.Used))
-		g.MemoryTotal = sampler.Some(float64(m.Total))
-	}
-}
-
-func readECC(rd *read, h nvml.Device, g *GPUState) {
-	e := &g.ECC
-	for _, c := range []struct {
-		dst  *sampler.Opt[float64]
-		typ  nvml.MemoryErrorType
-		kind nvml.EccCounterType
-		what string
-	}{
-		{&e.CorrectedVolatile, nvml.MEMORY_ERROR_TYPE_CORRECTED, nvml.VOLATILE_ECC, "ECC corrected volatile"},
-		{&e.UncorrectedVolatile, nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC, "ECC uncorrected volatile"},
-		{&e.CorrectedAggregate, nvml.MEMORY_ERROR_TYPE_CORRECTED, nvml.AGGREGATE_ECC, "ECC corrected aggregate"},
-		{&e.UncorrectedAggregate, nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.AGGREGATE_ECC, "ECC uncorrected aggregate"},
-	} {
-		if v, ret := h.GetTotalEccErrors(c.typ, c.kind); rd.ok(c.what, ret) {
-			*c.dst = sampler.Some(float64(v))
+		rd.lost = true
+	case unsupported(ret):
+		k := offKey{what, link}
+		if _, seen := rd.d.off[k]; !seen {
+			rd.d.off[k] = ret
+			rd.r.logger.Debug("not supported, skipping", "gpu", rd.d.id.Index, "what", what, "link", link, "nvml", ret)
+		}
+	default:
+		if link >= 0 {
+			rd.errs.Add(fmt.Errorf("GPU %d %s link %d: %v", rd.d.id.Index, what, link, ret))
+		} else {
+			rd.errs.Add(fmt.Errorf("GPU %d %s: %v", rd.d.id.Index, what, ret))
 		}
 	}
-	if corr, unc, pending, failed, ret := h.GetRemappedRows(); rd.ok("remapped rows", ret) {
-		e.RemappedCorrectable = sampler.Some(float64(corr))
-		e.RemappedUncorrectable = sampler.Some(float64(unc))
-		e.RemapPending = sampler.Some(pending)
-		e.RemapFailed = sampler.Some(failed)
-	}
-	if p, ret := h.GetRetiredPages(nvml.PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS); rd.ok("retired pages (single bit)", ret) {
-		e.RetiredSingleBit = sampler.Some(float64(len(p)))
-	}
-	if p, ret := h.GetRetiredPages(nvml.PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR); rd.ok("retired pages (double bit)", ret) {
-		e.RetiredDoubleBit = sampler.Some(float64(len(p)))
-	}
-	if v, ret := h.GetRetiredPagesPendingStatus(); rd.ok("retired pages pending", ret) {
-		e.RetiredPending = sampler.Some(v == nvml.FEATURE_ENABLED)
-	}
+	return false
 }
 
-func readPCIe(rd *read, h nvml.Device, g *GPUState) {
-	p := &g.PCIe
-	for _, c := range []struct {
-		dst  *sampler.Opt[int]
-		get  func() (int, nvml.Return)
-		what string
-	}{
-		{&p.Generation, h.GetCurrPcieLinkGeneration, "PCIe generation"},
-		{&p.Width, h.GetCurrPcieLinkWidth, "PCIe width"},
-		{&p.MaxGeneration, h.GetMaxPcieLinkGeneration, "PCIe max generation"},
-		{&p.MaxWidth, h.GetMaxPcieLinkWidth, "PCIe max width"},
-		{&p.GPUMaxGeneration, h.GetGpuMaxPcieLinkGeneration, "PCIe GPU max generation"},
-	} {
-		if v, ret := c.get(); rd.ok(c.what, ret) {
-			*c.dst = sampler.Some(v)
-		}
-	}
-	if v, ret := h.GetPcieReplayCounter(); rd.ok("PCIe replay counter", ret) {
-		p.Replays = sampler.Some(float64(v))
-	}
-	// No PCIe byte counters: NVML's count fields are 32 bits wide and wrap
-	// every 78 ms at Gen5 x16 speed, and its throughput call read 0.6 MB/s
-	// on an H200 moving 55 GB/s (and blocks 20 ms per direction).
+// asks says whether to ask for a value read every sample or every slow
+// interval: not when the GPU said it does not support it. NOT_FOUND is
+// quiet but asked again: NVML answers it for things that come and go.
+// Values read only on a change (statics) do not consult it.
+func (rd *read) asks(what string, link int) bool {
+	ret, seen := rd.d.off[offKey{what, link}]
+	return !seen || ret == nvml.ERROR_NOT_FOUND
 }
 
-// NVLinkErrorTypes are the NVLink error counters, in export order.
-var NVLinkErrorTypes = []string{"crc_flit", "crc_data", "replay", "recovery"}
-
-// P2PCapabilities are the peer-to-peer capabilities read per GPU pair.
-var P2PCapabilities = []string{"read", "write", "nvlink", "atomics"}
-
-var nvlinkErrorCounters = []struct {
-	name    string
-	counter nvml.NvLinkErrorCounter
-}{
-	{"crc_flit", nvml.NVLINK_ERROR_DL_CRC_FLIT},
-	{"crc_data", nvml.NVLINK_ERROR_DL_CRC_DATA},
-	{"replay", nvml.NVLINK_ERROR_DL_REPLAY},
-	{"recovery", nvml.NVLINK_ERROR_DL_RECOVERY},
+// get reads one value with a single call unless the GPU said it does not
+// support it.
+func get[T any](rd *read, what string, f func() (T, nvml.Return)) (T, bool) {
+	return getAt(rd, what, -1, f)
 }
 
-// readNVLinks reads each link's state, which is cheap. What only changes
-// when a link trains (version, remote end) is read again only when its
-// state changes. Error and traffic counters come from readFields.
-func readNVLinks(rd *read, h nvml.Device, d *device) []NVLink {
-	n := d.id.NVLinkCount
-	if n == 0 {
-		return nil
+// getAt is get for a value of one NVLink.
+func getAt[T any](rd *read, what string, link int, f func() (T, nvml.Return)) (T, bool) {
+	if !rd.asks(what, link) {
+		var zero T
+		return zero, false
 	}
-	if len(d.links) != n {
-		d.links = make([]linkStatic, n)
-	}
-	links := make([]NVLink, n)
-	for l := range links {
-		link := &links[l]
-		link.Link = l
-		link.Errors = map[string]float64{}
-		if st, ret := h.GetNvLinkState(l); rd.ok("NVLink state", ret) {
-			link.Active = st == nvml.FEATURE_ENABLED
-		}
-		if rd.lost {
-			return nil
-		}
-		c := &d.links[l]
-		if !c.read || c.active != link.Active {
-			*c = readLinkStatic(rd, h, l, link.Active)
-		}
-		link.Version, link.RemotePCIBusID, link.RemoteType = c.version, c.remoteBus, c.remoteType
-	}
-	return links
-}
-
-// linkStatic is what an NVLink keeps while its state stays the same.
-type linkStatic struct {
-	read, active          bool
-	version               sampler.Opt[int]
-	remoteBus, remoteType string
-}
-
-// nvlinkMajor turns NVML's nvmlNvlinkVersion_t into the NVLink generation
-// people mean: NVML numbers the point releases too, so an H100's NVLink 4.0
-// comes back as 6, not 4. 0 for a value it does not know.
-func nvlinkMajor(v uint32) int {
-	switch nvml.NvlinkVersion(v) {
-	case nvml.NVLINK_VERSION_1_0:
-		return 1
-	case nvml.NVLINK_VERSION_2_0, nvml.NVLINK_VERSION_2_2:
-		return 2
-	case nvml.NVLINK_VERSION_3_0, nvml.NVLINK_VERSION_3_1:
-		return 3
-	case nvml.NVLINK_VERSION_4_0:
-		return 4
-	case nvml.NVLINK_VERSION_5_0:
-		return 5
-	case nvml.NVLINK_VERSION_6_0:
-		return 6
-	}
-	return 0
-}
-
-func readLinkStatic(rd *read, h nvml.Device, l int, active bool) linkStatic {
-	c := linkStatic{read: true, active: active}
-	errsBefore := rd.errs.Count
-	if v, ret := h.GetNvLinkVersion(l); rd.ok("NVLink version", ret) {
-		if major := nvlinkMajor(v); major > 0 {
-			c.version = sampler.Some(major)
-		}
-	}
-	if !active {
-		return c
-	}
-	if p, ret := h.GetNvLinkRemotePciInfo(l); rd.ok("NVLink remote PCI info", ret) {
-		c.remoteBus = NormalizeBusID(cString(p.BusId[:]))
-	}
-	if t, ret := h.GetNvLinkRemoteDeviceType(l); rd.ok("NVLink remote device type", ret) {
-		c.remoteType = remoteTypeName(t)
-	}
-	if rd.lost || rd.errs.Count > errsBefore {
-		c.read = false // one of these reads failed: try again next sample
-	}
-	return c
-}
-
-// readNVLinkErrorCalls reads, one call each, the error counters the field
-// API did not give (drivers before it had them). On a Hopper GPU one call
-// costs about 0.8 ms where the batched field costs 0.25 ms.
-func readNVLinkErrorCalls(rd *read, h nvml.Device, links []NVLink) {
-	for i := range links {
-		link := &links[i]
-		for _, c := range nvlinkErrorCounters {
-			if _, have := link.Errors[c.name]; have {
-				continue
-			}
-			if v, ret := h.GetNvLinkErrorCounter(link.Link, c.counter); rd.ok("NVLink "+c.name+" errors", ret) {
-				link.Errors[c.name] = float64(v)
-			}
-			if rd.lost {
-				return
-			}
-		}
-	}
+	v, ret := f()
+	return v, rd.okAt(what, link, ret)
 }
 
 func remoteTypeName(t nvml.IntNvLinkDeviceType) string {
