@@ -4,12 +4,18 @@
 //
 //	go test -c -tags gpu -o .device/gpu.test ./internal/nvml
 //	.device/gpu.test -test.v
+//
+// The tiers' cost, and each batched field against its single call:
+//
+//	.device/gpu.test -test.v -test.run 'RealSampleCost|RealSampleTiers|RealFieldAgreement|RealCallCost'
 package nvml
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,9 +24,9 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
-func realReader(t *testing.T) *Reader {
+func realReader(t *testing.T, opts ...Option) *Reader {
 	t.Helper()
-	r := NewReader(nvml.New(), "/sys", nil)
+	r := NewReader(nvml.New(), "/sys", nil, opts...)
 	if err := r.Init(); err != nil {
 		t.Fatalf("NVML init on a GPU machine: %v", err)
 	}
@@ -67,27 +73,35 @@ func TestRealSample(t *testing.T) {
 	}
 }
 
-// TestRealCallCost times each group of NVML calls on GPU 0, to see where a
-// sample's time goes.
+// TestRealCallCost times each group of NVML reads on GPU 0, to see where a
+// sample's time goes, after a first sample has read the statics and
+// learnt what the GPU does not support.
 func TestRealCallCost(t *testing.T) {
 	r := realReader(t)
+	if _, err := r.Sample(context.Background()); err != nil {
+		t.Fatalf("first sample: %v", err)
+	}
 	d := r.devices[0]
 	var errs sampler.Tally
 	rd := &read{r: r, d: d, errs: &errs}
 	h := d.handle
-	g := &GPUState{Identity: d.id}
+	g := &GPUState{Identity: d.id, NVLinks: newLinks(d.id.NVLinkCount)}
+	g.Throttle.Seconds = map[string]float64{}
+	for i := range g.NVLinks {
+		g.NVLinks[i].Errors = map[string]float64{}
+	}
 	groups := []struct {
 		name string
 		f    func()
 	}{
-		{"clocks+reasons", func() { readClocks(rd, h, g) }},
-		{"power+thermal+mode", func() { readPowerThermal(rd, h, g) }},
-		{"memory", func() { readMemory(rd, h, g) }},
-		{"ecc+remap+retired", func() { readECC(rd, h, g) }},
-		{"pcie", func() { readPCIe(rd, h, g) }},
-		{"nvlinks (state; statics cached)", func() { g.NVLinks = readNVLinks(rd, h, d) }},
-		{"field values", func() { readFields(rd, h, g) }},
-		{"nvlink error calls (fallback)", func() { readNVLinkErrorCalls(rd, h, g.NVLinks) }},
+		{"statics (max clocks, PCIe max)", func() { readStatics(rd, h) }},
+		{"fast calls (P-state..PCIe link)", func() { h.GetPerformanceState(); readFastCalls(rd, h, g) }},
+		{"fast: NVLink states, calls", func() { readNVLinkStates(rd, h, g.NVLinks) }},
+		{"fast: fields", func() { readFieldTier(rd, h, g, fastFields) }},
+		{"fast: fields with NVLink states", func() { readFieldTier(rd, h, g, fastFieldsWithState) }},
+		{"slow: fields and their fallbacks", func() { readFieldTier(rd, h, g, slowFields) }},
+		{"slow: compute and MIG mode", func() { h.GetComputeMode(); h.GetMigMode() }},
+		{"link statics, all links", func() { d.links = nil; readLinkStatics(rd, h, g.NVLinks) }},
 	}
 	for _, grp := range groups {
 		var took []time.Duration
@@ -97,10 +111,120 @@ func TestRealCallCost(t *testing.T) {
 			took = append(took, time.Since(start))
 		}
 		sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
-		t.Logf("%-32s median %8.3f ms  max %8.3f ms", grp.name, float64(took[3].Microseconds())/1000, float64(took[6].Microseconds())/1000)
+		t.Logf("%-36s median %8.3f ms  max %8.3f ms", grp.name, float64(took[3].Microseconds())/1000, float64(took[6].Microseconds())/1000)
 	}
 	if errs.Count > 0 {
 		t.Errorf("%d calls failed, first: %v", errs.Count, errs.First)
+	}
+	var off []string
+	for k, ret := range d.off {
+		off = append(off, fmt.Sprintf("%s/%d: %v", k.what, k.link, ret))
+	}
+	sort.Strings(off)
+	t.Logf("GPU 0 does not support: %s", strings.Join(off, "; "))
+}
+
+// TestRealSampleTiers times whole samples of every GPU in each tier mix:
+// fast only (what most samples are), fast and slow (one sample in
+// slow interval / nvml interval), fast only with NVLink states as fields.
+func TestRealSampleTiers(t *testing.T) {
+	const n = 50
+	run := func(name string, stateFields bool, opts ...Option) (time.Duration, time.Duration) {
+		r := realReader(t, opts...)
+		r.linkStateFields = stateFields
+		for i := 0; i < 2; i++ { // discovery, statics, and what is unsupported
+			if _, err := r.Sample(context.Background()); err != nil {
+				t.Fatalf("%s warm-up: %v", name, err)
+			}
+		}
+		return sampleCost(t, name, r, n)
+	}
+	fastWall, fastCPU := run("fast only", false, WithSlowInterval(time.Hour))
+	slowWall, slowCPU := run("fast and slow every sample", false, WithSlowInterval(0))
+	run("fast only, NVLink states as fields", true, WithSlowInterval(time.Hour))
+	// At --nvml.interval=5s and the default slow interval one sample in 12
+	// reads the slow tier.
+	k := time.Duration(DefaultSlowInterval / (5 * time.Second))
+	t.Logf("amortised at 5 s / %v: wall %.2f ms, CPU %.2f ms per sample", DefaultSlowInterval,
+		float64(((k-1)*fastWall+slowWall)/k)/1e6, float64(((k-1)*fastCPU+slowCPU)/k)/1e6)
+}
+
+// TestRealFieldAgreement compares each batched field with the single call
+// it stands in for, on every GPU: where both answer they must agree
+// (power and energy move between the reads, so they only have to be close).
+func TestRealFieldAgreement(t *testing.T) {
+	r := realReader(t)
+	for _, d := range r.devices {
+		h := d.handle
+		var errs sampler.Tally
+		rd := &read{r: r, d: d, errs: &errs}
+		calls, fields := GPUState{}, GPUState{}
+		for _, g := range []*GPUState{&calls, &fields} {
+			g.NVLinks = newLinks(d.id.NVLinkCount)
+			g.Throttle.Seconds = map[string]float64{}
+			for i := range g.NVLinks {
+				g.NVLinks[i].Errors = map[string]float64{}
+			}
+		}
+		all := append(append([]fieldSpec{}, fastFieldsWithState...), slowFields...)
+		done := map[[2]int]bool{}
+		for _, s := range all {
+			first, last := -1, -1
+			if s.perLink {
+				first, last = 0, len(calls.NVLinks)-1
+			}
+			for l := first; l <= last; l++ {
+				if s.fb >= 0 && !done[[2]int{s.fb, l}] {
+					done[[2]int{s.fb, l}] = true
+					fallbacks[s.fb](rd, h, &calls, l)
+				}
+			}
+		}
+		readFieldTier(rd, h, &fields, fastFieldsWithState)
+		readFieldTier(rd, h, &fields, slowFields)
+		near := func(a, b sampler.Opt[float64], tol float64) bool {
+			return !a.Valid || !b.Valid || (a.V-b.V <= tol && b.V-a.V <= tol)
+		}
+		for _, c := range []struct {
+			name        string
+			call, field sampler.Opt[float64]
+			tol         float64
+		}{
+			{"power W", calls.Power, fields.Power, 40},
+			{"power limit W", calls.PowerLimit, fields.PowerLimit, 0},
+			{"energy J", calls.Energy, fields.Energy, 100},
+			{"ECC corrected volatile", calls.ECC.CorrectedVolatile, fields.ECC.CorrectedVolatile, 0},
+			{"ECC uncorrected volatile", calls.ECC.UncorrectedVolatile, fields.ECC.UncorrectedVolatile, 0},
+			{"ECC corrected aggregate", calls.ECC.CorrectedAggregate, fields.ECC.CorrectedAggregate, 0},
+			{"ECC uncorrected aggregate", calls.ECC.UncorrectedAggregate, fields.ECC.UncorrectedAggregate, 0},
+			{"remapped correctable", calls.ECC.RemappedCorrectable, fields.ECC.RemappedCorrectable, 0},
+			{"remapped uncorrectable", calls.ECC.RemappedUncorrectable, fields.ECC.RemappedUncorrectable, 0},
+			{"retired single bit", calls.ECC.RetiredSingleBit, fields.ECC.RetiredSingleBit, 0},
+			{"PCIe replays", calls.PCIe.Replays, fields.PCIe.Replays, 0},
+		} {
+			t.Logf("GPU %d %-26s call %-22v field %v", d.id.Index, c.name, c.call, c.field)
+			if !near(c.call, c.field, c.tol) {
+				t.Errorf("GPU %d %s: call %v, field %v", d.id.Index, c.name, c.call.V, c.field.V)
+			}
+		}
+		if a, b := calls.ECC.RemapPending, fields.ECC.RemapPending; a.Valid && b.Valid && a != b {
+			t.Errorf("GPU %d remap pending: call %v, field %v", d.id.Index, a, b)
+		}
+		states := 0
+		for l := range calls.NVLinks {
+			if calls.NVLinks[l].Active == fields.NVLinks[l].Active {
+				states++
+			}
+			for _, k := range NVLinkErrorTypes {
+				cv, cok := calls.NVLinks[l].Errors[k]
+				fv, fok := fields.NVLinks[l].Errors[k]
+				if cok && fok && cv != fv {
+					t.Errorf("GPU %d link %d %s errors: call %v, field %v", d.id.Index, l, k, cv, fv)
+				}
+			}
+		}
+		t.Logf("GPU %d NVLink state: field agrees with call on %d/%d links; %d reads failed (first: %v)",
+			d.id.Index, states, len(calls.NVLinks), errs.Count, errs.First)
 	}
 }
 
@@ -146,7 +270,7 @@ func TestRealFieldCost(t *testing.T) {
 	many := median(func() { h.GetFieldValues(batch) })
 	calls := median(func() {
 		for l := 0; l < n; l++ {
-			for _, c := range nvlinkErrorCounters {
+			for _, c := range nvlinkErrorFields {
 				h.GetNvLinkErrorCounter(l, c.counter)
 			}
 		}
@@ -171,7 +295,7 @@ func TestRealFieldCost(t *testing.T) {
 	}
 	errAgree := 0
 	counter := map[string]nvml.NvLinkErrorCounter{}
-	for _, c := range nvlinkErrorCounters {
+	for _, c := range nvlinkErrorFields {
 		counter[c.name] = c.counter
 	}
 	for i, f := range batch {
