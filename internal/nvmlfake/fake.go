@@ -583,7 +583,7 @@ func (g *GPU) setDeviceFuncs() {
 					v, ok, ret = mv, true, g.verdict(method)
 				}
 				switch {
-				case g.Unsupported[fmt.Sprintf("field:%d", k.ID)] || !ok:
+				case !ok || len(g.Unsupported) > 0 && g.Unsupported[fmt.Sprintf("field:%d", k.ID)]:
 					fv[i].NvmlReturn = uint32(gonvml.ERROR_NOT_SUPPORTED)
 				case ret != gonvml.SUCCESS:
 					fv[i].NvmlReturn = uint32(ret)
