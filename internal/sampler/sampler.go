@@ -130,20 +130,49 @@ type Sampler[T any] struct {
 	busy chan struct{}
 }
 
-// Options configures a Sampler.
+// Options configures a Sampler. New panics on options that Validate
+// refuses: a bad interval is reported where it was set (the daemon checks
+// its flags at start), never replaced by another.
 type Options struct {
+	// Interval is the time between samples; it must be above zero.
 	Interval time.Duration
-	// Timeout is the deadline of one sample; it defaults to the interval.
+	// Timeout is the deadline of one sample: above zero and at most the
+	// interval. Zero means the interval.
 	Timeout time.Duration
-	Logger  *slog.Logger
+	// Logger hears about failed and late samples; nil discards.
+	Logger *slog.Logger
 }
 
-// New returns a sampler; call Run to start it.
-func New[T any](name string, src Source[T], o Options) *Sampler[T] {
+// OptionError is an Options field out of its range.
+type OptionError struct {
+	Field string // "Interval" or "Timeout"
+	Value time.Duration
+	Want  string // what the field takes
+}
+
+func (e *OptionError) Error() string {
+	return fmt.Sprintf("sampler %s %s: want %s", e.Field, e.Value, e.Want)
+}
+
+// Validate reports the first field out of its range as an *OptionError.
+func (o Options) Validate() error {
 	if o.Interval <= 0 {
-		o.Interval = 5 * time.Second
+		return &OptionError{Field: "Interval", Value: o.Interval, Want: "more than 0"}
 	}
-	if o.Timeout <= 0 || o.Timeout > o.Interval {
+	if o.Timeout < 0 || o.Timeout > o.Interval {
+		return &OptionError{Field: "Timeout", Value: o.Timeout,
+			Want: fmt.Sprintf("more than 0 and at most the interval (%s), or 0 for the interval", o.Interval)}
+	}
+	return nil
+}
+
+// New returns a sampler; call Run to start it. It panics if o fails
+// Validate.
+func New[T any](name string, src Source[T], o Options) *Sampler[T] {
+	if err := o.Validate(); err != nil {
+		panic(fmt.Sprintf("sampler %q: %v", name, err))
+	}
+	if o.Timeout == 0 {
 		o.Timeout = o.Interval
 	}
 	if o.Logger == nil {

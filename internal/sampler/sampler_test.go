@@ -176,3 +176,38 @@ func TestTally(t *testing.T) {
 		t.Error("an empty tally is an error")
 	}
 }
+
+func TestOptionsValidate(t *testing.T) {
+	for _, c := range []struct {
+		o     Options
+		field string // "" for valid
+	}{
+		{Options{Interval: 5 * time.Second}, ""},
+		{Options{Interval: 5 * time.Second, Timeout: 4 * time.Second}, ""},
+		{Options{Interval: 5 * time.Second, Timeout: 5 * time.Second}, ""},
+		{Options{}, "Interval"},
+		{Options{Interval: -5 * time.Second}, "Interval"},
+		{Options{Interval: 5 * time.Second, Timeout: 10 * time.Second}, "Timeout"},
+		{Options{Interval: 5 * time.Second, Timeout: -time.Second}, "Timeout"},
+	} {
+		err := c.o.Validate()
+		var oe *OptionError
+		switch {
+		case c.field == "" && err != nil:
+			t.Errorf("%+v: %v", c.o, err)
+		case c.field != "" && (!errors.As(err, &oe) || oe.Field != c.field):
+			t.Errorf("%+v: got %v, want an OptionError for %s", c.o, err, c.field)
+		}
+	}
+}
+
+// New refuses what Validate refuses instead of putting another value in
+// its place.
+func TestNewPanicsOnInvalidOptions(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("New took a timeout above the interval")
+		}
+	}()
+	New[int]("test", &scripted{}, Options{Interval: time.Second, Timeout: 2 * time.Second})
+}
