@@ -1,0 +1,139 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/alecthomas/units"
+	"github.com/prometheus/common/promslog"
+	"github.com/prometheus/common/promslog/flag"
+	"github.com/prometheus/common/version"
+	"github.com/prometheus/exporter-toolkit/web"
+	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
+
+	"github.com/gpulink/gpulink_exporter/internal/dcgm"
+	"github.com/gpulink/gpulink_exporter/internal/sim"
+	"github.com/gpulink/gpulink_exporter/probes"
+)
+
+// defaultAddress avoids node_exporter (9100), dcgm-exporter (9400) and
+// nvidia_gpu_exporter (9835).
+const defaultAddress = ":9849"
+
+// config is where the flags land. The sources' own flags are registered
+// from the table (sources.go); the rest here.
+type config struct {
+	metricsPath       string
+	maxRequests       int
+	noExporterMetrics bool
+	maxProcs          int
+	sysfs, procfs     string
+	cudaLib           string
+	sim, simFaults    string
+	web               *web.FlagConfig
+	log               promslog.Config
+
+	// One per row of the table: its switch, interval and timeout.
+	src [numSources]setting
+	// The sources' other flags.
+	nvmlLib    string
+	perProcess bool
+	// probe holds the scheduler's flags; main adds what it runs on.
+	probe      probes.SchedulerConfig
+	probeKinds []string
+	dcgm       dcgm.Config
+	podSocket  string
+}
+
+// setting is one source's name (from the table) and its common flags.
+type setting struct {
+	name              string
+	on                bool // --collector.<name>; always true without a switch
+	interval, timeout time.Duration
+}
+
+// cli is the parsed command line: the app, its flags' values and the
+// subcommands.
+type cli struct {
+	app                *kingpin.Application
+	cfg                *config
+	topology, probeCmd *kingpin.CmdClause
+	probe              *probes.Command
+}
+
+// newCLI registers every flag and command; main and the tests parse it.
+func newCLI() *cli {
+	app := kingpin.New("gpulink_exporter", "Prometheus exporter for GPU links: PCIe, NVLink, NICs and NUMA placement.")
+	c := &config{}
+	app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&c.metricsPath)
+	app.Flag("web.max-requests", "Maximum number of parallel scrape requests; 0 disables the limit.").Default("10").IntVar(&c.maxRequests)
+	app.Flag("web.disable-exporter-metrics", "Exclude the exporter's own go_* and process_* metrics.").BoolVar(&c.noExporterMetrics)
+	app.Flag("path.sysfs", "sysfs mount point.").Default("/sys").StringVar(&c.sysfs)
+	app.Flag("path.procfs", "procfs mount point.").Default("/proc").StringVar(&c.procfs)
+	app.Flag("cuda.library", "Path or name of the CUDA driver library the probes load.").Default("libcuda.so.1").StringVar(&c.cudaLib)
+	app.Flag("runtime.gomaxprocs", "The target number of CPUs Go will run on (GOMAXPROCS).").Envar("GOMAXPROCS").Default("1").IntVar(&c.maxProcs)
+	app.Flag("sim", "Serve a simulated node instead of this machine: NVML, sysfs/procfs and the probe runner are modelled, everything else is the real exporter. One of: "+strings.Join(sim.ProfileNames(), ", ")+".").PlaceHolder("PROFILE").EnumVar(&c.sim, sim.ProfileNames()...)
+	app.Flag("sim.faults", "YAML file of faults to inject into the simulated node (with --sim); re-read when it changes. Missing or empty: a healthy node.").PlaceHolder("FILE").StringVar(&c.simFaults)
+	for id := range sources {
+		sources[id].register(app, c, sourceID(id))
+	}
+	c.web = kingpinflag.AddFlags(app, defaultAddress)
+	app.Command("serve", "Run the exporter (the default).").Default()
+	l := &cli{app: app, cfg: c, probe: &probes.Command{}}
+	l.topology = app.Command("topology", "Print the GPU and NIC topology matrix as nvidia-smi topo -m does, and exit.")
+	l.probeCmd = probes.AddCommand(app, l.probe)
+	flag.AddFlags(app, &c.log)
+	app.Version(version.Print("gpulink_exporter"))
+	app.HelpFlag.Short('h')
+	return l
+}
+
+// register adds the row's flags: --collector.<name> where it has a switch,
+// --<name>.interval and --<name>.timeout where it has them, and its own.
+func (s *source) register(app *kingpin.Application, c *config, id sourceID) {
+	st := &c.src[id]
+	st.name, st.on = s.name, true
+	if s.help != "" {
+		def := strconv.FormatBool(s.on)
+		app.Flag("collector."+s.name, fmt.Sprintf("Enable the %s collector: %s (default: %s)", s.name, s.help, def)).
+			Default(def).BoolVar(&st.on)
+	}
+	if s.interval.def != "" {
+		app.Flag(s.name+".interval", s.interval.help).Default(s.interval.def).DurationVar(&st.interval)
+	}
+	if s.timeout.def != "" {
+		app.Flag(s.name+".timeout", s.timeout.help).Default(s.timeout.def).DurationVar(&st.timeout)
+	}
+	if s.flags != nil {
+		s.flags(func(suffix, help string) *kingpin.FlagClause { return app.Flag(s.name+"."+suffix, help) }, c)
+	}
+}
+
+// probeFlags are the probe row's own flags, bound to the scheduler's
+// config; interval and timeout come from the row.
+func probeFlags(f flagFunc, c *config) {
+	f("policy", "When to run the CUDA link probes: idle (only on a GPU with no other compute process and low utilisation), always, or off. Never on a GPU in EXCLUSIVE_PROCESS or PROHIBITED compute mode, with MIG on, or lost.").Default(probes.PolicyIdle).EnumVar(&c.probe.Policy, probes.Policies...)
+	f("max-duty", "Most of a GPU's time the probes may take: a round that cost a GPU L seconds (its probes and its peers' against it) is followed by at least L / this. 1 turns the bound off.").Default("0.001").Float64Var(&c.probe.MaxDuty)
+	f("first-delay", "Wait before the first probe round after start-up.").Default("1m").DurationVar(&c.probe.FirstDelay)
+	f("jitter", "Spread of the probe interval, as a fraction of it, so a fleet does not probe in step.").Default("0.1").Float64Var(&c.probe.Jitter)
+	f("size", "Size of one transfer for the bandwidth probes; each probe holds at most two such buffers on the GPU and two pinned on the host.").Default("64MiB").BytesVar((*units.Base2Bytes)(&c.probe.Options.SizeBytes))
+	f("samples", "Timed samples per probe result; the median is exported.").Default(strconv.Itoa(probes.DefaultSamples)).IntVar(&c.probe.Options.Samples)
+	f("kind", "Probe to run (repeatable); default all.").EnumsVar(&c.probeKinds, probes.KindNames()...)
+	f("utilization-threshold", "Under the idle policy, skip a GPU busier than this (0..1).").Default("0.05").Float64Var(&c.probe.UtilizationThreshold)
+}
+
+// collectors names the switched-on collectors, sorted, for the log.
+func (c *config) collectors() []string {
+	var names []string
+	for id := range sources {
+		if sources[id].help != "" && c.src[id].on {
+			names = append(names, c.src[id].name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}

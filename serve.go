@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/common/version"
+	"github.com/prometheus/exporter-toolkit/web"
+)
+
+func serve(ctx context.Context, logger *slog.Logger, metrics http.Handler, webConfig *web.FlagConfig, metricsPath string) error {
+	mux := http.NewServeMux()
+	mux.Handle(metricsPath, metrics)
+	if metricsPath != "/" {
+		landing, err := web.NewLandingPage(web.LandingConfig{
+			Name:        "gpulink_exporter",
+			Description: "Prometheus exporter for GPU links: PCIe, NVLink, NICs and NUMA placement",
+			Version:     version.Info(),
+			Links:       []web.LandingLinks{{Address: metricsPath, Text: "Metrics"}},
+		})
+		if err != nil {
+			return fmt.Errorf("landing page: %w", err)
+		}
+		mux.Handle("/", landing)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- web.ListenAndServe(srv, webConfig, logger) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		logger.Info("shutting down")
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	}
+}

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
+)
+
+// flagError is a flag whose value start-up refuses.
+type flagError struct {
+	flag  string // without the dashes
+	value string
+	want  string // what the flag takes
+}
+
+func (e *flagError) Error() string { return fmt.Sprintf("--%s=%s: want %s", e.flag, e.value, e.want) }
+
+func badDuration(flag string, v time.Duration, want string) error {
+	return &flagError{flag, v.String(), want}
+}
+
+func badFloat(flag string, v float64, want string) error {
+	return &flagError{flag, strconv.FormatFloat(v, 'g', -1, 64), want}
+}
+
+// validate checks every flag before anything starts: the first bad value
+// is returned, naming the flag and what it takes. A missing path that can
+// legitimately appear later (a library the loader finds by name, the
+// kubelet's socket) is a warning. command is the parsed command.
+func (l *cli) validate(command string, logger *slog.Logger) error {
+	c := l.cfg
+	switch {
+	case c.sim != "" && command == l.probeCmd.FullCommand():
+		return errors.New("--sim serves a simulated node; the probe command needs a real GPU")
+	case c.sim == "" && c.simFaults != "":
+		return errors.New("--sim.faults needs --sim")
+	case c.maxRequests < 0:
+		return &flagError{"web.max-requests", strconv.Itoa(c.maxRequests), "0 (no limit) or more"}
+	case c.maxProcs < 1:
+		return &flagError{"runtime.gomaxprocs", strconv.Itoa(c.maxProcs), "1 or more"}
+	case !strings.HasPrefix(c.metricsPath, "/"):
+		return &flagError{"web.telemetry-path", c.metricsPath, "a path starting with /"}
+	}
+	// --sim serves its own tree and ignores these.
+	if c.sim == "" {
+		for _, p := range []struct{ flag, dir string }{{"path.sysfs", c.sysfs}, {"path.procfs", c.procfs}} {
+			if fi, err := os.Stat(p.dir); err != nil || !fi.IsDir() {
+				return &flagError{p.flag, p.dir, "an existing directory (the mount point)"}
+			}
+		}
+	}
+	warn := func(msg string, args ...any) { logger.Warn(msg, args...) }
+	for id := range sources {
+		if err := sources[id].validate(c, c.src[id], warn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validate checks the row's interval and timeout, then its own flags.
+func (s *source) validate(c *config, st setting, warn func(string, ...any)) error {
+	interval, timeout := st.name+".interval", st.name+".timeout"
+	if s.interval.def != "" && st.interval <= 0 {
+		return badDuration(interval, st.interval, "a duration above 0")
+	}
+	if s.timeout.def != "" && st.timeout <= 0 {
+		return badDuration(timeout, st.timeout, "a duration above 0")
+	}
+	if s.interval.def != "" && !s.ownTimer {
+		var oe *sampler.OptionError
+		err := sampler.Options{Interval: st.interval, Timeout: st.timeout}.Validate()
+		if errors.As(err, &oe) && oe.Field == "Timeout" {
+			return badDuration(timeout, st.timeout, fmt.Sprintf("a duration above 0 and at most --%s (%s)", interval, st.interval))
+		}
+		if err != nil {
+			return badDuration(interval, st.interval, "a duration above 0")
+		}
+	}
+	if s.check != nil {
+		return s.check(c, st, warn)
+	}
+	return nil
+}
+
+// checkLibrary warns when a library named by path is not there (the
+// defaults are bare names, the loader's to find).
+func checkLibrary(c *config, flag, lib string, warn func(string, ...any)) {
+	if c.sim != "" || !strings.Contains(lib, "/") {
+		return
+	}
+	if _, err := os.Stat(lib); err != nil {
+		warn("library not found; its source reports down until it is there", "flag", "--"+flag, "err", err)
+	}
+}
+
+func checkNVML(c *config, st setting, warn func(string, ...any)) error {
+	checkLibrary(c, st.name+".library", c.nvmlLib, warn)
+	return nil
+}
+
+func checkDCGM(c *config, st setting, warn func(string, ...any)) error {
+	// DCGM takes its update interval in whole microseconds.
+	if st.interval < time.Microsecond {
+		return badDuration(st.name+".interval", st.interval, "1µs or more")
+	}
+	checkLibrary(c, st.name+".library", c.dcgm.Library, warn)
+	return nil
+}
+
+func checkKubernetes(c *config, st setting, warn func(string, ...any)) error {
+	if _, err := os.Stat(c.podSocket); err != nil && st.on {
+		warn("the kubelet's pod-resources socket is not there (yet); the kubernetes source reports down until it is",
+			"flag", "--"+st.name+".pod-resources-socket", "err", err)
+	}
+	return nil
+}
+
+// checkProbes checks the scheduler's flags, whatever the policy: a flag
+// that is wrong is wrong before the policy turns the probes on.
+func checkProbes(c *config, st setting, warn func(string, ...any)) error {
+	p := c.probe
+	name := func(suffix string) string { return st.name + "." + suffix }
+	switch {
+	case p.FirstDelay < 0:
+		return badDuration(name("first-delay"), p.FirstDelay, "0 (no wait) or more")
+	// The scheduler takes 0 for its default in the next three.
+	case p.Jitter <= 0 || p.Jitter > 0.5:
+		return badFloat(name("jitter"), p.Jitter, "more than 0 and at most 0.5 (the spread cannot be turned off)")
+	case p.MaxDuty <= 0 || p.MaxDuty > 1:
+		return badFloat(name("max-duty"), p.MaxDuty, "more than 0 and at most 1 (no bound)")
+	case p.UtilizationThreshold <= 0 || p.UtilizationThreshold > 1:
+		return badFloat(name("utilization-threshold"), p.UtilizationThreshold, "more than 0 and at most 1")
+	}
+	if err := checkProbeOptions(c); err != nil {
+		return err
+	}
+	checkLibrary(c, "cuda.library", c.cudaLib, warn)
+	return nil
+}
