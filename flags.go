@@ -54,6 +54,17 @@ type setting struct {
 	name              string
 	on                bool // --collector.<name>; always true without a switch
 	interval, timeout time.Duration
+	timeoutSet        bool // --<name>.timeout was given
+}
+
+// deadline is the timeout a sample gets: --<name>.timeout as given, or
+// its default cut to the interval where that is shorter, so that a
+// shorter interval alone needs no timeout beside it.
+func (s setting) deadline() time.Duration {
+	if s.timeoutSet {
+		return s.timeout
+	}
+	return min(s.timeout, s.interval)
 }
 
 // cli is the parsed command line: the app, its flags' values and the
@@ -106,7 +117,11 @@ func (s *source) register(app *kingpin.Application, c *config, id sourceID) {
 		app.Flag(s.name+".interval", s.interval.help).Default(s.interval.def).DurationVar(&st.interval)
 	}
 	if s.timeout.def != "" {
-		app.Flag(s.name+".timeout", s.timeout.help).Default(s.timeout.def).DurationVar(&st.timeout)
+		help := s.timeout.help
+		if !s.ownTimer {
+			help += fmt.Sprintf(" At most --%s.interval; left unset, the interval where that is shorter.", s.name)
+		}
+		app.Flag(s.name+".timeout", help).Default(s.timeout.def).IsSetByUser(&st.timeoutSet).DurationVar(&st.timeout)
 	}
 	if s.flags != nil {
 		s.flags(func(suffix, help string) *kingpin.FlagClause { return app.Flag(s.name+"."+suffix, help) }, c)

@@ -257,7 +257,7 @@ func (w *wiring) close() {
 // sample is the step every sampled source shares: a sampler named after
 // the source on its interval and deadline, started, its health reported.
 func sample[T any](w *wiring, s setting, src sampler.Source[T]) *sampler.Sampler[T] {
-	smp := sampler.New(s.name, src, sampler.Options{Interval: s.interval, Timeout: s.timeout, Logger: w.logger})
+	smp := sampler.New(s.name, src, sampler.Options{Interval: s.interval, Timeout: s.deadline(), Logger: w.logger})
 	go smp.Run(w.ctx)
 	w.add(s, smp, smp, nil)
 	return smp

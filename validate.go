@@ -55,9 +55,8 @@ func (l *cli) validate(command string, logger *slog.Logger) error {
 			}
 		}
 	}
-	warn := func(msg string, args ...any) { logger.Warn(msg, args...) }
 	for id := range sources {
-		if err := sources[id].validate(c, c.src[id], warn); err != nil {
+		if err := sources[id].validate(c, c.src[id], logger.Warn); err != nil {
 			return err
 		}
 	}
@@ -73,14 +72,11 @@ func (s *source) validate(c *config, st setting, warn func(string, ...any)) erro
 	if s.timeout.def != "" && st.timeout <= 0 {
 		return badDuration(timeout, st.timeout, "a duration above 0")
 	}
+	// The interval is above 0 by now: what the sampler can refuse is a
+	// timeout given above it.
 	if s.interval.def != "" && !s.ownTimer {
-		var oe *sampler.OptionError
-		err := sampler.Options{Interval: st.interval, Timeout: st.timeout}.Validate()
-		if errors.As(err, &oe) && oe.Field == "Timeout" {
+		if err := (sampler.Options{Interval: st.interval, Timeout: st.deadline()}).Validate(); err != nil {
 			return badDuration(timeout, st.timeout, fmt.Sprintf("a duration above 0 and at most --%s (%s)", interval, st.interval))
-		}
-		if err != nil {
-			return badDuration(interval, st.interval, "a duration above 0")
 		}
 	}
 	if s.check != nil {
@@ -138,7 +134,10 @@ func checkProbes(c *config, st setting, warn func(string, ...any)) error {
 	case p.UtilizationThreshold <= 0 || p.UtilizationThreshold > 1:
 		return badFloat(name("utilization-threshold"), p.UtilizationThreshold, "more than 0 and at most 1")
 	}
-	if err := checkProbeOptions(c); err != nil {
+	// What a round measures with: probes names its flags.
+	o := p.Options
+	o.Probes = probeKinds(c.probeKinds)
+	if err := o.Validate(); err != nil {
 		return err
 	}
 	checkLibrary(c, "cuda.library", c.cudaLib, warn)

@@ -1,0 +1,284 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpulink/gpulink_exporter/internal/sim"
+)
+
+// runMainEnv makes the test binary run main with its arguments: the end
+// to end tests run the real start-up without building another binary.
+const runMainEnv = "GPULINK_EXPORTER_TEST_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// check parses args with the real app and runs the start-up validation.
+func check(t *testing.T, args ...string) error {
+	t.Helper()
+	l := newCLI()
+	command, err := l.app.Parse(args)
+	if err != nil {
+		t.Fatalf("%q does not parse: %v", args, err)
+	}
+	return l.validate(command, quiet)
+}
+
+// numericFlags are every flag whose value is a number, a duration or a
+// size: start-up must check each, so each needs a row below.
+func numericFlags(t *testing.T) []string {
+	t.Helper()
+	numeric := regexp.MustCompile(`(?i)\.(u?int\d*|float\d*|duration|bytes)Value$`)
+	var names []string
+	for _, f := range newCLI().app.Model().Flags {
+		if numeric.MatchString(fmt.Sprintf("%T", f.Value)) {
+			names = append(names, f.Name)
+		}
+	}
+	if len(names) < 15 {
+		t.Fatalf("found only %d numeric flags (%v): has kingpin renamed its value types?", len(names), names)
+	}
+	return names
+}
+
+// badValues has, for every numeric flag, values start-up must refuse, each
+// with any other flags it needs. A numeric flag added without a row here
+// fails TestEveryNumericFlagIsChecked.
+var badValues = map[string][][]string{
+	"web.max-requests":            {{"-1"}},
+	"runtime.gomaxprocs":          {{"0"}, {"-2"}},
+	"nvml.interval":               {{"0s"}, {"-5s"}},
+	"nvml.timeout":                {{"0s"}, {"-1s"}, {"10s", "--nvml.interval=5s"}, {"6s"}, {"2s", "--nvml.interval=1s"}},
+	"topology.interval":           {{"0s"}, {"-15s"}},
+	"process.interval":            {{"0s"}, {"-1s"}},
+	"nic.interval":                {{"0s"}, {"-1s"}},
+	"dcgm.interval":               {{"0s"}, {"-1s"}, {"1ns"}},
+	"kubernetes.interval":         {{"0s"}, {"-30s"}},
+	"probe.interval":              {{"0s"}, {"-10m"}},
+	"probe.timeout":               {{"0s"}, {"-1s"}},
+	"probe.first-delay":           {{"-1s"}},
+	"probe.jitter":                {{"0"}, {"-0.1"}, {"0.6"}},
+	"probe.max-duty":              {{"0"}, {"-0.001"}, {"1.5"}},
+	"probe.utilization-threshold": {{"0"}, {"-0.5"}, {"1.01"}},
+	"probe.size":                  {{"8GiB"}, {"0"}, {"512KiB"}},
+	"probe.samples":               {{"0"}, {"-3"}, {"101"}},
+}
+
+// goodValues are edge values start-up must take.
+var goodValues = [][]string{
+	{},
+	{"--web.max-requests=0"},
+	{"--runtime.gomaxprocs=1"},
+	{"--nvml.timeout=5s", "--nvml.interval=5s"},
+	{"--nvml.interval=1s", "--nvml.timeout=1s"},
+	{"--nvml.interval=1s"}, // the default timeout follows a shorter interval
+	{"--dcgm.interval=1ms", "--collector.dcgm"},
+	{"--kubernetes.interval=1s", "--collector.kubernetes"}, // the kubelet's deadline follows
+	{"--probe.first-delay=0s", "--probe.jitter=0.5", "--probe.max-duty=1", "--probe.utilization-threshold=1"},
+	{"--probe.size=1MiB", "--probe.samples=1"},
+	{"--probe.size=4GiB", "--probe.samples=100"},
+	{"--probe.timeout=20m"}, // a child's deadline, not bounded by the interval between rounds
+	// --sim serves its own tree: the path flags are not read.
+	{"--sim=dgx-h100", "--path.sysfs=/nonexistent", "--path.procfs=/nonexistent"},
+}
+
+// TestEveryNumericFlagIsChecked builds the real app, gives every numeric
+// flag bad values and expects start-up to refuse each, naming the flag.
+func TestEveryNumericFlagIsChecked(t *testing.T) {
+	flags := numericFlags(t)
+	for _, name := range flags {
+		if _, ok := badValues[name]; !ok {
+			t.Errorf("--%s takes a number but has no row in badValues: add one, and a check to validate", name)
+		}
+	}
+	for name, cases := range badValues {
+		if !slices.Contains(flags, name) {
+			t.Errorf("badValues has a row for --%s, which is not a numeric flag", name)
+			continue
+		}
+		for _, c := range cases {
+			args := append([]string{"--" + name + "=" + c[0]}, c[1:]...)
+			err := check(t, args...)
+			if err == nil || !strings.Contains(err.Error(), "--"+name+"=") {
+				t.Errorf("%q: got %v, want an error naming --%s", args, err, name)
+			}
+		}
+	}
+}
+
+func TestGoodValuesStart(t *testing.T) {
+	for _, args := range goodValues {
+		if err := check(t, args...); err != nil {
+			t.Errorf("%q: %v", args, err)
+		}
+	}
+}
+
+// The cases of issue 11, and the other flags that are not numbers.
+func TestStartupRefuses(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--probe.size=8GiB"}, "--probe.size=8GiB: want 1MiB to 4GiB"},
+		{[]string{"--probe.size=8GiB", "--sim=dgx-h100"}, "--probe.size="},
+		{[]string{"--probe.size=8GiB", "--probe.policy=off"}, "--probe.size="},
+		{[]string{"--nvml.interval=-5s"}, "--nvml.interval=-5s: want a duration above 0"},
+		{[]string{"--probe.samples=0"}, "--probe.samples=0: want 1 to 100"},
+		{[]string{"--nvml.timeout=10s", "--nvml.interval=5s"}, "--nvml.timeout=10s: want a duration above 0 and at most --nvml.interval (5s)"},
+		{[]string{"--path.sysfs=/nonexistent"}, "--path.sysfs=/nonexistent"},
+		{[]string{"--path.procfs=/nonexistent"}, "--path.procfs=/nonexistent"},
+		{[]string{"--path.sysfs=/etc/hostname"}, "--path.sysfs=/etc/hostname: want an existing directory"},
+		{[]string{"--web.telemetry-path=metrics"}, "--web.telemetry-path=metrics"},
+		{[]string{"--sim.faults=x.yaml"}, "--sim.faults needs --sim"},
+		{[]string{"--sim=dgx-h100", "probe"}, "the probe command needs a real GPU"},
+	} {
+		err := check(t, c.args...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: got %v, want %q", c.args, err, c.want)
+		}
+	}
+}
+
+// A path that may appear later is a warning, not an error.
+func TestMissingSocketOrLibraryWarns(t *testing.T) {
+	var log bytes.Buffer
+	l := newCLI()
+	command, err := l.app.Parse([]string{"--collector.kubernetes", "--kubernetes.pod-resources-socket=/nonexistent/kubelet.sock",
+		"--nvml.library=/nonexistent/libnvidia-ml.so.1", "--cuda.library=libcuda.so.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.validate(command, slog.New(slog.NewTextHandler(&log, nil))); err != nil {
+		t.Fatal(err)
+	}
+	for _, flag := range []string{"--kubernetes.pod-resources-socket", "--nvml.library"} {
+		if !strings.Contains(log.String(), "flag="+flag) {
+			t.Errorf("no warning for %s in %q", flag, log.String())
+		}
+	}
+	if strings.Contains(log.String(), "--cuda.library") {
+		t.Errorf("a bare library name is the loader's to find, got %q", log.String())
+	}
+}
+
+// TestBinaryRefuses runs the real start-up (this test binary running main)
+// and expects it to exit non-zero with the flag named, before anything
+// starts, with or without --sim.
+func TestBinaryRefuses(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"--probe.size=8GiB"}, "--probe.size"},
+		{[]string{"--sim=dgx-h100", "--probe.size=8GiB"}, "--probe.size"},
+		{[]string{"--nvml.interval=-5s"}, "--nvml.interval"},
+		{[]string{"--sim=dgx-h100", "--nvml.interval=-5s"}, "--nvml.interval"},
+		{[]string{"--probe.samples=0"}, "--probe.samples"},
+		{[]string{"--nvml.timeout=10s", "--nvml.interval=5s"}, "--nvml.timeout"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cmd := exec.CommandContext(ctx, os.Args[0], append(c.args, "--web.listen-address=127.0.0.1:0")...)
+		cmd.Env = append(os.Environ(), runMainEnv+"=1")
+		var stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+		err := cmd.Run()
+		cancel()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() <= 0 {
+			t.Errorf("%q: got %v, want a non-zero exit (stderr %q)", c.args, err, stderr.String())
+			continue
+		}
+		if !strings.Contains(stderr.String(), c.flag+"=") {
+			t.Errorf("%q: stderr %q does not name %s", c.args, stderr.String(), c.flag)
+		}
+	}
+}
+
+// The README's flag table documents every flag the app has.
+func TestREADMEListsEveryFlag(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range newCLI().app.Model().Flags {
+		if f.Hidden || slices.Contains([]string{"help", "version", "web.systemd-socket"}, f.Name) {
+			continue
+		}
+		if !bytes.Contains(readme, []byte("`--"+f.Name)) {
+			t.Errorf("README does not document --%s", f.Name)
+		}
+	}
+}
+
+// TestWiring starts the table's sources on the simulated node: the label
+// of each is the table's name, and the process source gets the NVML reader
+// and the topology sampler even with the nvml, xid and topology collectors
+// off.
+func TestWiring(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want []string // source labels
+	}{
+		{[]string{"--probe.policy=always", "--collector.kubernetes", "--kubernetes.interval=1s"},
+			[]string{"kubernetes", "nic", "nvml", "probe", "process", "sim", "topology", "xid"}},
+		{[]string{"--no-collector.nvml", "--no-collector.xid", "--no-collector.topology", "--no-collector.nic"},
+			[]string{"process", "sim", "topology"}}, // the topology sampler, without its collector
+	} {
+		l := newCLI()
+		command, err := l.app.Parse(append(c.args, "--sim=dgx-h100"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.validate(command, quiet); err != nil {
+			t.Fatal(err)
+		}
+		node, err := sim.Start(sim.Config{Profile: l.cfg.sim, Dir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		w := &wiring{ctx: ctx, cfg: l.cfg, logger: quiet, reg: prometheus.NewRegistry(), fsys: node.FS(), newNVML: node.NVML, sim: node}
+		if err := w.startSources(); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, s := range w.statuses {
+			got = append(got, s.Status().Name)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%q: sources %v, want %v", c.args, got, c.want)
+		}
+		if (w.reader != nil) != l.cfg.src[processSource].on || w.topology == nil {
+			t.Errorf("%q: the process source lacks the NVML reader or the topology sampler", c.args)
+		}
+		if _, err := w.reg.Gather(); err != nil {
+			t.Errorf("%q: gather: %v", c.args, err)
+		}
+		cancel()
+		w.close()
+		node.Close()
+	}
+}
