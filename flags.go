@@ -41,6 +41,7 @@ type config struct {
 	src [numSources]setting
 	// The sources' other flags.
 	nvmlLib    string
+	nvmlSlow   time.Duration
 	perProcess bool
 	// probe holds the scheduler's flags; main adds what it runs on.
 	probe      probes.SchedulerConfig

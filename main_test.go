@@ -70,6 +70,7 @@ var badValues = map[string][][]string{
 	"runtime.gomaxprocs":          {{"0"}, {"-2"}},
 	"nvml.interval":               {{"0s"}, {"-5s"}},
 	"nvml.timeout":                {{"0s"}, {"-1s"}, {"10s", "--nvml.interval=5s"}, {"6s"}, {"2s", "--nvml.interval=1s"}},
+	"nvml.slow-interval":          {{"0s"}, {"-1m"}},
 	"topology.interval":           {{"0s"}, {"-15s"}},
 	"process.interval":            {{"0s"}, {"-1s"}},
 	"nic.interval":                {{"0s"}, {"-1s"}},
@@ -92,7 +93,8 @@ var goodValues = [][]string{
 	{"--runtime.gomaxprocs=1"},
 	{"--nvml.timeout=5s", "--nvml.interval=5s"},
 	{"--nvml.interval=1s", "--nvml.timeout=1s"},
-	{"--nvml.interval=1s"}, // the default timeout follows a shorter interval
+	{"--nvml.interval=1s"},                            // the default timeout follows a shorter interval
+	{"--nvml.slow-interval=1s", "--nvml.interval=5s"}, // then every sample reads it
 	{"--dcgm.interval=1ms", "--collector.dcgm"},
 	{"--kubernetes.interval=1s", "--collector.kubernetes"}, // the kubelet's deadline follows
 	{"--probe.first-delay=0s", "--probe.jitter=0.5", "--probe.max-duty=1", "--probe.utilization-threshold=1"},

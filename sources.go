@@ -85,6 +85,8 @@ var sources = [numSources]source{
 		timeout:  durationFlag{"4s", "Deadline of one NVML sample; past it the source is reported down and stale."},
 		flags: func(f flagFunc, c *config) {
 			f("library", "Path or name of the NVML library to load.").Default("libnvidia-ml.so.1").StringVar(&c.nvmlLib)
+			f("slow-interval", "How often to read NVML's slow counters (ECC, row remapping, retired pages, PCIe and NVLink error counters); samples in between carry the last values. At most as often as --nvml.interval.").
+				Default(nvml.DefaultSlowInterval.String()).DurationVar(&c.nvmlSlow)
 		},
 		check: checkNVML,
 		start: func(w *wiring, s setting) {
@@ -206,7 +208,7 @@ func (w *wiring) startSources() error {
 		w.statuses, w.versions = append(w.statuses, w.sim), append(w.versions, w.sim)
 	}
 	if w.anyOn(func(s *source) bool { return s.usesNVML }) {
-		w.reader = nvml.NewReader(w.newNVML(), w.fsys.Sys, w.logger)
+		w.reader = nvml.NewReader(w.newNVML(), w.fsys.Sys, w.logger, nvml.WithSlowInterval(w.cfg.nvmlSlow))
 		w.closers = append(w.closers, w.reader.Shutdown)
 		if err := w.reader.Init(); err != nil {
 			// Not fatal: a machine without a driver still serves the rest,

@@ -98,6 +98,9 @@ func checkLibrary(c *config, flag, lib string, warn func(string, ...any)) {
 
 func checkNVML(c *config, st setting, warn func(string, ...any)) error {
 	checkLibrary(c, st.name+".library", c.nvmlLib, warn)
+	if c.nvmlSlow <= 0 {
+		return badDuration(st.name+".slow-interval", c.nvmlSlow, "a duration above 0 (at most every --nvml.interval is read)")
+	}
 	return nil
 }
 

@@ -75,7 +75,7 @@ func TestAlertsEndToEnd(t *testing.T) {
 	writeFile(t, faults, "faults: []\n")
 	dgx, p5 := freeAddr(t), freeAddr(t)
 	common := []string{"--probe.policy=always", "--probe.interval=" + probeEvery.String(), "--probe.first-delay=0",
-		"--probe.max-duty=1", "--nvml.interval=1s", "--nic.interval=1s", "--topology.interval=1s", "--process.interval=1s"}
+		"--probe.max-duty=1", "--nvml.interval=1s", "--nvml.slow-interval=1s", "--nic.interval=1s", "--topology.interval=1s", "--process.interval=1s"}
 	start(t, dir, "exporter-dgx", bin, append([]string{"--sim=dgx-h100", "--sim.faults=" + faults, "--web.listen-address=" + dgx}, common...)...)
 	start(t, dir, "exporter-p5", bin, append([]string{"--sim=aws-p5", "--web.listen-address=" + p5}, common...)...)
 	waitHTTP(t, "http://"+dgx+"/metrics", 30*time.Second)

@@ -37,12 +37,12 @@ const DefaultSlowInterval = 60 * time.Second
 //     that was lost answers again, or one that could not be opened opens.
 //     An NVLink's statics are read again when its state changes.
 //   - slow: ECC counts, row remapping, retired pages, PCIe replay and
-//     correctable error counters, NVLink error counters, compute and MIG
-//     mode. Read every slow interval (DefaultSlowInterval); samples in
-//     between carry the last values, so series do not flap.
+//     correctable error counters, NVLink error counters. Read every slow
+//     interval (DefaultSlowInterval); samples in between carry the last
+//     values, so series do not flap.
 //   - fast: everything else (clocks, power, energy, temperatures, clock
 //     event reasons and times, utilisation, memory use, PCIe and NVLink
-//     link state, NVLink traffic), every sample.
+//     link state, NVLink traffic, compute and MIG mode), every sample.
 //
 // Values NVML offers as field values are read in one GetFieldValues call
 // per GPU and tier; a GPU that does not support a field is asked the
@@ -81,8 +81,7 @@ type Reader struct {
 type Option func(*Reader)
 
 // WithSlowInterval sets how often the slow tier (ECC, row remapping,
-// retired pages, PCIe and NVLink error counters, compute and MIG mode) is
-// read; samples in between carry the last values. 0 or less reads it every
+// retired pages, PCIe and NVLink error counters) is read; samples in between carry the last values. 0 or less reads it every
 // sample. The default is DefaultSlowInterval.
 func WithSlowInterval(d time.Duration) Option {
 	return func(r *Reader) { r.slowInterval = max(d, 0) }
@@ -117,7 +116,9 @@ type device struct {
 	// again is identified anew.
 	lost bool
 	// slow holds the slow tier's values, read at slowAt (zero: due).
-	slow   slowValues
+	slow slowValues
+	// mig is the MIG mode last read, to see it change.
+	mig    sampler.Opt[bool]
 	slowAt time.Time
 	// off is what the GPU answered unsupported, and how: logged once, and
 	// not asked again (see read.asks).

@@ -169,6 +169,20 @@ func readFastCalls(rd *read, h nvml.Device, g *GPUState) {
 	if v, ok := get(rd, "PCIe width", h.GetCurrPcieLinkWidth); ok {
 		g.PCIe.Width = sampler.Some(v)
 	}
+	// Compute and MIG mode are fast, though they rarely change: the probe
+	// scheduler decides by them, and a context opened on a GPU just set to
+	// EXCLUSIVE_PROCESS would keep the operator's job from starting.
+	if v, ok := get(rd, "compute mode", h.GetComputeMode); ok {
+		g.ComputeMode = sampler.Some(computeModeName(v))
+	}
+	if cur, ok := get(rd, "MIG mode", func() (int, nvml.Return) { cur, _, ret := h.GetMigMode(); return cur, ret }); ok {
+		g.MIGEnabled = sampler.Some(cur == nvml.DEVICE_MIG_ENABLE)
+		if was := rd.d.mig; was.Valid && was.V != g.MIGEnabled.V {
+			// What a GPU supports differs with MIG on and off: ask again.
+			clear(rd.d.off)
+		}
+		rd.d.mig = g.MIGEnabled
+	}
 }
 
 // readMemory prefers the v2 call: v1 counts the driver's reserved memory as
@@ -196,8 +210,7 @@ func readMemory(rd *read, h nvml.Device, g *GPUState) {
 }
 
 // readSlow reads the slow tier: one batch of field values (ECC, row
-// remapping, retired pages, PCIe and NVLink error counters) and the
-// compute and MIG mode calls.
+// remapping, retired pages, PCIe and NVLink error counters).
 func (r *Reader) readSlow(rd *read, h nvml.Device, g *GPUState) {
 	for i := range g.NVLinks {
 		g.NVLinks[i].Errors = make(map[string]float64, len(nvlinkErrorFields))
@@ -205,16 +218,6 @@ func (r *Reader) readSlow(rd *read, h nvml.Device, g *GPUState) {
 	readFieldTier(rd, h, g, slowFields)
 	if rd.lost {
 		return
-	}
-	if v, ok := get(rd, "compute mode", h.GetComputeMode); ok {
-		g.ComputeMode = sampler.Some(computeModeName(v))
-	}
-	if cur, ok := get(rd, "MIG mode", func() (int, nvml.Return) { cur, _, ret := h.GetMigMode(); return cur, ret }); ok {
-		g.MIGEnabled = sampler.Some(cur == nvml.DEVICE_MIG_ENABLE)
-		if was := rd.d.slow.mig; was.Valid && was.V != g.MIGEnabled.V {
-			// What a GPU supports differs with MIG on and off: ask again.
-			clear(rd.d.off)
-		}
 	}
 }
 
@@ -225,13 +228,10 @@ type slowValues struct {
 	ecc                  ECC
 	replays, correctable sampler.Opt[float64]
 	linkErrors           []map[string]float64
-	computeMode          sampler.Opt[string]
-	mig                  sampler.Opt[bool]
 }
 
 func slowOf(g *GPUState) slowValues {
-	s := slowValues{ecc: g.ECC, replays: g.PCIe.Replays, correctable: g.PCIe.CorrectableErrors,
-		computeMode: g.ComputeMode, mig: g.MIGEnabled}
+	s := slowValues{ecc: g.ECC, replays: g.PCIe.Replays, correctable: g.PCIe.CorrectableErrors}
 	s.linkErrors = make([]map[string]float64, len(g.NVLinks))
 	for i := range g.NVLinks {
 		s.linkErrors[i] = g.NVLinks[i].Errors
@@ -242,7 +242,6 @@ func slowOf(g *GPUState) slowValues {
 func (s *slowValues) apply(g *GPUState) {
 	g.ECC = s.ecc
 	g.PCIe.Replays, g.PCIe.CorrectableErrors = s.replays, s.correctable
-	g.ComputeMode, g.MIGEnabled = s.computeMode, s.mig
 	for i := range g.NVLinks {
 		if i < len(s.linkErrors) {
 			g.NVLinks[i].Errors = s.linkErrors[i]

@@ -43,7 +43,7 @@ var (
 // one batch of field values and the calls NVML has no field for.
 var fastPerGPU = callCounts{"GetPerformanceState": 1, "GetClockInfo": 2, "GetCurrentClocksEventReasons": 1,
 	"GetTemperature": 1, "GetUtilizationRates": 1, "GetMemoryInfo_v2": 1, "GetCurrPcieLinkGeneration": 1,
-	"GetCurrPcieLinkWidth": 1, "GetNvLinkState": 18, "GetFieldValues": 1}
+	"GetCurrPcieLinkWidth": 1, "GetNvLinkState": 18, "GetFieldValues": 1, "GetComputeMode": 1, "GetMigMode": 1}
 
 func times(c callCounts, n int) callCounts {
 	out := callCounts{}
@@ -69,15 +69,14 @@ func TestTiersFastSampleAsksOnlyTheFastTier(t *testing.T) {
 	}
 
 	// A minute after the first sample the slow tier is due: two more
-	// batches of field values (82 fields), and compute and MIG mode. ECC,
-	// remapping and error counters come as fields: none of their calls.
+	// batches of field values (82 fields). ECC, remapping and error
+	// counters come as fields: none of their calls.
 	c.step(10 * time.Second)
 	before = countCalls(m)
 	sample(t, r)
 	got = countCalls(m).sub(before)
 	want := times(fastPerGPU, 8)
 	want["GetFieldValues"] += 2 * 8
-	want["GetComputeMode"], want["GetMigMode"] = 8, 8
 	if !maps.Equal(got, want) {
 		t.Errorf("a sample with the slow tier asked\n%v\nwant\n%v", got, want)
 	}
@@ -109,9 +108,9 @@ func TestTiersStaticsReadOnce(t *testing.T) {
 			t.Errorf("%s called %d times with its field supported", name, got[name])
 		}
 	}
-	// Every 6th sample reads the slow tier: 3 of 20.
-	if got["GetComputeMode"] != 3*8 {
-		t.Errorf("compute mode asked %d times in 20 samples 10 s apart, want 3 per GPU", got["GetComputeMode"])
+	// Every 6th sample reads the slow tier (two batches of fields): 3 of 20.
+	if slow := got["GetFieldValues"] - 20*8*fastPerGPU["GetFieldValues"]; slow != 3*2*8 {
+		t.Errorf("%d slow field batches in 20 samples 10 s apart, want 2 in 3 samples per GPU", slow)
 	}
 }
 
@@ -135,20 +134,22 @@ func TestTiersSlowValuesCarriedBetweenReads(t *testing.T) {
 	if g.GPUTemperature.V != 71 || g.Power.V != 400 {
 		t.Errorf("fast values not read: temperature %v power %v", g.GPUTemperature.V, g.Power.V)
 	}
+	if g.ComputeMode.V != "exclusive_process" {
+		t.Errorf("compute mode %q: the probes decide by it, so it is read every sample", g.ComputeMode.V)
+	}
 	if !g.ECC.CorrectedVolatile.Valid || g.ECC.CorrectedVolatile.V != 0 || !g.ECC.RemapPending.Valid || g.ECC.RemapPending.V ||
-		!g.PCIe.Replays.Valid || g.PCIe.Replays.V != 0 || g.ComputeMode.V != "default" || g.NVLinks[3].Errors["replay"] != 0 {
-		t.Errorf("between slow reads the last slow values must be carried, got ECC %+v replays %+v mode %+v errors %v",
-			g.ECC, g.PCIe.Replays, g.ComputeMode, g.NVLinks[3].Errors)
+		!g.PCIe.Replays.Valid || g.PCIe.Replays.V != 0 || g.NVLinks[3].Errors["replay"] != 0 {
+		t.Errorf("between slow reads the last slow values must be carried, got ECC %+v replays %+v errors %v",
+			g.ECC, g.PCIe.Replays, g.NVLinks[3].Errors)
 	}
 	if len(g.NVLinks[3].Errors) != 4 {
 		t.Errorf("carried link errors %v, want all four kinds", g.NVLinks[3].Errors)
 	}
 	c.step(time.Second)
 	g = sample(t, r).GPUs[0]
-	if g.ECC.CorrectedVolatile.V != 5 || !g.ECC.RemapPending.V || g.PCIe.Replays.V != 3 ||
-		g.ComputeMode.V != "exclusive_process" || g.NVLinks[3].Errors["replay"] != 9 {
-		t.Errorf("slow tier due: ECC %v pending %v replays %v mode %q replay errors %v",
-			g.ECC.CorrectedVolatile.V, g.ECC.RemapPending.V, g.PCIe.Replays.V, g.ComputeMode.V, g.NVLinks[3].Errors["replay"])
+	if g.ECC.CorrectedVolatile.V != 5 || !g.ECC.RemapPending.V || g.PCIe.Replays.V != 3 || g.NVLinks[3].Errors["replay"] != 9 {
+		t.Errorf("slow tier due: ECC %v pending %v replays %v replay errors %v",
+			g.ECC.CorrectedVolatile.V, g.ECC.RemapPending.V, g.PCIe.Replays.V, g.NVLinks[3].Errors["replay"])
 	}
 }
 
@@ -158,20 +159,22 @@ func TestTiersFailedSlowReadRetried(t *testing.T) {
 	m := nvmlfake.NewH200Pair()
 	c := newClock()
 	r := tiered(m, c)
-	m.Update(func() { m.GPUs[1].Errors["GetComputeMode"] = gonvml.ERROR_UNKNOWN })
+	m.Update(func() { m.GPUs[1].Errors["GetTotalEccErrors"] = gonvml.ERROR_UNKNOWN })
+	var failed int
 	for i := 0; i < 2; i++ {
 		_, err := r.Sample(context.Background())
 		var partial *sampler.PartialError
-		if !errors.As(err, &partial) || partial.Count != 1 {
-			t.Fatalf("sample %d: err = %v, want the compute mode error counted once", i, err)
+		if !errors.As(err, &partial) || partial.Count == 0 || (i > 0 && partial.Count != failed) {
+			t.Fatalf("sample %d: err = %v, want the ECC fields' errors counted, the same each sample", i, err)
 		}
+		failed = partial.Count
 	}
-	m.Update(func() { delete(m.GPUs[1].Errors, "GetComputeMode") })
+	m.Update(func() { delete(m.GPUs[1].Errors, "GetTotalEccErrors") })
 	before := countCalls(m, 1)
 	sample(t, r)
 	sample(t, r)
-	if n := countCalls(m, 1).sub(before)["GetComputeMode"]; n != 1 {
-		t.Errorf("compute mode asked %d times in two samples after the failure cleared, want 1", n)
+	if n := countCalls(m, 1).sub(before)["GetFieldValues"]; n != 2*fastPerGPU["GetFieldValues"]+2 {
+		t.Errorf("%d field batches in two samples after the failure cleared, want the slow tier's two in the first only", n)
 	}
 }
 
@@ -210,8 +213,10 @@ func TestTiersStaticsReReadWhenGPUSetChanges(t *testing.T) {
 	if all["GetTopologyCommonAncestor"] != 56 {
 		t.Errorf("pair topology read %d times, want all 56 pairs again", all["GetTopologyCommonAncestor"])
 	}
-	if gpu3["GetComputeMode"] != 1 || all["GetComputeMode"] != 1 {
-		t.Errorf("compute mode asked %d times (GPU 3: %d); only GPU 3's slow tier is due", all["GetComputeMode"], gpu3["GetComputeMode"])
+	// GPU 3's slow tier (and its NVLink statics) come as extra field
+	// batches; no other GPU's slow tier is due.
+	if extra, extra3 := all["GetFieldValues"]-8*fastPerGPU["GetFieldValues"], gpu3["GetFieldValues"]-fastPerGPU["GetFieldValues"]; extra3 < 2 || extra != extra3 {
+		t.Errorf("%d extra field batches, %d of them GPU 3's; only GPU 3's slow tier is due", extra, extra3)
 	}
 	c.step(5 * time.Second)
 	before = countCalls(m)
