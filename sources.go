@@ -324,6 +324,9 @@ func startProbes(w *wiring, s setting) {
 	topo := func() *numa.Topology { return nil } // unbound host buffers, no PCIe expectation
 	if w.topology != nil {
 		topo = w.topology.LatestData
+		// With a zero first delay the first round would otherwise race
+		// the first topology sample and bind no host buffer.
+		c.Ready = w.topology.Sampled
 	}
 	c.Interval, c.Timeout, c.Options.Probes = s.interval, s.timeout, probeKinds(w.cfg.probeKinds)
 	c.GPUs, c.Processes, c.Logger = w.nvml.LatestData, w.reader.ComputeProcesses, w.logger

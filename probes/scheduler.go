@@ -64,6 +64,10 @@ type SchedulerConfig struct {
 	Runner RoundRunner
 	// GPUs returns the latest NVML sample; nil when there is none.
 	GPUs func() *nvml.Snapshot
+	// Ready, when set, is what else the first round waits for besides an
+	// NVML sample with a GPU: the topology's first sample, say, without
+	// which host buffers would go unbound.
+	Ready func() bool
 	// Processes lists the compute processes on every GPU now. It is
 	// asked right before each GPU is probed (the idle policy only): a
 	// sample minutes old would miss a job that just started.
@@ -232,7 +236,8 @@ const (
 	firstSampleMaxPoll = time.Second
 )
 
-// waitForGPUs waits until the NVML sample has a GPU, so that a round
+// waitForGPUs waits until the NVML sample has a GPU (and Ready, if set,
+// says the rest is there), so that a round
 // started before the first sample (a zero first delay) is not a round that
 // probes nothing followed by a whole interval's wait. It polls: GPUs is
 // any func returning the latest sample (the sampler's LatestData), which
@@ -242,7 +247,7 @@ const (
 func (s *Scheduler) waitForGPUs(ctx context.Context) bool {
 	d := firstSamplePoll
 	for {
-		if snap := s.cfg.GPUs(); snap != nil && len(snap.GPUs) > 0 {
+		if snap := s.cfg.GPUs(); snap != nil && len(snap.GPUs) > 0 && (s.cfg.Ready == nil || s.cfg.Ready()) {
 			return true
 		}
 		if d == firstSamplePoll {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -640,6 +641,31 @@ func TestSchedulerWaitsForTheFirstSample(t *testing.T) {
 	}
 	if n := len(f.runner.gpus()); n != 1 {
 		t.Errorf("%d runs, want the first round as soon as the sample came", n)
+	}
+
+	// Ready (the topology's first sample, in the daemon) holds the first
+	// round back after the GPUs are there, until it says so.
+	var ready atomic.Bool
+	f = newSched(t, nil, func(c *SchedulerConfig) { c.Interval = 5 * time.Minute; c.Ready = ready.Load })
+	f.s.rand = func() float64 { return 0.5 }
+	f.setSnap(&nvml.Snapshot{GPUs: []nvml.GPUState{idleGPU(0)}})
+	slept = nil
+	f.s.sleep = func(ctx context.Context, d time.Duration) bool {
+		slept = append(slept, d)
+		if len(slept) == 3 {
+			if n := len(f.runner.gpus()); n != 0 {
+				t.Errorf("%d runs before Ready", n)
+			}
+			ready.Store(true)
+		}
+		return len(slept) < 4
+	}
+	f.s.Run(context.Background())
+	if want := []time.Duration{0, 50 * ms, 100 * ms, 5 * time.Minute}; !slices.Equal(slept, want) {
+		t.Errorf("with Ready: slept %v, want %v", slept, want)
+	}
+	if n := len(f.runner.gpus()); n != 1 {
+		t.Errorf("%d runs, want the first round once Ready", n)
 	}
 
 	// Shut down while waiting: no round.

@@ -128,6 +128,10 @@ type Sampler[T any] struct {
 	status Status
 	// busy is non-nil while a sample is running; it is closed when it ends.
 	busy chan struct{}
+	// sampled is closed once the first sample has ended, well or not, or
+	// passed its deadline.
+	sampled     chan struct{}
+	sampledOnce sync.Once
 }
 
 // Options configures a Sampler. New panics on options that Validate
@@ -186,8 +190,23 @@ func New[T any](name string, src Source[T], o Options) *Sampler[T] {
 		logger:   o.Logger.With("source", name),
 		now:      time.Now,
 		status:   Status{Name: name},
+		sampled:  make(chan struct{}),
 	}
 }
+
+// Sampled reports whether the first sample has ended (with or without a
+// usable snapshot) or passed its deadline: from then on Latest is what
+// readers of this source will get, so waiting longer gains nothing.
+func (s *Sampler[T]) Sampled() bool {
+	select {
+	case <-s.sampled:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Sampler[T]) markSampled() { s.sampledOnce.Do(func() { close(s.sampled) }) }
 
 // Name is the source's name as exported in the source label.
 func (s *Sampler[T]) Name() string { return s.name }
@@ -264,6 +283,7 @@ func (s *Sampler[T]) SampleOnce(ctx context.Context) {
 		// time, and report it late.
 		defer cancel()
 		defer close(done)
+		defer s.markSampled()
 		s.sample(sctx)
 	}()
 
@@ -281,6 +301,7 @@ func (s *Sampler[T]) SampleOnce(ctx context.Context) {
 				s.status.Errors++
 			}
 			s.mu.Unlock()
+			s.markSampled()
 			s.version.Add(1)
 			if late {
 				s.logger.Warn("sample exceeded its deadline; source reported down until it returns", "timeout", s.timeout)

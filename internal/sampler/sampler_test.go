@@ -211,3 +211,27 @@ func TestNewPanicsOnInvalidOptions(t *testing.T) {
 	}()
 	New[int]("test", &scripted{}, Options{Interval: time.Second, Timeout: 2 * time.Second})
 }
+
+func TestSampledAfterTheFirstSampleEnds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		src  SourceFunc[int]
+	}{
+		{"success", func(context.Context) (int, error) { return 1, nil }},
+		{"failure", func(context.Context) (int, error) { return 0, errors.New("no sysfs") }},
+		{"past its deadline", func(ctx context.Context) (int, error) {
+			<-ctx.Done()
+			time.Sleep(10 * time.Millisecond)
+			return 0, ctx.Err()
+		}},
+	} {
+		s := New[int]("t", tc.src, Options{Interval: time.Hour, Timeout: 5 * time.Millisecond})
+		if s.Sampled() {
+			t.Fatalf("%s: sampled before any sample", tc.name)
+		}
+		s.SampleOnce(context.Background())
+		if !s.Sampled() {
+			t.Errorf("%s: not sampled after the first sample", tc.name)
+		}
+	}
+}
