@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
+	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes/cuda/cudatest"
 )
@@ -37,7 +37,7 @@ const (
 func fakeMachine(t *testing.T) ChildConfig {
 	t.Helper()
 	t.Setenv("FAKE_CUDA_BUSIDS", gpu0+","+gpu1)
-	root := sysfsfake.Load(t, "h200-vm")
+	root := machine.Load(t, "h200-vm")
 	return ChildConfig{Library: cudatest.Build(t), FS: numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}}
 }
 

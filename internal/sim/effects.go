@@ -10,8 +10,8 @@ import (
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
-	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
-	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
+	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
+	"github.com/gpulink/gpulink_exporter/internal/sim/nvmlmodel"
 )
 
 // effects are the faults in force at one tick, sorted by what they touch.
@@ -35,7 +35,7 @@ type gpuEffects struct {
 	reasons []string
 	// farProcess, when set, is a process on the GPU that runs and keeps
 	// its memory on the other socket.
-	farProcess *sysfsfake.Process
+	farProcess *machine.Process
 }
 
 // fnEffects is what faults do to one NIC function: its RDMA ports and
@@ -150,7 +150,7 @@ func (n *Node) effects(now time.Time) effects {
 // farProcess is the process a process_far_socket fault puts on GPU i: a
 // job started with its CPUs bound to the other socket, so its threads run
 // there and its memory was first touched there.
-func (n *Node) farProcess(i int) *sysfsfake.Process {
+func (n *Node) farProcess(i int) *machine.Process {
 	g := n.machine.GPUs[i]
 	far := -1
 	for _, node := range n.live.nodeIDs {
@@ -170,9 +170,9 @@ func (n *Node) farProcess(i int) *sysfsfake.Process {
 			pages[j] = 200_000
 		}
 	}
-	return &sysfsfake.Process{
+	return &machine.Process{
 		PID: pid, PPID: 1, Comm: "python", Exe: "/usr/bin/python3", GPUs: []string{g.PCIBusID},
-		CPUsAllowed: sysfsfake.FormatList(cpus), Threads: sysfsfake.ThreadsOn(pid, 16, cpus), Pages: pages,
+		CPUsAllowed: machine.FormatList(cpus), Threads: machine.ThreadsOn(pid, 16, cpus), Pages: pages,
 		Cgroup: fmt.Sprintf("/user.slice/user-1000.slice/session-%d.scope", 40+i),
 	}
 }
@@ -275,7 +275,7 @@ func formatGbps(v float64) string {
 // describeMachine lists what faults may name: the GPUs from NVML, with
 // their NUMA nodes from sysfs, and the NICs, each name mapped to its PCI
 // function.
-func describeMachine(nv *nvmlfake.Machine, m *sysfsfake.Machine) (*Machine, map[string]string) {
+func describeMachine(nv *nvmlmodel.Machine, m *machine.Machine) (*Machine, map[string]string) {
 	mc := &Machine{NICs: map[string]MachineNIC{}, NUMANodes: len(m.Nodes)}
 	for _, g := range nv.GPUs {
 		node := -1
@@ -286,7 +286,7 @@ func describeMachine(nv *nvmlfake.Machine, m *sysfsfake.Machine) (*Machine, map[
 			MaxGeneration: g.PCIeMaxGen, MaxWidth: g.PCIeMaxWidth, NUMANode: node})
 	}
 	fnOf := map[string]string{}
-	walkDevices(m, func(d *sysfsfake.Device) {
+	walkDevices(m, func(d *machine.Device) {
 		if len(d.RDMA) == 0 && len(d.Net) == 0 {
 			return
 		}
@@ -315,9 +315,9 @@ func describeMachine(nv *nvmlfake.Machine, m *sysfsfake.Machine) (*Machine, map[
 }
 
 // walkDevices calls f for every PCI function, depth first.
-func walkDevices(m *sysfsfake.Machine, f func(d *sysfsfake.Device)) {
-	var visit func(ds []*sysfsfake.Device)
-	visit = func(ds []*sysfsfake.Device) {
+func walkDevices(m *machine.Machine, f func(d *machine.Device)) {
+	var visit func(ds []*machine.Device)
+	visit = func(ds []*machine.Device) {
 		for _, d := range ds {
 			f(d)
 			visit(d.Children)

@@ -8,8 +8,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
-	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
+	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
+	"github.com/gpulink/gpulink_exporter/internal/sim/nvmlmodel"
 )
 
 // live is the simulated machine's moving state: what its GPUs are doing
@@ -82,7 +82,7 @@ type nodeLive struct {
 	freeAdj float64 // share of free memory taken or given back
 }
 
-func newLive(rng *rand.Rand, nv *nvmlfake.Machine, m *sysfsfake.Machine, fnOf map[string]string) *live {
+func newLive(rng *rand.Rand, nv *nvmlmodel.Machine, m *machine.Machine, fnOf map[string]string) *live {
 	l := &live{rng: rng, fns: map[string]*fnLive{}, ports: map[string]*portLive{}, nets: map[string]*netLive{},
 		nodes: map[int]*nodeLive{}, nodeCPUs: map[int][]int{}, nodeOfCPU: map[int]int{}, threads: map[int][]int{}}
 	for _, g := range nv.GPUs {
@@ -93,7 +93,7 @@ func newLive(rng *rand.Rand, nv *nvmlfake.Machine, m *sysfsfake.Machine, fnOf ma
 	for _, fn := range fnOf {
 		l.fns[fn] = &fnLive{up: true}
 	}
-	walkDevices(m, func(d *sysfsfake.Device) {
+	walkDevices(m, func(d *machine.Device) {
 		for _, ib := range d.RDMA {
 			for _, p := range ib.Ports {
 				rate := 0.0
@@ -136,7 +136,7 @@ func newLive(rng *rand.Rand, nv *nvmlfake.Machine, m *sysfsfake.Machine, fnOf ma
 
 // processGPUMemory is what a process holds on its GPU: a training job
 // most of an 80 GB H100, the MPS server little.
-func processGPUMemory(p sysfsfake.Process) uint64 {
+func processGPUMemory(p machine.Process) uint64 {
 	if p.Comm == "nvidia-cuda-mps" {
 		return 320 << 20
 	}
@@ -287,7 +287,7 @@ func (l *live) step(dt float64, eff effects) {
 
 // moveThreads lets each thread of p hop to another CPU of the node it is
 // on, within what the process may use.
-func (l *live) moveThreads(p *sysfsfake.Process, dt float64) {
+func (l *live) moveThreads(p *machine.Process, dt float64) {
 	cpus, ok := l.threads[p.PID]
 	if !ok || len(cpus) != len(p.Threads) {
 		cpus = make([]int, len(p.Threads))
@@ -321,7 +321,7 @@ func (l *live) moveThreads(p *sysfsfake.Process, dt float64) {
 
 // writeNVML sets every GPU's readings: the healthy state of the moment,
 // with the faults laid over it. The machine's lock is held.
-func (l *live) writeNVML(m *nvmlfake.Machine, dt float64, eff effects) {
+func (l *live) writeNVML(m *nvmlmodel.Machine, dt float64, eff effects) {
 	for i, g := range m.GPUs {
 		gl, e := l.gpus[i], eff.gpus[i]
 		procs := l.gpuProcs(i, e)
@@ -356,7 +356,7 @@ func (l *live) writeNVML(m *nvmlfake.Machine, dt float64, eff effects) {
 		gl.energyMJ -= whole
 		g.TempC = uint32(math.Round(temp))
 		g.MemTempC = uint32(math.Round(temp + 6))
-		g.Fields[nvmlfake.FieldKey{ID: nvml.FI_DEV_MEMORY_TEMP}] = float64(g.MemTempC)
+		g.Fields[nvmlmodel.FieldKey{ID: nvml.FI_DEV_MEMORY_TEMP}] = float64(g.MemTempC)
 
 		// Idle, an H100 drops its SM clock and says why; busy it boosts
 		// to the maximum unless something holds it down.
@@ -370,7 +370,7 @@ func (l *live) writeNVML(m *nvmlfake.Machine, dt float64, eff effects) {
 		for _, r := range e.reasons {
 			g.SMClockMHz = min(g.SMClockMHz, throttledClockMHz[r])
 			if f, ok := throttleFields[r]; ok {
-				g.Fields[nvmlfake.FieldKey{ID: f}] += dt * 1e9
+				g.Fields[nvmlmodel.FieldKey{ID: f}] += dt * 1e9
 			}
 		}
 		g.MemClockMHz = g.MemMaxMHz
@@ -396,10 +396,10 @@ func (l *live) writeNVML(m *nvmlfake.Machine, dt float64, eff effects) {
 			if up {
 				speed = 26562
 				kib := gl.nvlink / float64(active) * dt / 1024
-				g.Fields[nvmlfake.FieldKey{ID: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, Scope: uint32(link)}] += kib
-				g.Fields[nvmlfake.FieldKey{ID: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, Scope: uint32(link)}] += kib * 0.98
+				g.Fields[nvmlmodel.FieldKey{ID: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, Scope: uint32(link)}] += kib
+				g.Fields[nvmlmodel.FieldKey{ID: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, Scope: uint32(link)}] += kib * 0.98
 			}
-			g.Fields[nvmlfake.FieldKey{ID: nvml.FI_DEV_NVLINK_GET_SPEED, Scope: uint32(link)}] = speed
+			g.Fields[nvmlmodel.FieldKey{ID: nvml.FI_DEV_NVLINK_GET_SPEED, Scope: uint32(link)}] = speed
 			if rate := e.linkErrors[link]; rate > 0 {
 				// A marginal link: every CRC error is a replay, and some
 				// replays end in a recovery.
@@ -421,8 +421,8 @@ func (l *live) writeNVML(m *nvmlfake.Machine, dt float64, eff effects) {
 // writeSysfs brings a fresh healthy tree of the profile to the live state:
 // counters grown, port states, link states and processes with the faults
 // in force.
-func (l *live) writeSysfs(m *sysfsfake.Machine, dt float64, eff effects) {
-	walkDevices(m, func(d *sysfsfake.Device) {
+func (l *live) writeSysfs(m *machine.Machine, dt float64, eff effects) {
+	walkDevices(m, func(d *machine.Device) {
 		e := eff.fns[d.Addr]
 		for i := range d.RDMA {
 			ib := &d.RDMA[i]
@@ -447,10 +447,10 @@ func (l *live) writeSysfs(m *sysfsfake.Machine, dt float64, eff effects) {
 				}
 				if e.down {
 					// As a pulled cable or a port disabled at the switch
-					// shows (sysfsfake's portDown).
-					p.State, p.PhysState = sysfsfake.PortDown, sysfsfake.PhysDisabled
+					// shows (as machine's portDown writes it).
+					p.State, p.PhysState = machine.PortDown, machine.PhysDisabled
 					if p.LinkLayer != "Unspecified" {
-						p.Rate = sysfsfake.RateSDR10
+						p.Rate = machine.RateSDR10
 					}
 					if p.LinkLayer == "InfiniBand" {
 						p.LID, p.SMLID = 0xffff, 0
@@ -515,7 +515,7 @@ func (l *live) writeSysfs(m *sysfsfake.Machine, dt float64, eff effects) {
 	}
 	// A process that has gone loses its threads' record.
 	for pid := range l.threads {
-		if !slices.ContainsFunc(m.Processes, func(p sysfsfake.Process) bool { return p.PID == pid }) {
+		if !slices.ContainsFunc(m.Processes, func(p machine.Process) bool { return p.PID == pid }) {
 			delete(l.threads, pid)
 		}
 	}

@@ -1,8 +1,8 @@
 // Package sim is the simulated node behind --sim: the exporter's real
 // samplers, collectors and probe scheduler run unchanged while the three
 // hardware seams are swapped for models. NVML is go-nvml's mock server as
-// internal/nvmlfake wraps it; sysfs and procfs are a tree of
-// internal/sysfsfake's machine written to a temporary directory and kept
+// internal/sim/nvmlmodel wraps it; sysfs and procfs are a tree of
+// internal/sim/machine's model written to a temporary directory and kept
 // up to date; the probe runner returns modelled rounds that follow the
 // simulated links' state.
 //
@@ -30,9 +30,9 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
-	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
+	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
+	"github.com/gpulink/gpulink_exporter/internal/sim/nvmlmodel"
 	"github.com/gpulink/gpulink_exporter/numa"
 )
 
@@ -65,8 +65,8 @@ type Node struct {
 	logger  *slog.Logger
 	root    string
 	fs      numa.FS
-	nvml    *nvmlfake.Machine
-	syncer  *sysfsfake.Syncer
+	nvml    *nvmlmodel.Machine
+	syncer  *machine.Syncer
 	runner  *Runner
 	machine *Machine
 	// fnOf maps every NIC name (RDMA device or interface) to its PCI
@@ -137,7 +137,7 @@ func Start(cfg Config) (*Node, error) {
 		cfg: cfg, profile: p, logger: cfg.Logger.With("source", "sim"), root: root,
 		fs:     numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")},
 		nvml:   p.NewNVML(),
-		syncer: sysfsfake.NewSyncer(root),
+		syncer: machine.NewSyncer(root),
 	}
 	base := p.NewSysfs()
 	n.machine, n.fnOf = describeMachine(n.nvml, base)
@@ -358,7 +358,7 @@ func (n *Node) FS() numa.FS { return n.fs }
 func (n *Node) NVML() nvml.Interface { return n.nvml }
 
 // Fake is the fake NVML machine underneath, for tests.
-func (n *Node) Fake() *nvmlfake.Machine { return n.nvml }
+func (n *Node) Fake() *nvmlmodel.Machine { return n.nvml }
 
 // Runner is the modelled probe runner.
 func (n *Node) Runner() *Runner { return n.runner }

@@ -1,9 +1,9 @@
-// Package nvmlfake builds NVML machines on go-nvml's DGX server mocks,
+// Package nvmlmodel builds NVML machines on go-nvml's DGX server mocks,
 // answering every call the gpu package makes with values modelled on real
 // hardware, and lets tests break them: lose a GPU, hang a call, make a
 // field unsupported, deliver XID events. Tests and the simulated node use
 // it; it is never linked against real hardware.
-package nvmlfake
+package nvmlmodel
 
 import (
 	"fmt"
@@ -112,7 +112,7 @@ var dgxBuses = []int{0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb}
 // NVSwitch bus numbers on a DGX H100.
 var nvswitchBuses = []int{0x05, 0x06, 0x07, 0x08}
 
-// AWS p5.48xlarge GPU bus numbers, as in sysfsfake's aws-p5 tree: each
+// AWS p5.48xlarge GPU bus numbers, as in machine's aws-p5 tree: each
 // GPU at the bottom of its own tray's switch tree.
 var p5Buses = []int{0x53, 0x64, 0x75, 0x86, 0x97, 0xa8, 0xb9, 0xca}
 
@@ -122,7 +122,7 @@ func NewDGXH100() *Machine { return newHGXH100(dgxBuses) }
 
 // NewAWSP5 models an AWS p5.48xlarge: the same eight H100 SXM GPUs on
 // NVSwitches as a DGX H100, GPUs 0-3 on one socket and 4-7 on the other,
-// at the bus numbers of sysfsfake's aws-p5 tree.
+// at the bus numbers of machine's aws-p5 tree.
 func NewAWSP5() *Machine { return newHGXH100(p5Buses) }
 
 // newHGXH100 is an HGX H100 board of eight GPUs at buses, the first four
@@ -151,7 +151,7 @@ func newHGXH100(buses []int) *Machine {
 
 // NewH200Pair models the borrowed 2x H200 machine: one NUMA node, both GPUs
 // on the root bus at the addresses they have there (00:06.0 and 00:07.0, as
-// in sysfsfake's h200-vm tree), all 18 NVLinks of each going straight to
+// in machine's h200-vm tree), all 18 NVLinks of each going straight to
 // the other.
 func NewH200Pair() *Machine {
 	s := dgxh200.New()

@@ -1,4 +1,4 @@
-// Package sysfsfake models the parts of a machine's sysfs and procfs that
+// Package machine models the parts of a machine's sysfs and procfs that
 // the numa package reads (NUMA nodes, the PCIe tree, RDMA and network
 // devices, GPU processes) and writes them out as a file tree laid out the
 // way the kernel lays it out, so that code under test reads a fake machine
@@ -10,7 +10,7 @@
 // numa/testdata; Load extracts one for a test. Machines can be changed
 // before writing (Device, IBPort, Net, Process, Overrides), which is how
 // tests and the simulated node inject faults.
-package sysfsfake
+package machine
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package sysfsfake
+package machine
 
 import (
 	"os"
@@ -25,7 +25,7 @@ const tmpfs = "/dev/shm"
 // of any package, run from any directory, reach it.
 func testdataDir() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "numa", "testdata")
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "numa", "testdata")
 }
 
 // Load extracts the committed tree of a profile, numa/testdata/<profile>.txtar,
@@ -36,17 +36,17 @@ func Load(tb TB, profile string) string {
 	tb.Helper()
 	f, err := os.Open(filepath.Join(testdataDir(), profile+".txtar"))
 	if err != nil {
-		tb.Fatalf("sysfsfake: profile %s: %v", profile, err)
+		tb.Fatalf("machine: profile %s: %v", profile, err)
 	}
 	defer f.Close()
-	root, err := os.MkdirTemp(tmpfs, "sysfsfake-"+profile+"-")
+	root, err := os.MkdirTemp(tmpfs, "machine-"+profile+"-")
 	if err == nil {
 		tb.Cleanup(func() { os.RemoveAll(root) })
 	} else {
 		root = tb.TempDir()
 	}
 	if err := ExtractTxtar(f, root); err != nil {
-		tb.Fatalf("sysfsfake: profile %s: %v", profile, err)
+		tb.Fatalf("machine: profile %s: %v", profile, err)
 	}
 	return root
 }

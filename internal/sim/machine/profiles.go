@@ -1,4 +1,4 @@
-package sysfsfake
+package machine
 
 import "fmt"
 
@@ -64,7 +64,7 @@ const (
 //	D       1     pci0000:b7   b8:00.0  GPU6 ba:00.0, GPU7 db:00.0  mlx5_6 bb:00.0 ibp187s0, mlx5_7 da:00.0 ibp218s0  bc:00.0
 //
 // GPUs are H100 SXM (10de:2330), Gen5 x16 at both ends; the GPU bus ids
-// match nvmlfake.NewDGXH100. IB NICs are ConnectX-7 (15b3:1021), port 1
+// match nvmlmodel.NewDGXH100. IB NICs are ConnectX-7 (15b3:1021), port 1
 // ACTIVE, LinkUp, 400 Gb/sec (4X NDR), link layer InfiniBand, Gen5 x16;
 // IPoIB interfaces up at 400000. NVMe drives are Gen4 x4. Two more
 // ConnectX-7 in Ethernet mode sit directly behind their own root ports:

@@ -1,4 +1,4 @@
-package sysfsfake
+package machine
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
+	"github.com/gpulink/gpulink_exporter/internal/sim/nvmlmodel"
 )
 
 var update = flag.Bool("update", false, "rewrite numa/testdata/<profile>.txtar from the profiles")
@@ -72,7 +72,7 @@ func TestGolden(t *testing.T) {
 				t.Fatalf("%v (run with -update to create it)", err)
 			}
 			if !bytes.Equal(got, want) {
-				t.Errorf("%s is stale, %s; run go test ./internal/sysfsfake -run TestGolden -update",
+				t.Errorf("%s is stale, %s; run go test ./internal/sim/machine -run TestGolden -update",
 					path, firstDiff(got, want))
 			}
 		})
@@ -459,11 +459,11 @@ func TestTxtarRefuses(t *testing.T) {
 // can join the two.
 func TestMatchesNVMLFake(t *testing.T) {
 	for _, c := range []struct {
-		nvml     *nvmlfake.Machine
+		nvml     *nvmlmodel.Machine
 		machines []*Machine
 	}{
-		{nvmlfake.NewDGXH100(), []*Machine{DGXH100(), DGXH100Faults()}},
-		{nvmlfake.NewAWSP5(), []*Machine{AWSP5(), AWSP5Faults()}},
+		{nvmlmodel.NewDGXH100(), []*Machine{DGXH100(), DGXH100Faults()}},
+		{nvmlmodel.NewAWSP5(), []*Machine{AWSP5(), AWSP5Faults()}},
 	} {
 		var want []string
 		for _, g := range c.nvml.GPUs {
@@ -475,7 +475,7 @@ func TestMatchesNVMLFake(t *testing.T) {
 				got = append(got, g.Addr)
 			}
 			if !slices.Equal(got, want) {
-				t.Errorf("%s GPUs %v, nvmlfake %v", m.Name, got, want)
+				t.Errorf("%s GPUs %v, nvmlmodel %v", m.Name, got, want)
 			}
 		}
 	}
