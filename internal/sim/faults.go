@@ -10,6 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v2"
 
+	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
 )
 
@@ -558,39 +559,9 @@ func (m *Machine) nicList() string {
 	for n := range m.NICs {
 		names = append(names, n)
 	}
-	slices.SortFunc(names, func(a, b string) int { return naturalCompare(a, b) })
+	slices.SortFunc(names, numa.NaturalCompare)
 	if len(names) > 12 {
 		names = append(names[:12], "...")
 	}
 	return strings.Join(names, ", ")
-}
-
-// naturalCompare orders mlx5_2 before mlx5_10.
-func naturalCompare(a, b string) int {
-	for a != "" && b != "" {
-		da, db := leadingDigits(a), leadingDigits(b)
-		if da != "" && db != "" {
-			if len(da) != len(db) {
-				return len(da) - len(db)
-			}
-			if c := strings.Compare(da, db); c != 0 {
-				return c
-			}
-			a, b = a[len(da):], b[len(db):]
-			continue
-		}
-		if a[0] != b[0] {
-			return int(a[0]) - int(b[0])
-		}
-		a, b = a[1:], b[1:]
-	}
-	return len(a) - len(b)
-}
-
-func leadingDigits(s string) string {
-	i := 0
-	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-		i++
-	}
-	return s[:i]
 }
