@@ -29,7 +29,7 @@ import (
 
 // node is the daemon's NVML wiring over a fake machine.
 type node struct {
-	m       *nvmlmodel.Machine
+	m       *nvmlmodel.Library
 	reader  *nvml.Reader
 	nvml    *sampler.Sampler[*nvml.Snapshot]
 	xid     *nvml.XIDWatcher
@@ -38,7 +38,7 @@ type node struct {
 	metrics *collector.NVMLCollector
 }
 
-func newNode(t *testing.T, m *nvmlmodel.Machine) *node {
+func newNode(t *testing.T, m *nvmlmodel.Library) *node {
 	t.Helper()
 	n := &node{m: m, reader: nvml.NewReader(m, "", nil)}
 	n.nvml = sampler.New[*nvml.Snapshot]("nvml", n.reader, sampler.Options{Interval: time.Hour, Timeout: 200 * time.Millisecond})

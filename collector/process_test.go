@@ -169,7 +169,7 @@ func lintClean(t *testing.T, c prometheus.Collector) {
 // fixture tree and a fake NVML whose GPUs carry the tree's processes.
 type placementNode struct {
 	fs     numa.FS
-	m      *nvmlmodel.Machine
+	m      *nvmlmodel.Library
 	reader *nvml.Reader
 	topo   *sampler.Sampler[*numa.Topology]
 	place  *sampler.Sampler[*process.Snapshot]

@@ -22,7 +22,7 @@ func (b *bump) Version() uint64 { return b.v.Load() }
 func BenchmarkScrape(b *testing.B) {
 	for _, tc := range []struct {
 		name string
-		m    func() *nvmlmodel.Machine
+		m    func() *nvmlmodel.Library
 	}{{"h200-pair", nvmlmodel.NewH200Pair}, {"dgx-h100", nvmlmodel.NewDGXH100}} {
 		for _, fresh := range []bool{false, true} {
 			name := tc.name + "/cached"

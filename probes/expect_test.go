@@ -48,7 +48,7 @@ func topology(t *testing.T, profile string) *numa.Topology {
 	return topo
 }
 
-func sample(t *testing.T, m *nvmlmodel.Machine) *nvml.Snapshot {
+func sample(t *testing.T, m *nvmlmodel.Library) *nvml.Snapshot {
 	t.Helper()
 	snap, err := nvml.NewReader(m, "", nil).Sample(context.Background())
 	if err != nil {
@@ -62,7 +62,7 @@ func p5GPU(i int) string { return fmt.Sprintf("0000:%02x:00.0", 0x47+0x11*i+12) 
 
 // p5NVML is a DGX H100's NVML at the p5's GPU addresses: the same eight
 // H100 SXM on NVSwitch.
-func p5NVML() *nvmlmodel.Machine {
+func p5NVML() *nvmlmodel.Library {
 	m := nvmlmodel.NewDGXH100()
 	m.Update(func() {
 		for i, g := range m.GPUs {

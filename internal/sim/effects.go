@@ -275,7 +275,7 @@ func formatGbps(v float64) string {
 // describeMachine lists what faults may name: the GPUs from NVML, with
 // their NUMA nodes from sysfs, and the NICs, each name mapped to its PCI
 // function.
-func describeMachine(nv *nvmlmodel.Machine, m *machine.Machine) (*Machine, map[string]string) {
+func describeMachine(nv *nvmlmodel.Library, m *machine.Machine) (*Machine, map[string]string) {
 	mc := &Machine{NICs: map[string]MachineNIC{}, NUMANodes: len(m.Nodes)}
 	for _, g := range nv.GPUs {
 		node := -1

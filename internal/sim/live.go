@@ -82,7 +82,7 @@ type nodeLive struct {
 	freeAdj float64 // share of free memory taken or given back
 }
 
-func newLive(rng *rand.Rand, nv *nvmlmodel.Machine, m *machine.Machine, fnOf map[string]string) *live {
+func newLive(rng *rand.Rand, nv *nvmlmodel.Library, m *machine.Machine, fnOf map[string]string) *live {
 	l := &live{rng: rng, fns: map[string]*fnLive{}, ports: map[string]*portLive{}, nets: map[string]*netLive{},
 		nodes: map[int]*nodeLive{}, nodeCPUs: map[int][]int{}, nodeOfCPU: map[int]int{}, threads: map[int][]int{}}
 	for _, g := range nv.GPUs {
@@ -321,7 +321,7 @@ func (l *live) moveThreads(p *machine.Process, dt float64) {
 
 // writeNVML sets every GPU's readings: the healthy state of the moment,
 // with the faults laid over it. The machine's lock is held.
-func (l *live) writeNVML(m *nvmlmodel.Machine, dt float64, eff effects) {
+func (l *live) writeNVML(m *nvmlmodel.Library, dt float64, eff effects) {
 	for i, g := range m.GPUs {
 		gl, e := l.gpus[i], eff.gpus[i]
 		procs := l.gpuProcs(i, e)

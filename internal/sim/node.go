@@ -65,7 +65,7 @@ type Node struct {
 	logger  *slog.Logger
 	root    string
 	fs      numa.FS
-	nvml    *nvmlmodel.Machine
+	nvml    *nvmlmodel.Library
 	syncer  *machine.Syncer
 	runner  *Runner
 	machine *Machine
@@ -136,10 +136,10 @@ func Start(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg: cfg, profile: p, logger: cfg.Logger.With("source", "sim"), root: root,
 		fs:     numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")},
-		nvml:   p.NewNVML(),
 		syncer: machine.NewSyncer(root),
 	}
-	base := p.NewSysfs()
+	base := p.Machine()
+	n.nvml = nvmlmodel.New(base)
 	n.machine, n.fnOf = describeMachine(n.nvml, base)
 	n.live = newLive(rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15)), n.nvml, base, n.fnOf)
 	n.runner = newRunner(n, cfg.Seed)
@@ -330,7 +330,7 @@ func (n *Node) Advance(now time.Time) error {
 	eff := n.effects(now)
 	n.live.step(dt, eff)
 	n.nvml.Update(func() { n.live.writeNVML(n.nvml, dt, eff) })
-	m := n.profile.NewSysfs()
+	m := n.profile.Machine()
 	n.live.writeSysfs(m, dt, eff)
 	err := n.syncer.Sync(m)
 	n.last, n.tickTook, n.tickErr = now, time.Since(start), err
@@ -358,7 +358,7 @@ func (n *Node) FS() numa.FS { return n.fs }
 func (n *Node) NVML() nvml.Interface { return n.nvml }
 
 // Fake is the fake NVML machine underneath, for tests.
-func (n *Node) Fake() *nvmlmodel.Machine { return n.nvml }
+func (n *Node) Fake() *nvmlmodel.Library { return n.nvml }
 
 // Runner is the modelled probe runner.
 func (n *Node) Runner() *Runner { return n.runner }

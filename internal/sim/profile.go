@@ -6,21 +6,21 @@ import (
 	"slices"
 
 	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
-	"github.com/gpulink/gpulink_exporter/internal/sim/nvmlmodel"
 	"github.com/gpulink/gpulink_exporter/numa"
 )
 
-// Profile is a machine the simulated node can be: its NVML, its sysfs and
-// procfs tree, and how fast its links move data.
+// Profile is a machine the simulated node can be, and how fast its links
+// move data.
 type Profile struct {
 	Name        string
 	Description string
-	// NewNVML builds the NVML side; NewSysfs the sysfs and procfs side
-	// in good health, built afresh for every change written (faults are
-	// laid over a fresh copy, so that removing one restores health).
-	NewNVML  func() *nvmlmodel.Machine
-	NewSysfs func() *machine.Machine
-	Links    LinkModel
+	// Machine builds the machine in good health: the one model the node's
+	// sysfs and procfs tree, its NVML (nvmlmodel.New) and the check of a
+	// fault file all derive from. It is built afresh for every change
+	// written: faults are laid over a fresh copy, so that removing one
+	// restores health.
+	Machine func() *machine.Machine
+	Links   LinkModel
 }
 
 // LinkModel is what the modelled probes measure against what the path
@@ -63,15 +63,13 @@ var Profiles = map[string]Profile{
 	"dgx-h100": {
 		Name:        "dgx-h100",
 		Description: "NVIDIA DGX H100: 8 H100 SXM on NVSwitch, 2 Sapphire Rapids sockets, 8 ConnectX-7 NDR ports and 2 Ethernet ports, Gen5 x16 to every GPU",
-		NewNVML:     nvmlmodel.NewDGXH100,
-		NewSysfs:    machine.DGXH100,
+		Machine:     machine.DGXH100,
 		Links:       LinkModel{HostEfficiency: 0.87, InterSocketBytesPerSecond: 53e9},
 	},
 	"aws-p5": {
 		Name:        "aws-p5",
 		Description: "AWS p5.48xlarge: 8 H100 SXM on NVSwitch, 2 EPYC sockets, 32 EFA devices, each GPU tray behind a Gen4 x8 uplink",
-		NewNVML:     nvmlmodel.NewAWSP5,
-		NewSysfs:    awsP5,
+		Machine:     awsP5,
 		// 0.9 of Gen4 x8 is 14.2 GB/s; a Gen4 link loses less to TLP
 		// overhead than Gen5 at the payload size the switches use.
 		Links: LinkModel{HostEfficiency: 0.9, InterSocketBytesPerSecond: 40e9},
@@ -81,7 +79,7 @@ var Profiles = map[string]Profile{
 // ProfileNames lists the profiles in name order.
 func ProfileNames() []string { return slices.Sorted(maps.Keys(Profiles)) }
 
-// awsP5 is machine's p5.48xlarge with a second job, on GPU 5, so that
+// awsP5 is machine.AWSP5 with a second job, on GPU 5, so that
 // two GPUs are busy as on the DGX (which has three).
 func awsP5() *machine.Machine {
 	m := machine.AWSP5()

@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/gpulink/gpulink_exporter/internal/sim/nvmlmodel"
 )
 
 var update = flag.Bool("update", false, "rewrite numa/testdata/<profile>.txtar from the profiles")
@@ -450,33 +448,6 @@ func TestTxtarRefuses(t *testing.T) {
 	} {
 		if err := ExtractTxtar(strings.NewReader(archive), t.TempDir()); err == nil {
 			t.Errorf("%s: extracted", name)
-		}
-	}
-}
-
-// TestMatchesNVMLFake checks that the DGX's and the p5's GPUs are where
-// the fake NVML of the same machine says, so tests and the simulated node
-// can join the two.
-func TestMatchesNVMLFake(t *testing.T) {
-	for _, c := range []struct {
-		nvml     *nvmlmodel.Machine
-		machines []*Machine
-	}{
-		{nvmlmodel.NewDGXH100(), []*Machine{DGXH100(), DGXH100Faults()}},
-		{nvmlmodel.NewAWSP5(), []*Machine{AWSP5(), AWSP5Faults()}},
-	} {
-		var want []string
-		for _, g := range c.nvml.GPUs {
-			want = append(want, g.PciBusID)
-		}
-		for _, m := range c.machines {
-			var got []string
-			for _, g := range m.GPUs() {
-				got = append(got, g.Addr)
-			}
-			if !slices.Equal(got, want) {
-				t.Errorf("%s GPUs %v, nvmlmodel %v", m.Name, got, want)
-			}
 		}
 	}
 }

@@ -41,6 +41,20 @@ type Machine struct {
 	// Faults lists what a "-faults" profile breaks, for tests to iterate;
 	// Write ignores it.
 	Faults []Fault
+	// NVLink is how the GPUs' NVLinks are wired, for an NVML model to
+	// report (internal/sim/nvmlmodel); nothing under sys shows it, and
+	// Write ignores it.
+	NVLink NVLink
+}
+
+// NVLink is the wiring of a machine's NVLinks.
+type NVLink struct {
+	// PerGPU is how many NVLinks each GPU has.
+	PerGPU int
+	// Switches are the PCI addresses of the NVSwitches (an HGX board):
+	// link l of every GPU goes to Switches[l % len(Switches)]. With none,
+	// the machine has two GPUs and every link of each goes to the other.
+	Switches []string
 }
 
 // Fault is one documented defect of a faults profile.

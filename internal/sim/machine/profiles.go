@@ -63,12 +63,12 @@ const (
 //	C       1     pci0000:97   98:00.0  GPU4 9a:00.0, GPU5 ab:00.0  mlx5_4 9b:00.0 ibp155s0, mlx5_5 aa:00.0 ibp170s0  9c:00.0
 //	D       1     pci0000:b7   b8:00.0  GPU6 ba:00.0, GPU7 db:00.0  mlx5_6 bb:00.0 ibp187s0, mlx5_7 da:00.0 ibp218s0  bc:00.0
 //
-// GPUs are H100 SXM (10de:2330), Gen5 x16 at both ends; the GPU bus ids
-// match nvmlmodel.NewDGXH100. IB NICs are ConnectX-7 (15b3:1021), port 1
-// ACTIVE, LinkUp, 400 Gb/sec (4X NDR), link layer InfiniBand, Gen5 x16;
-// IPoIB interfaces up at 400000. NVMe drives are Gen4 x4. Two more
-// ConnectX-7 in Ethernet mode sit directly behind their own root ports:
-// mlx5_8 at 6c:00.0 (pci0000:6b, node 0, enp108s0f0np0) and mlx5_9 at
+// GPUs are H100 SXM (10de:2330), Gen5 x16 at both ends, their 18 NVLinks
+// each on four NVSwitches (which only NVML shows). IB NICs are ConnectX-7
+// (15b3:1021), port 1 ACTIVE, LinkUp, 400 Gb/sec (4X NDR), link layer
+// InfiniBand, Gen5 x16; IPoIB interfaces up at 400000. NVMe drives are
+// Gen4 x4. Two more ConnectX-7 in Ethernet mode sit directly behind their
+// own root ports: mlx5_8 at 6c:00.0 (pci0000:6b, node 0, enp108s0f0np0) and mlx5_9 at
 // e4:00.0 (pci0000:e3, node 1, enp228s0f0np0), RoCE at 200 Gb/sec (4X
 // HDR), interfaces at 200000. Every function's numa_node is its socket.
 // Virtual: lo.
@@ -96,6 +96,7 @@ func DGXH100() *Machine {
 		},
 		Distances: [][]int{{10, 21}, {21, 10}},
 		NetOnly:   []NetDev{loopback()},
+		NVLink:    hgxNVLink,
 	}
 	spr := func(bus int, child *Device) *HostBridge { return ownBridge(sprRootPort, bus, child) }
 	m.HostBridges = append(onNode(0,
@@ -120,6 +121,11 @@ func DGXH100() *Machine {
 	}
 	return m
 }
+
+// hgxNVLink is an HGX H100 board's: every GPU's 18 NVLinks on four
+// NVSwitches, link l on switch l%4, at the bus numbers a DGX H100 shows
+// them (the p5 has the same board).
+var hgxNVLink = NVLink{PerGPU: 18, Switches: []string{"0000:05:00.0", "0000:06:00.0", "0000:07:00.0", "0000:08:00.0"}}
 
 // bigNode is one socket's memory: about 1 TiB, mostly free, and the
 // numastat of a machine that has run for a while with most allocations
@@ -238,6 +244,7 @@ func AWSP5() *Machine {
 		},
 		Distances: [][]int{{10, 32}, {32, 10}},
 		NetOnly:   []NetDev{loopback()},
+		NVLink:    hgxNVLink,
 	}
 	ena := awsENA.endpoint(0x11)
 	ena.Net = []NetDev{physNet("ens32", TypeEther, 0, 9001, mac(0x0a1b2c, 0x11))}
@@ -358,6 +365,8 @@ func H200VM() *Machine {
 		}}},
 		Distances: [][]int{{10}},
 		NetOnly:   []NetDev{loopback(), ifb("ifb0", "6e:3c:94:1a:d2:07"), ifb("ifb1", "d6:81:2b:5f:90:4e")},
+		// The two H200s are joined directly, all 18 links of each.
+		NVLink: NVLink{PerGPU: 18},
 		HostBridges: onNode(-1, hostBridge(0x00,
 			vmHostBridge.fn(Endpoint, 0, 0),
 			virtio(virtioBlock, 1, "virtio0", 2),
