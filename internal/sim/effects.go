@@ -11,7 +11,6 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
-	"github.com/gpulink/gpulink_exporter/internal/sim/nvmlmodel"
 )
 
 // effects are the faults in force at one tick, sorted by what they touch.
@@ -59,7 +58,7 @@ func farProcessPID(i int) int { return 7000 + i }
 // does once, as it happens: an XID is delivered the first time its fault
 // is seen. n.mu is held.
 func (n *Node) effects(now time.Time) effects {
-	eff := effects{gpus: make([]gpuEffects, len(n.machine.GPUs)), fns: map[string]*fnEffects{}}
+	eff := effects{gpus: make([]gpuEffects, len(n.gpus)), fns: map[string]*fnEffects{}}
 	for i := range eff.gpus {
 		eff.gpus[i] = gpuEffects{linksDown: map[int]bool{}, linkErrors: map[int]float64{}}
 	}
@@ -151,7 +150,7 @@ func (n *Node) effects(now time.Time) effects {
 // job started with its CPUs bound to the other socket, so its threads run
 // there and its memory was first touched there.
 func (n *Node) farProcess(i int) *machine.Process {
-	g := n.machine.GPUs[i]
+	g := n.gpus[i]
 	far := -1
 	for _, node := range n.live.nodeIDs {
 		if node != g.NUMANode {
@@ -171,7 +170,7 @@ func (n *Node) farProcess(i int) *machine.Process {
 		}
 	}
 	return &machine.Process{
-		PID: pid, PPID: 1, Comm: "python", Exe: "/usr/bin/python3", GPUs: []string{g.PCIBusID},
+		PID: pid, PPID: 1, Comm: "python", Exe: "/usr/bin/python3", GPUs: []string{g.Addr},
 		CPUsAllowed: machine.FormatList(cpus), Threads: machine.ThreadsOn(pid, 16, cpus), Pages: pages,
 		Cgroup: fmt.Sprintf("/user.slice/user-1000.slice/session-%d.scope", 40+i),
 	}
@@ -270,60 +269,4 @@ func formatGbps(v float64) string {
 		return fmt.Sprintf("%d.5", int64(whole))
 	}
 	return strconv.FormatInt(int64(whole), 10)
-}
-
-// describeMachine lists what faults may name: the GPUs from NVML, with
-// their NUMA nodes from sysfs, and the NICs, each name mapped to its PCI
-// function.
-func describeMachine(nv *nvmlmodel.Library, m *machine.Machine) (*Machine, map[string]string) {
-	mc := &Machine{NICs: map[string]MachineNIC{}, NUMANodes: len(m.Nodes)}
-	for _, g := range nv.GPUs {
-		node := -1
-		if d := m.Device(g.PciBusID); d != nil {
-			node = d.NUMANode
-		}
-		mc.GPUs = append(mc.GPUs, MachineGPU{PCIBusID: g.PciBusID, NVLinks: len(g.NVLinks),
-			MaxGeneration: g.PCIeMaxGen, MaxWidth: g.PCIeMaxWidth, NUMANode: node})
-	}
-	fnOf := map[string]string{}
-	walkDevices(m, func(d *machine.Device) {
-		if len(d.RDMA) == 0 && len(d.Net) == 0 {
-			return
-		}
-		var nic MachineNIC
-		for _, ib := range d.RDMA {
-			for _, p := range ib.Ports {
-				nic.Rate = nic.Rate || p.Rate != ""
-				nic.SymbolErrors = nic.SymbolErrors || p.Counters != nil
-			}
-		}
-		for _, nd := range d.Net {
-			nic.Rate = nic.Rate || nd.Speed > 0
-		}
-		for _, ib := range d.RDMA {
-			fnOf[ib.Name] = d.Addr
-			r := nic
-			r.RDMA = true
-			mc.NICs[ib.Name] = r
-		}
-		for _, nd := range d.Net {
-			fnOf[nd.Name] = d.Addr
-			mc.NICs[nd.Name] = nic
-		}
-	})
-	return mc, fnOf
-}
-
-// walkDevices calls f for every PCI function, depth first.
-func walkDevices(m *machine.Machine, f func(d *machine.Device)) {
-	var visit func(ds []*machine.Device)
-	visit = func(ds []*machine.Device) {
-		for _, d := range ds {
-			f(d)
-			visit(d.Children)
-		}
-	}
-	for _, hb := range m.HostBridges {
-		visit(hb.Devices)
-	}
 }

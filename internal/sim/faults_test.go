@@ -143,6 +143,13 @@ func TestParseErrors(t *testing.T) {
 		{"conflict", "faults:\n- {kind: nic_down, device: mlx5_1}\n- {kind: nic_flapping, device: mlx5_1, period: 3s}\n", 1, "", "faults[0] sets already"},
 		{"repeat", "faults:\n- {kind: pcie_width, gpu: 0, width: 8}\n- {kind: pcie_width, gpu: 0, width: 4}\n", 1, "", "faults[0] sets already"},
 		{"duplicate key", "faults:\n- {kind: xid, gpu: 0, gpu: 1, code: 79}\n", 0, "gpu", "given twice"},
+		{"faults twice", "faults: []\nfaults: []\n", -1, "", "faults given twice"},
+		{"key not a string", "faults:\n- {kind: xid, gpu: 0, code: 79, 7: 8}\n", 0, "", "field name 7 is not a string"},
+		{"kind not a string", "faults:\n- {kind: [xid], gpu: 0}\n", 0, "kind", "unknown kind a list"},
+		{"nan", "faults:\n- {kind: nic_rate, device: mlx5_0, fraction: .nan}\n", 0, "fraction", "want a fraction in (0, 1], got NaN"},
+		{"number for name", "faults:\n- {kind: nic_down, device: 5}\n", 0, "device", "want a name, got 5"},
+		{"negative code", "faults:\n- {kind: xid, gpu: 0, code: -79}\n", 0, "code", "want a whole number, got -79"},
+		{"list for int", "faults:\n- {kind: xid, gpu: [0], code: 79}\n", 0, "gpu", "want a whole number, got a list"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := ParseFaults("bad.yaml", []byte(c.data))
@@ -160,6 +167,25 @@ func TestParseErrors(t *testing.T) {
 				t.Errorf("error %q does not name the entry", err)
 			}
 		})
+	}
+}
+
+// TestValidate: a fault made in Go is checked as the file's are.
+func TestValidate(t *testing.T) {
+	ok := Fault{Kind: ProbeBandwidth, GPU: 1, PeerGPU: -1, Probe: probes.HostToDevice, Fraction: 0.5}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("Validate(%+v) = %v", ok, err)
+	}
+	for field, f := range map[string]Fault{
+		"kind":     {Kind: "gpu_on_fire", GPU: -1, PeerGPU: -1},
+		"gpu":      {Kind: XID, GPU: -1, PeerGPU: -1, Code: 79},
+		"fraction": {Kind: NICRate, GPU: -1, PeerGPU: -1, Device: "mlx5_0", Fraction: 2},
+		"peer_gpu": {Kind: ProbeBandwidth, GPU: 1, PeerGPU: 1, Probe: probes.PeerCopy, Fraction: 0.5},
+	} {
+		var fe *FaultError
+		if err := f.Validate(); !errors.As(err, &fe) || fe.Field != field {
+			t.Errorf("Validate(%+v) = %v, want an error naming %s", f, err, field)
+		}
 	}
 }
 
@@ -191,7 +217,7 @@ func TestCheckAgainstMachine(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = c.node.Machine().Check("f.yaml", faults)
+			err = CheckFaults("f.yaml", c.node.Machine(), faults)
 			var fe *FaultError
 			if !errors.As(err, &fe) || fe.Entry != 0 || fe.Field != c.field || !strings.Contains(err.Error(), c.msg) {
 				t.Errorf("Check = %v; want entry 0, field %s, saying %q", err, c.field, c.msg)
@@ -207,7 +233,7 @@ func TestCheckAgainstMachine(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := node.Machine().Check("f.yaml", faults); err != nil {
+		if err := CheckFaults("f.yaml", node.Machine(), faults); err != nil {
 			t.Errorf("%s: %v", node.Profile().Name, err)
 		}
 	}

@@ -9,8 +9,9 @@
 // The node is alive: counters move and gauges wander as on a machine at
 // work. A fault file (YAML, see ParseFaults) breaks it in the ways the
 // alert rules look for, and is re-read while the node runs; removing a
-// fault restores health. Parsing the file (faults.go) is kept apart from
-// applying it to the seams (effects.go).
+// fault restores health. Decoding the file (faults.go) and checking it
+// against the machine (check.go) are kept apart from applying it to the
+// seams (effects.go).
 package sim
 
 import (
@@ -68,7 +69,10 @@ type Node struct {
 	nvml    *nvmlmodel.Library
 	syncer  *machine.Syncer
 	runner  *Runner
-	machine *Machine
+	// base is the machine in good health, what faults may name; gpus its
+	// GPUs in NVML order.
+	base *machine.Machine
+	gpus []*machine.Device
 	// fnOf maps every NIC name (RDMA device or interface) to its PCI
 	// function: a port's state is the function's.
 	fnOf map[string]string
@@ -138,10 +142,10 @@ func Start(cfg Config) (*Node, error) {
 		fs:     numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")},
 		syncer: machine.NewSyncer(root),
 	}
-	base := p.Machine()
-	n.nvml = nvmlmodel.New(base)
-	n.machine, n.fnOf = describeMachine(n.nvml, base)
-	n.live = newLive(rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15)), n.nvml, base, n.fnOf)
+	n.base = p.Machine()
+	n.gpus, n.fnOf = n.base.GPUs(), nicFunctions(n.base)
+	n.nvml = nvmlmodel.New(n.base)
+	n.live = newLive(rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15)), n.nvml, n.base, n.fnOf)
 	n.runner = newRunner(n, cfg.Seed)
 	if err := n.start(); err != nil {
 		n.Close()
@@ -196,7 +200,7 @@ func (n *Node) parse(data []byte) ([]Fault, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := n.machine.Check(n.cfg.FaultsFile, faults); err != nil {
+	if err := CheckFaults(n.cfg.FaultsFile, n.base, faults); err != nil {
 		return nil, err
 	}
 	return faults, nil
@@ -363,8 +367,8 @@ func (n *Node) Fake() *nvmlmodel.Library { return n.nvml }
 // Runner is the modelled probe runner.
 func (n *Node) Runner() *Runner { return n.runner }
 
-// Machine is what faults may name on this node.
-func (n *Node) Machine() *Machine { return n.machine }
+// Machine is the machine simulated, in good health: what faults may name.
+func (n *Node) Machine() *machine.Machine { return n.base }
 
 // Profile is the profile simulated.
 func (n *Node) Profile() Profile { return n.profile }
