@@ -14,6 +14,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/process"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/internal/sim"
 	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/internal/sim/nvmlmodel"
 	"github.com/gpulink/gpulink_exporter/numa"
@@ -179,7 +180,7 @@ func newPlacementNode(t *testing.T, profile string) *placementNode {
 	t.Helper()
 	root := machine.Load(t, profile)
 	n := &placementNode{fs: numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}, m: nvmlmodel.NewDGXH100()}
-	model := machine.Profiles()[profile]()
+	model := sim.Fixtures()[profile]()
 	for i, g := range n.m.GPUs {
 		var pids []int
 		for _, p := range model.Processes {

@@ -15,10 +15,11 @@ import (
 )
 
 // fixtureSeeds adds the named file of every process in every fixture
-// profile as a seed.
+// tree of testdata as a seed.
 func fixtureSeeds(f *testing.F, name string, add func(string)) {
-	for profile := range machine.Profiles() {
-		root := machine.Load(f, profile)
+	archives, _ := filepath.Glob(filepath.Join("testdata", "*.txtar"))
+	for _, a := range archives {
+		root := machine.Load(f, strings.TrimSuffix(filepath.Base(a), ".txtar"))
 		paths, _ := filepath.Glob(filepath.Join(root, "proc", "*", name))
 		for _, p := range paths {
 			if b, err := os.ReadFile(p); err == nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/process"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/internal/sim"
 	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/numa"
 )
@@ -600,7 +601,7 @@ func placementFixture(t testing.TB, profile string) *process.Reader {
 	t.Helper()
 	root := machine.Load(t, profile)
 	fs := numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
-	model := machine.Profiles()[profile]()
+	model := sim.Fixtures()[profile]()
 	index := map[string]int{}
 	var ids []nvml.Identity
 	for i, d := range model.GPUs() {

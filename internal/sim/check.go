@@ -10,8 +10,8 @@ import (
 )
 
 // CheckFaults reports the first fault that names something m lacks: a
-// GPU, NVLink, peer or NIC it does not have, or a link state beyond what
-// the GPU's link supports. Everything it knows comes from the machine
+// GPU, NVLink, peer, PCI function, NIC or process it does not have, or a
+// link state beyond what the link supports. Everything it knows comes from the machine
 // model, the one the node's NVML and tree derive from. name is the fault
 // file, for the error.
 func CheckFaults(name string, m *machine.Machine, faults []Fault) error {
@@ -31,13 +31,26 @@ func CheckFaults(name string, m *machine.Machine, faults []Fault) error {
 			g = gpus[f.GPU]
 		}
 		switch f.Kind {
-		case PCIeWidth:
-			if f.Width > g.MaxWidth {
-				return fail("width", "x%d is wider than GPU %d's link can train (x%d)", f.Width, f.GPU, g.MaxWidth)
+		case PCIeWidth, PCIeGeneration:
+			d, link := g, fmt.Sprintf("GPU %d's link", f.GPU)
+			if f.Device != "" {
+				d, link = m.Device(f.Device), f.Device+"'s link"
+				switch {
+				case d == nil:
+					return fail("device", "no PCI function %s on this node", f.Device)
+				case slices.Contains(gpus, d):
+					return fail("device", "%s is GPU %d: write gpu: %d", f.Device, slices.Index(gpus, d), slices.Index(gpus, d))
+				case d.MaxGen == 0:
+					return fail("device", "%s has no PCIe link", f.Device)
+				case d.Kind == machine.RootPort || d.Kind == machine.DownstreamPort:
+					return fail("device", "%s is the upper end of the link below it; name the function below", f.Device)
+				}
 			}
-		case PCIeGeneration:
-			if f.Generation > g.MaxGen {
-				return fail("generation", "Gen%d is beyond what GPU %d's link supports (Gen%d)", f.Generation, f.GPU, g.MaxGen)
+			if f.Width > d.MaxWidth {
+				return fail("width", "x%d is wider than %s can train (x%d)", f.Width, link, d.MaxWidth)
+			}
+			if f.Generation > d.MaxGen {
+				return fail("generation", "Gen%d is beyond what %s supports (Gen%d)", f.Generation, link, d.MaxGen)
 			}
 		case NVLinkDown, NVLinkErrors:
 			if f.Link >= m.NVLink.PerGPU {
@@ -54,12 +67,15 @@ func CheckFaults(name string, m *machine.Machine, faults []Fault) error {
 			if f.Kind == NICSymbolErrors && !hasSymbolErrors(fn) {
 				return fail("device", "%s has no symbol_error counter (EFA devices and plain interfaces have none)", f.Device)
 			}
-		case ProcessFarSocket:
+		case ProcessFarSocket, ProcessFarMemory:
 			if len(m.Nodes) < 2 {
 				return fail("gpu", "this node has one NUMA node: no socket is far")
 			}
 			if g.NUMANode < 0 {
 				return fail("gpu", "GPU %d's NUMA node is unknown", f.GPU)
+			}
+			if p := m.Process(f.PID); f.PID != 0 && (p == nil || !slices.Contains(p.GPUs, g.Addr)) {
+				return fail("pid", "no process %d on GPU %d", f.PID, f.GPU)
 			}
 		}
 	}

@@ -1,16 +1,11 @@
 package sim
 
 import (
-	"fmt"
-	"math"
-	"strconv"
-	"strings"
 	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
-	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 )
 
 // effects are the faults in force at one tick, sorted by what they touch.
@@ -20,6 +15,9 @@ type effects struct {
 	gpus []gpuEffects
 	// fns by PCI function address.
 	fns map[string]*fnEffects
+	// tree are the faults ApplyFaults lays over the tree at this tick:
+	// those in force, a flapping port as nic_down while it is down.
+	tree []Fault
 }
 
 type gpuEffects struct {
@@ -32,9 +30,9 @@ type gpuEffects struct {
 	linkErrors map[int]float64
 	// reasons are the clock event reasons held active.
 	reasons []string
-	// farProcess, when set, is a process on the GPU that runs and keeps
-	// its memory on the other socket.
-	farProcess *machine.Process
+	// newPID, when set, is a process a fault started on the GPU
+	// (newProcess), which NVML lists too.
+	newPID int
 }
 
 // fnEffects is what faults do to one NIC function: its RDMA ports and
@@ -49,10 +47,6 @@ type fnEffects struct {
 	// symbolErrors per second.
 	symbolErrors float64
 }
-
-// farProcessPID is the PID of the process a process_far_socket fault puts
-// on GPU i; no profile uses PIDs in this range.
-func farProcessPID(i int) int { return 7000 + i }
 
 // effects works out the faults in force at now. It also does what a fault
 // does once, as it happens: an XID is delivered the first time its fault
@@ -77,11 +71,20 @@ func (n *Node) effects(now time.Time) effects {
 		if af.GPU >= 0 {
 			g = &eff.gpus[af.GPU]
 		}
+		if af.Kind != NICFlapping {
+			eff.tree = append(eff.tree, af.Fault)
+		}
 		switch af.Kind {
 		case PCIeWidth:
-			g.Width = af.Width
+			// A switch port's link (device) is not the GPU's own, which
+			// is what NVML reports.
+			if g != nil {
+				g.Width = af.Width
+			}
 		case PCIeGeneration:
-			g.Generation = af.Generation
+			if g != nil {
+				g.Generation = af.Generation
+			}
 		case NVLinkDown:
 			g.linksDown[af.Link] = true
 		case NVLinkErrors:
@@ -95,8 +98,10 @@ func (n *Node) effects(now time.Time) effects {
 			fn(af.Device)
 		case NICSymbolErrors:
 			fn(af.Device).symbolErrors = af.PerSecond
-		case ProcessFarSocket:
-			g.farProcess = n.farProcess(af.GPU)
+		case ProcessFarSocket, ProcessFarMemory:
+			if af.PID == 0 {
+				g.newPID = newProcessPID(af.GPU)
+			}
 		case Throttle:
 			g.reasons = append(g.reasons, af.Reason)
 		case XID:
@@ -134,6 +139,9 @@ func (n *Node) effects(now time.Time) effects {
 			e.downs, e.ups = downs-af.downs, ups-af.ups
 			af.downs, af.ups = downs, ups
 			e.down = k%2 == 0
+			if e.down {
+				eff.tree = append(eff.tree, Fault{Kind: NICDown, GPU: -1, PeerGPU: -1, Device: af.Device})
+			}
 		} else if e.down == st.up {
 			if e.down {
 				e.downs = 1
@@ -144,36 +152,6 @@ func (n *Node) effects(now time.Time) effects {
 		st.up = !e.down
 	}
 	return eff
-}
-
-// farProcess is the process a process_far_socket fault puts on GPU i: a
-// job started with its CPUs bound to the other socket, so its threads run
-// there and its memory was first touched there.
-func (n *Node) farProcess(i int) *machine.Process {
-	g := n.gpus[i]
-	far := -1
-	for _, node := range n.live.nodeIDs {
-		if node != g.NUMANode {
-			far = node
-			break
-		}
-	}
-	cpus := n.live.nodeCPUs[far]
-	pid := farProcessPID(i)
-	pages := make([]uint64, len(n.live.nodeIDs))
-	for j, node := range n.live.nodeIDs {
-		switch node {
-		case far:
-			pages[j] = 1_800_000
-		case g.NUMANode:
-			pages[j] = 200_000
-		}
-	}
-	return &machine.Process{
-		PID: pid, PPID: 1, Comm: "python", Exe: "/usr/bin/python3", GPUs: []string{g.Addr},
-		CPUsAllowed: machine.FormatList(cpus), Threads: machine.ThreadsOn(pid, 16, cpus), Pages: pages,
-		Cgroup: fmt.Sprintf("/user.slice/user-1000.slice/session-%d.scope", 40+i),
-	}
 }
 
 // throttleFields are the NVML fields that keep time for a clock event
@@ -217,56 +195,4 @@ func clockMask(reasons []string) uint64 {
 		}
 	}
 	return m
-}
-
-// ibLaneGbps are InfiniBand lane speeds, slowest first.
-var ibLaneGbps = []struct {
-	name string
-	gbps float64
-}{{"SDR", 2.5}, {"DDR", 5}, {"QDR", 10}, {"FDR", 14.0625}, {"EDR", 25}, {"HDR", 50}, {"NDR", 100}, {"XDR", 200}}
-
-// scaleRate returns an RDMA port's rate file for fraction of rate: the
-// same lanes at a slower speed where one gives it (a port trained down),
-// else the same speed on fewer lanes, else the bare rate.
-func scaleRate(rate string, fraction float64) string {
-	num, rest, ok := strings.Cut(rate, " Gb/sec")
-	gbps, err := strconv.ParseFloat(num, 64)
-	if !ok || err != nil {
-		return rate
-	}
-	width, speed := 4, ""
-	if inner, ok := strings.CutPrefix(rest, " ("); ok {
-		w, s, _ := strings.Cut(strings.TrimSuffix(inner, ")"), "X")
-		if v, err := strconv.Atoi(w); err == nil && v > 0 {
-			width = v
-		}
-		speed = strings.TrimSpace(s)
-	}
-	target := gbps * fraction
-	near := func(a, b float64) bool { return math.Abs(a-b) < 0.01*b }
-	for _, l := range ibLaneGbps {
-		if near(l.gbps*float64(width), target) {
-			return fmt.Sprintf("%s Gb/sec (%dX %s)", formatGbps(l.gbps*float64(width)), width, l.name)
-		}
-	}
-	for _, l := range ibLaneGbps {
-		if l.name != speed {
-			continue
-		}
-		for _, w := range []int{1, 2, 4, 8, 12} {
-			if near(l.gbps*float64(w), target) {
-				return fmt.Sprintf("%s Gb/sec (%dX %s)", formatGbps(l.gbps*float64(w)), w, l.name)
-			}
-		}
-	}
-	return formatGbps(target) + " Gb/sec"
-}
-
-// formatGbps prints a rate as the kernel does: whole, or with ".5".
-func formatGbps(v float64) string {
-	whole := math.Floor(v)
-	if v-whole >= 0.5 {
-		return fmt.Sprintf("%d.5", int64(whole))
-	}
-	return strconv.FormatInt(int64(whole), 10)
 }

@@ -32,6 +32,7 @@ const (
 	NICFlapping      FaultKind = "nic_flapping"
 	NICSymbolErrors  FaultKind = "nic_symbol_errors"
 	ProcessFarSocket FaultKind = "process_far_socket"
+	ProcessFarMemory FaultKind = "process_far_memory"
 	Throttle         FaultKind = "throttle"
 	XID              FaultKind = "xid"
 	ProbeBandwidth   FaultKind = "probe_bandwidth"
@@ -39,23 +40,25 @@ const (
 )
 
 // fieldSpec says which fields a kind takes, each by its YAML name, in the
-// order they are checked.
+// order they are checked: exactly one of oneOf, then the required ones,
+// then the optional ones.
 type fieldSpec struct {
-	required, optional []string
+	oneOf, required, optional []string
 }
 
-func (s fieldSpec) fields() []string { return append(slices.Clone(s.required), s.optional...) }
+func (s fieldSpec) fields() []string { return slices.Concat(s.oneOf, s.required, s.optional) }
 
 var kindFields = map[FaultKind]fieldSpec{
-	PCIeWidth:        {required: []string{"gpu", "width"}},
-	PCIeGeneration:   {required: []string{"gpu", "generation"}},
+	PCIeWidth:        {oneOf: []string{"gpu", "device"}, required: []string{"width"}},
+	PCIeGeneration:   {oneOf: []string{"gpu", "device"}, required: []string{"generation"}},
 	NVLinkDown:       {required: []string{"gpu", "link"}},
 	NVLinkErrors:     {required: []string{"gpu", "link", "per_second"}},
 	NICRate:          {required: []string{"device", "fraction"}},
 	NICDown:          {required: []string{"device"}},
 	NICFlapping:      {required: []string{"device", "period"}},
 	NICSymbolErrors:  {required: []string{"device", "per_second"}},
-	ProcessFarSocket: {required: []string{"gpu"}},
+	ProcessFarSocket: {required: []string{"gpu"}, optional: []string{"pid"}},
+	ProcessFarMemory: {required: []string{"gpu"}, optional: []string{"pid"}},
 	Throttle:         {required: []string{"gpu", "reason"}},
 	XID:              {required: []string{"gpu", "code"}},
 	ProbeBandwidth:   {required: []string{"gpu", "probe", "fraction"}, optional: []string{"peer_gpu"}},
@@ -64,7 +67,7 @@ var kindFields = map[FaultKind]fieldSpec{
 
 // FaultKinds lists the kinds in the order the fault file documents them.
 var FaultKinds = []FaultKind{PCIeWidth, PCIeGeneration, NVLinkDown, NVLinkErrors, NICRate, NICDown,
-	NICFlapping, NICSymbolErrors, ProcessFarSocket, Throttle, XID, ProbeBandwidth, ProbeLatency}
+	NICFlapping, NICSymbolErrors, ProcessFarSocket, ProcessFarMemory, Throttle, XID, ProbeBandwidth, ProbeLatency}
 
 // ThrottleReasons are the clock event reasons a throttle fault may hold
 // active: the ones a healthy GPU never shows for long.
@@ -83,7 +86,9 @@ type Fault struct {
 	// Width and Generation are what a PCIe link trains at.
 	Width      int `yaml:"width"`
 	Generation int `yaml:"generation"`
-	// Device is an RDMA device (mlx5_0, rdmap76s0) or a network interface.
+	// Device is an RDMA device (mlx5_0, rdmap76s0) or a network interface;
+	// for a PCIe fault, the PCI function (0000:38:00.0) whose link, the
+	// one above it, trains so, where that is not a GPU's.
 	Device string `yaml:"device"`
 	// Fraction scales a port rate or a probe's bandwidth; Factor a probe's
 	// latency.
@@ -102,6 +107,9 @@ type Fault struct {
 	// peer probe to the pair with that GPU.
 	Probe   probes.Kind `yaml:"probe"`
 	PeerGPU int         `yaml:"peer_gpu"`
+	// PID is a process of the machine on the GPU that a process fault
+	// moves; 0 starts a new one.
+	PID int `yaml:"pid"`
 }
 
 // faultField is the index of the Fault field each YAML key decodes into.
@@ -334,6 +342,7 @@ var fieldChecks = map[string]func(f Fault) error{
 		return want(slices.Contains(ThrottleReasons, f.Reason), "unknown reason %q; one of %s", f.Reason, strings.Join(ThrottleReasons, ", "))
 	},
 	"probe": checkProbe,
+	"pid":   func(f Fault) error { return want(f.PID > 0, "want a process ID, got %d", f.PID) },
 }
 
 // Validate checks a fault's values: every field its kind takes, in the
@@ -353,7 +362,16 @@ func (f Fault) Validate() error {
 
 // validate checks the fields of f's kind that given says are given.
 func (f Fault) validate(given func(field string) bool) *FaultError {
-	for _, k := range kindFields[f.Kind].fields() {
+	spec := kindFields[f.Kind]
+	if oneOf := spec.oneOf; len(oneOf) > 0 {
+		switch n := len(slices.DeleteFunc(slices.Clone(oneOf), func(k string) bool { return !given(k) })); {
+		case n == 0:
+			return &FaultError{Entry: -1, Kind: f.Kind, Field: strings.Join(oneOf, " or "), Err: fmt.Errorf("missing")}
+		case n > 1:
+			return &FaultError{Entry: -1, Kind: f.Kind, Field: oneOf[1], Err: fmt.Errorf("give %s, not both", strings.Join(oneOf, " or "))}
+		}
+	}
+	for _, k := range spec.fields() {
 		if given(k) {
 			if err := fieldChecks[k](f); err != nil {
 				return &FaultError{Entry: -1, Kind: f.Kind, Field: k, Err: err}
@@ -414,19 +432,26 @@ func checkPeer(f Fault) error {
 var valueFields = []string{"width", "generation", "per_second", "fraction", "factor", "period"}
 
 // conflictKey is what a fault sets: its kind (a port's state for nic_down
-// and nic_flapping alike) of the fields naming what it is on.
+// and nic_flapping alike, a process's placement for the process kinds) of
+// the fields given that name what it is on.
 func (f Fault) conflictKey() string {
 	what := string(f.Kind)
-	if f.Kind == NICDown || f.Kind == NICFlapping {
+	switch f.Kind {
+	case NICDown, NICFlapping:
 		what = "port state"
+	case ProcessFarSocket, ProcessFarMemory:
+		if f.PID != 0 {
+			return fmt.Sprintf("placement of process %d", f.PID)
+		}
+		what = "placement of the process started"
 	}
 	var on []string
 	for _, k := range kindFields[f.Kind].fields() {
-		if !slices.Contains(valueFields, k) {
+		if !slices.Contains(valueFields, k) && f.field(k) != unset.field(k) {
 			on = append(on, fmt.Sprintf("%s %v", k, f.field(k)))
 		}
 	}
-	return what + " of " + strings.Join(on, ", ")
+	return what + " on " + strings.Join(on, ", ")
 }
 
 func checkConflicts(faults []Fault) *FaultError {

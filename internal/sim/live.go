@@ -25,16 +25,14 @@ type live struct {
 	nets  map[string]*netLive  // by interface name
 	// portKeys and netNames in order: they draw on the random source.
 	portKeys, netNames []string
-	gpuBus             []string
 	nodes              map[int]*nodeLive
-	// nodeIDs in order, and each node's CPUs.
+	// nodeIDs in order, and the node of each CPU.
 	nodeIDs   []int
-	nodeCPUs  map[int][]int
 	nodeOfCPU map[int]int
 	// threads holds the CPU each thread of each process last ran on, by
 	// PID; they move between CPUs of the node they started on, so a
 	// process's placement never changes by itself.
-	threads map[int][]int
+	threads map[int]threadsLive
 	// procs are the profile's GPU processes by NVML index.
 	procs [][]gpuProcess
 }
@@ -54,6 +52,13 @@ type gpuLive struct {
 	energyMJ  float64
 	linkErrs  [][4]float64
 	nvlinkKiB []float64
+}
+
+// threadsLive are the CPUs a process's threads last ran on, and the CPUs
+// it was allowed then.
+type threadsLive struct {
+	allowed string
+	cpus    []int
 }
 
 // fnLive is a NIC function's port state as it was at the last tick.
@@ -84,11 +89,10 @@ type nodeLive struct {
 
 func newLive(rng *rand.Rand, nv *nvmlmodel.Library, m *machine.Machine, fnOf map[string]string) *live {
 	l := &live{rng: rng, fns: map[string]*fnLive{}, ports: map[string]*portLive{}, nets: map[string]*netLive{},
-		nodes: map[int]*nodeLive{}, nodeCPUs: map[int][]int{}, nodeOfCPU: map[int]int{}, threads: map[int][]int{}}
+		nodes: map[int]*nodeLive{}, nodeOfCPU: map[int]int{}, threads: map[int]threadsLive{}}
 	for _, g := range nv.GPUs {
 		gl := &gpuLive{power: 70, temp: 32, linkErrs: make([][4]float64, len(g.NVLinks)), nvlinkKiB: make([]float64, len(g.NVLinks))}
 		l.gpus = append(l.gpus, gl)
-		l.gpuBus = append(l.gpuBus, g.PciBusID)
 	}
 	for _, fn := range fnOf {
 		l.fns[fn] = &fnLive{up: true}
@@ -113,7 +117,6 @@ func newLive(rng *rand.Rand, nv *nvmlmodel.Library, m *machine.Machine, fnOf map
 	for _, node := range m.Nodes {
 		l.nodeIDs = append(l.nodeIDs, node.ID)
 		cpus := mustCPUs(node.CPUs)
-		l.nodeCPUs[node.ID] = cpus
 		for _, c := range cpus {
 			l.nodeOfCPU[c] = node.ID
 		}
@@ -182,8 +185,8 @@ func (l *live) wander(x, target, tau, sd, dt float64) float64 {
 // gpuProcs is GPU i's processes now: the profile's and a fault's.
 func (l *live) gpuProcs(i int, e gpuEffects) []gpuProcess {
 	ps := l.procs[i]
-	if e.farProcess != nil {
-		ps = append(slices.Clip(ps), gpuProcess{pid: e.farProcess.PID, memBytes: 24 << 30})
+	if e.newPID != 0 {
+		ps = append(slices.Clip(ps), gpuProcess{pid: e.newPID, memBytes: 24 << 30})
 	}
 	return ps
 }
@@ -288,14 +291,17 @@ func (l *live) step(dt float64, eff effects) {
 // moveThreads lets each thread of p hop to another CPU of the node it is
 // on, within what the process may use.
 func (l *live) moveThreads(p *machine.Process, dt float64) {
-	cpus, ok := l.threads[p.PID]
-	if !ok || len(cpus) != len(p.Threads) {
-		cpus = make([]int, len(p.Threads))
+	// A process bound elsewhere (a fault came or went) starts again from
+	// where the tree puts its threads.
+	tl, ok := l.threads[p.PID]
+	if !ok || len(tl.cpus) != len(p.Threads) || tl.allowed != p.CPUsAllowed {
+		tl = threadsLive{allowed: p.CPUsAllowed, cpus: make([]int, len(p.Threads))}
 		for i, t := range p.Threads {
-			cpus[i] = t.CPU
+			tl.cpus[i] = t.CPU
 		}
-		l.threads[p.PID] = cpus
+		l.threads[p.PID] = tl
 	}
+	cpus := tl.cpus
 	if dt > 0 {
 		allowed := mustCPUs(p.CPUsAllowed)
 		for i, c := range cpus {
@@ -419,11 +425,10 @@ func (l *live) writeNVML(m *nvmlmodel.Library, dt float64, eff effects) {
 }
 
 // writeSysfs brings a fresh healthy tree of the profile to the live state:
-// counters grown, port states, link states and processes with the faults
-// in force.
+// counters grown, the faults in force laid over it by ApplyFaults, as over
+// the fixtures, and threads moved.
 func (l *live) writeSysfs(m *machine.Machine, dt float64, eff effects) {
 	walkDevices(m, func(d *machine.Device) {
-		e := eff.fns[d.Addr]
 		for i := range d.RDMA {
 			ib := &d.RDMA[i]
 			for j := range ib.Ports {
@@ -437,23 +442,6 @@ func (l *live) writeSysfs(m *machine.Machine, dt float64, eff effects) {
 						p.Counters[k] += uint64(v)
 					} else if _, ok := p.HWCounters[k]; ok {
 						p.HWCounters[k] += uint64(v)
-					}
-				}
-				if e == nil {
-					continue
-				}
-				if e.rate < 1 {
-					p.Rate = scaleRate(p.Rate, e.rate)
-				}
-				if e.down {
-					// As a pulled cable or a port disabled at the switch
-					// shows (as machine's portDown writes it).
-					p.State, p.PhysState = machine.PortDown, machine.PhysDisabled
-					if p.LinkLayer != "Unspecified" {
-						p.Rate = machine.RateSDR10
-					}
-					if p.LinkLayer == "InfiniBand" {
-						p.LID, p.SMLID = 0xffff, 0
 					}
 				}
 			}
@@ -471,15 +459,6 @@ func (l *live) writeSysfs(m *machine.Machine, dt float64, eff effects) {
 			}
 			nd.CarrierUp += nl.carrierUp
 			nd.CarrierDown += nl.carrierDown
-			if e == nil {
-				continue
-			}
-			if e.rate < 1 && nd.Speed > 0 {
-				nd.Speed = int(float64(nd.Speed) * e.rate)
-			}
-			if e.down {
-				nd.OperState, nd.Carrier, nd.Speed = "down", false, -1
-			}
 		}
 	})
 	for i := range m.Nodes {
@@ -494,22 +473,7 @@ func (l *live) writeSysfs(m *machine.Machine, dt float64, eff effects) {
 		free := float64(n.MemFreeKB) * (1 + nl.freeAdj)
 		n.MemFreeKB = uint64(min(free, float64(n.MemTotalKB)))
 	}
-	for i, e := range eff.gpus {
-		if e.farProcess != nil {
-			m.Processes = append(m.Processes, *e.farProcess)
-		}
-		if e.Width == 0 && e.Generation == 0 {
-			continue
-		}
-		if d := m.Device(l.gpuBus[i]); d != nil {
-			if e.Width > 0 {
-				d.Width = e.Width
-			}
-			if e.Generation > 0 {
-				d.Gen = e.Generation
-			}
-		}
-	}
+	ApplyFaults(m, eff.tree)
 	for i := range m.Processes {
 		l.moveThreads(&m.Processes[i], dt)
 	}

@@ -398,48 +398,14 @@ func (n *Node) Close() error {
 	return os.RemoveAll(n.root)
 }
 
-// describeFault is a fault in one line for the log.
+// describeFault is a fault in one line for the log: its kind and the
+// fields it gives.
 func describeFault(f Fault) string {
 	var b strings.Builder
 	b.WriteString(string(f.Kind))
-	add := func(k string, v any) { fmt.Fprintf(&b, " %s=%v", k, v) }
-	if f.GPU >= 0 {
-		add("gpu", f.GPU)
-	}
-	switch f.Kind {
-	case PCIeWidth:
-		add("width", f.Width)
-	case PCIeGeneration:
-		add("generation", f.Generation)
-	case NVLinkDown:
-		add("link", f.Link)
-	case NVLinkErrors:
-		add("link", f.Link)
-		add("per_second", f.PerSecond)
-	case NICRate:
-		add("device", f.Device)
-		add("fraction", f.Fraction)
-	case NICDown:
-		add("device", f.Device)
-	case NICFlapping:
-		add("device", f.Device)
-		add("period", f.Period)
-	case NICSymbolErrors:
-		add("device", f.Device)
-		add("per_second", f.PerSecond)
-	case Throttle:
-		add("reason", f.Reason)
-	case XID:
-		add("code", f.Code)
-	case ProbeBandwidth, ProbeLatency:
-		add("probe", f.Probe)
-		if f.PeerGPU >= 0 {
-			add("peer_gpu", f.PeerGPU)
-		}
-		if f.Kind == ProbeBandwidth {
-			add("fraction", f.Fraction)
-		} else {
-			add("factor", f.Factor)
+	for _, k := range kindFields[f.Kind].fields() {
+		if v := f.field(k); v != unset.field(k) {
+			fmt.Fprintf(&b, " %s=%v", k, v)
 		}
 	}
 	return b.String()

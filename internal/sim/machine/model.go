@@ -1,15 +1,20 @@
-// Package machine models the parts of a machine's sysfs and procfs that
-// the numa package reads (NUMA nodes, the PCIe tree, RDMA and network
-// devices, GPU processes) and writes them out as a file tree laid out the
-// way the kernel lays it out, so that code under test reads a fake machine
+// Package machine models a host: its NUMA nodes, its PCIe tree, its RDMA
+// and network devices and its GPU processes, and writes them out as the
+// sysfs and procfs tree the numa package reads, laid out the way the
+// kernel lays it out, so that code under test reads a modelled machine
 // exactly as it reads /sys and /proc.
 //
+// It is the one model of the simulated node (internal/sim): its tree, its
+// NVML (internal/sim/nvmlmodel.New) and the check of a fault file all
+// derive from a Machine. What only NVML shows (which GPUs a process uses,
+// how the NVLinks are wired) is carried for it and not written.
+//
 // Profiles model real machines (DGX H100, AWS p5.48xlarge, the borrowed
-// H200 VM, a small host without GPUs), and "-faults" copies break them in
-// documented ways. Each profile's tree is committed as a text archive under
-// numa/testdata; Load extracts one for a test. Machines can be changed
-// before writing (Device, IBPort, Net, Process, Overrides), which is how
-// tests and the simulated node inject faults.
+// H200 VM, a small host without GPUs). Each profile's tree is committed as
+// a text archive under numa/testdata, beside faulty ones that internal/sim
+// makes by laying faults of its fault file over a profile; Load extracts
+// one for a test. Machines can be changed before writing (Device, IBPort,
+// Net, Process, Overrides), which is how faults are laid over them.
 package machine
 
 import (
@@ -38,9 +43,6 @@ type Machine struct {
 	// as DevicePath(addr)+"/current_link_width". They model files that
 	// hold garbage on a real machine, which nothing typed can express.
 	Overrides map[string]string
-	// Faults lists what a "-faults" profile breaks, for tests to iterate;
-	// Write ignores it.
-	Faults []Fault
 	// NVLink is how the GPUs' NVLinks are wired, for an NVML model to
 	// report (internal/sim/nvmlmodel); nothing under sys shows it, and
 	// Write ignores it.
@@ -55,12 +57,6 @@ type NVLink struct {
 	// link l of every GPU goes to Switches[l % len(Switches)]. With none,
 	// the machine has two GPUs and every link of each goes to the other.
 	Switches []string
-}
-
-// Fault is one documented defect of a faults profile.
-type Fault struct {
-	Name string // short identifier, such as "switch-b-uplink-x8"
-	Desc string // what is wrong and which files show it
 }
 
 // Node is a NUMA node.
