@@ -15,11 +15,10 @@ import (
 )
 
 // fixtureSeeds adds the named file of every process in every fixture
-// tree of testdata as a seed.
+// tree as a seed.
 func fixtureSeeds(f *testing.F, name string, add func(string)) {
-	archives, _ := filepath.Glob(filepath.Join("testdata", "*.txtar"))
-	for _, a := range archives {
-		root := machine.Load(f, strings.TrimSuffix(filepath.Base(a), ".txtar"))
+	for _, fixture := range machine.FixtureNames() {
+		root := machine.Load(f, fixture)
 		paths, _ := filepath.Glob(filepath.Join(root, "proc", "*", name))
 		for _, p := range paths {
 			if b, err := os.ReadFile(p); err == nil {

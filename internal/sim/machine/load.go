@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 )
 
 // TB is the part of testing.TB that Load uses; taking it rather than
@@ -26,6 +27,17 @@ const tmpfs = "/dev/shm"
 func testdataDir() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..", "..", "numa", "testdata")
+}
+
+// FixtureNames lists the trees committed in numa/testdata, by the name
+// Load takes: the profiles' and the faulty ones internal/sim makes.
+func FixtureNames() []string {
+	archives, _ := filepath.Glob(filepath.Join(testdataDir(), "*.txtar"))
+	names := make([]string, len(archives))
+	for i, a := range archives {
+		names[i] = strings.TrimSuffix(filepath.Base(a), ".txtar")
+	}
+	return names
 }
 
 // Load extracts the committed tree of a profile, numa/testdata/<profile>.txtar,
