@@ -22,14 +22,14 @@ import (
 	"github.com/gpulink/gpulink_exporter/collector"
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
-	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/internal/sim/nvmlmodel"
 	"github.com/gpulink/gpulink_exporter/internal/testwait"
 )
 
 // node is the daemon's NVML wiring over a fake machine.
 type node struct {
-	m       *nvmlfake.Machine
+	m       *nvmlmodel.Library
 	reader  *nvml.Reader
 	nvml    *sampler.Sampler[*nvml.Snapshot]
 	xid     *nvml.XIDWatcher
@@ -38,7 +38,7 @@ type node struct {
 	metrics *collector.NVMLCollector
 }
 
-func newNode(t *testing.T, m *nvmlfake.Machine) *node {
+func newNode(t *testing.T, m *nvmlmodel.Library) *node {
 	t.Helper()
 	n := &node{m: m, reader: nvml.NewReader(m, "", nil)}
 	n.nvml = sampler.New[*nvml.Snapshot]("nvml", n.reader, sampler.Options{Interval: time.Hour, Timeout: 200 * time.Millisecond})
@@ -76,7 +76,7 @@ func (n *node) scrape(t *testing.T) string {
 }
 
 func TestCollectorsLint(t *testing.T) {
-	n := newNode(t, nvmlfake.NewDGXH100())
+	n := newNode(t, nvmlmodel.NewDGXH100())
 	n.m.SendXID(2, 79)
 	testwait.Until(t, func() bool { return len(n.xid.Counts()) == 1 })
 	for name, c := range map[string]prometheus.Collector{
@@ -95,7 +95,7 @@ func TestCollectorsLint(t *testing.T) {
 }
 
 func TestH200PairMetrics(t *testing.T) {
-	m := nvmlfake.NewH200Pair()
+	m := nvmlmodel.NewH200Pair()
 	m.Update(func() {
 		m.GPUs[0].UUID = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
 		m.GPUs[1].UUID = "GPU-bbbbbbbb-0000-0000-0000-000000000000"
@@ -182,7 +182,7 @@ gpulink_gpu_nvlinks_active` + labels(g1...) + ` 17
 
 // Page retirement exists on GPUs before A100 only; model one.
 func TestRetiredPages(t *testing.T) {
-	m := nvmlfake.NewH200Pair()
+	m := nvmlmodel.NewH200Pair()
 	m.Update(func() {
 		m.GPUs[0].RetiredPages = map[gonvml.PageRetirementCause]int{
 			gonvml.PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS: 2, gonvml.PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR: 1}
@@ -205,7 +205,7 @@ func TestRetiredPages(t *testing.T) {
 }
 
 func TestLostGPUIsReported(t *testing.T) {
-	m := nvmlfake.NewH200Pair()
+	m := nvmlmodel.NewH200Pair()
 	n := newNode(t, m)
 	m.Update(func() { m.GPUs[1].Lost = true })
 	m.SendXID(1, 79)
@@ -235,7 +235,7 @@ func TestLostGPUIsReported(t *testing.T) {
 // A hung NVML call must never hold up /metrics: the scrape answers from the
 // last snapshot and says the source is down and stale.
 func TestHungNVMLDoesNotBlockScrape(t *testing.T) {
-	m := nvmlfake.NewH200Pair()
+	m := nvmlmodel.NewH200Pair()
 	n := newNode(t, m)
 	before := n.nvml.Status().LastSuccess
 
@@ -264,7 +264,7 @@ func TestHungNVMLDoesNotBlockScrape(t *testing.T) {
 }
 
 func TestNoLibraryServesSelfMetrics(t *testing.T) {
-	m := nvmlfake.NewH200Pair()
+	m := nvmlmodel.NewH200Pair()
 	m.NoLibrary = true
 	n := newNode(t, m)
 	body := n.scrape(t)

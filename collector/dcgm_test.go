@@ -12,7 +12,7 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/collector"
 	"github.com/gpulink/gpulink_exporter/internal/dcgm"
-	"github.com/gpulink/gpulink_exporter/internal/dcgm/dcgmfake"
+	"github.com/gpulink/gpulink_exporter/internal/dcgm/dcgmtest"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
@@ -101,8 +101,8 @@ func TestDCGMScrapeThroughFakeLibrary(t *testing.T) {
 	// A process keeps the libdcgm.so.4 it loaded first, and refuses
 	// another: a later run of this test (-count) reaches it by name.
 	lib := dcgm.DefaultLibrary
-	fakeDCGMOnce.Do(func() { lib = dcgmfake.Build(t) })
-	engine, err := dcgmfake.NewEngine(t.TempDir())
+	fakeDCGMOnce.Do(func() { lib = dcgmtest.Build(t) })
+	engine, err := dcgmtest.NewEngine(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/collector"
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
-	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
+	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/numa"
 )
 
@@ -105,7 +105,7 @@ func nicRegistry(t *testing.T, fs numa.FS) (*prometheus.Registry, *collector.NIC
 
 // nicProfileFS is a committed fixture tree.
 func nicProfileFS(t *testing.T, profile string) numa.FS {
-	root := sysfsfake.Load(t, profile)
+	root := machine.Load(t, profile)
 	return numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
 }
 

@@ -13,7 +13,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/collector"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/podresources"
-	"github.com/gpulink/gpulink_exporter/internal/podresources/kubeletfake"
+	"github.com/gpulink/gpulink_exporter/internal/podresources/kubelettest"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
@@ -46,8 +46,8 @@ gpulink_gpu_pod_info{container="trainer",gpu="0",namespace="default",pci_bus_id=
 // against a real gRPC server on a unix socket: while the kubelet hangs, a
 // scrape answers at once with the last assignments.
 func TestPodScrapeNeverWaitsOnTheKubelet(t *testing.T) {
-	k := kubeletfake.New(filepath.Join(t.TempDir(), "kubelet.sock"))
-	k.SetPods(kubeletfake.Pod{Namespace: "default", Name: "train-0", Containers: []kubeletfake.Container{
+	k := kubelettest.New(filepath.Join(t.TempDir(), "kubelet.sock"))
+	k.SetPods(kubelettest.Pod{Namespace: "default", Name: "train-0", Containers: []kubelettest.Container{
 		{Name: "trainer", Devices: map[string][]string{"nvidia.com/gpu": {"GPU-a"}}}}})
 	if err := k.Start(); err != nil {
 		t.Fatal(err)

@@ -12,10 +12,11 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/collector"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
-	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
 	"github.com/gpulink/gpulink_exporter/internal/process"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
-	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
+	"github.com/gpulink/gpulink_exporter/internal/sim"
+	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
+	"github.com/gpulink/gpulink_exporter/internal/sim/nvmlmodel"
 	"github.com/gpulink/gpulink_exporter/numa"
 )
 
@@ -169,7 +170,7 @@ func lintClean(t *testing.T, c prometheus.Collector) {
 // fixture tree and a fake NVML whose GPUs carry the tree's processes.
 type placementNode struct {
 	fs     numa.FS
-	m      *nvmlfake.Machine
+	m      *nvmlmodel.Library
 	reader *nvml.Reader
 	topo   *sampler.Sampler[*numa.Topology]
 	place  *sampler.Sampler[*process.Snapshot]
@@ -177,9 +178,9 @@ type placementNode struct {
 
 func newPlacementNode(t *testing.T, profile string) *placementNode {
 	t.Helper()
-	root := sysfsfake.Load(t, profile)
-	n := &placementNode{fs: numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}, m: nvmlfake.NewDGXH100()}
-	model := sysfsfake.Profiles()[profile]()
+	root := machine.Load(t, profile)
+	n := &placementNode{fs: numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}, m: nvmlmodel.NewDGXH100()}
+	model := sim.Fixtures()[profile]()
 	for i, g := range n.m.GPUs {
 		var pids []int
 		for _, p := range model.Processes {
@@ -235,8 +236,8 @@ func TestProcessMetricsDGXFaults(t *testing.T) {
 		}
 		want.WriteString(`gpulink_gpu_processes{gpu="` + string(rune('0'+i)) + `",pci_bus_id="` + g.PciBusID + `",uuid="` + uuid(i) + `"} ` + v + "\n")
 	}
-	pod4242 := `container_id="` + sysfsfakeContainer(t, n, 4242) + `",gpu="0",pci_bus_id="0000:18:00.0",pid="4242",pod_uid="` + placementPod + `",uuid="` + uuid(0) + `"`
-	pod5151 := `container_id="` + sysfsfakeContainer(t, n, 5151) + `",gpu="4",pci_bus_id="0000:9a:00.0",pid="5151",pod_uid="b6dcdec5-de98-5651-abf8-cfee8ab37743",uuid="` + uuid(4) + `"`
+	pod4242 := `container_id="` + fixtureContainer(t, n, 4242) + `",gpu="0",pci_bus_id="0000:18:00.0",pid="4242",pod_uid="` + placementPod + `",uuid="` + uuid(0) + `"`
+	pod5151 := `container_id="` + fixtureContainer(t, n, 5151) + `",gpu="4",pci_bus_id="0000:9a:00.0",pid="5151",pod_uid="b6dcdec5-de98-5651-abf8-cfee8ab37743",uuid="` + uuid(4) + `"`
 	mps := `container_id="",gpu="2",pci_bus_id="0000:3a:00.0",pid="6161",pod_uid="",uuid="` + uuid(2) + `"`
 	want.WriteString(`# HELP gpulink_process_misaffine 1 if more than half of the process's allowed CPUs, of its threads (by the CPU each last ran on) or of its resident memory is off its GPU's NUMA node, or none of its allowed CPUs is on that node. Always 0 on a machine of one node.
 # TYPE gpulink_process_misaffine gauge
@@ -260,10 +261,10 @@ gpulink_process_remote_memory_ratio{comm="python",` + pod5151 + `} 0.00497512437
 	}
 }
 
-// sysfsfakeContainer reads the container ID the fixture gave a process,
+// fixtureContainer reads the container ID the fixture gave a process,
 // from the snapshot: the tests of the numa package check the cgroup
 // parsing itself.
-func sysfsfakeContainer(t *testing.T, n *placementNode, pid int) string {
+func fixtureContainer(t *testing.T, n *placementNode, pid int) string {
 	t.Helper()
 	for _, g := range n.place.Latest().Data.GPUs {
 		for _, p := range g.Procs {

@@ -7,8 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
 	"github.com/gpulink/gpulink_exporter/internal/scrape"
+	"github.com/gpulink/gpulink_exporter/internal/sim/nvmlmodel"
 )
 
 type bump struct{ v atomic.Uint64 }
@@ -22,8 +22,8 @@ func (b *bump) Version() uint64 { return b.v.Load() }
 func BenchmarkScrape(b *testing.B) {
 	for _, tc := range []struct {
 		name string
-		m    func() *nvmlfake.Machine
-	}{{"h200-pair", nvmlfake.NewH200Pair}, {"dgx-h100", nvmlfake.NewDGXH100}} {
+		m    func() *nvmlmodel.Library
+	}{{"h200-pair", nvmlmodel.NewH200Pair}, {"dgx-h100", nvmlmodel.NewDGXH100}} {
 		for _, fresh := range []bool{false, true} {
 			name := tc.name + "/cached"
 			if fresh {

@@ -13,7 +13,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/collector"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
-	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
+	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/numa"
 )
 
@@ -23,7 +23,7 @@ type identities []nvml.Identity
 func (ids identities) Identities() []nvml.Identity { return ids }
 
 func fixtureFS(t *testing.T, profile string) numa.FS {
-	root := sysfsfake.Load(t, profile)
+	root := machine.Load(t, profile)
 	return numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
 }
 

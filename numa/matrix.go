@@ -27,7 +27,7 @@ func (t *Topology) Matrix(gpus []MatrixGPU) string {
 		}
 	}
 	// nvidia-smi numbers NICs in RDMA device order: mlx5_2 before mlx5_10.
-	slices.SortStableFunc(nics, func(a, b *PCIDevice) int { return naturalCompare(a.RDMANames[0], b.RDMANames[0]) })
+	slices.SortStableFunc(nics, func(a, b *PCIDevice) int { return NaturalCompare(a.RDMANames[0], b.RDMANames[0]) })
 	devs := make([]*PCIDevice, 0, len(gpus)+len(nics))
 	for _, g := range gpus {
 		d := t.Device(g.Address)
@@ -85,8 +85,10 @@ func (t *Topology) Matrix(gpus []MatrixGPU) string {
 	return b.String()
 }
 
-// naturalCompare orders names with their digit runs compared as numbers.
-func naturalCompare(a, b string) int {
+// NaturalCompare orders names with their digit runs compared as numbers:
+// mlx5_2 before mlx5_10, as nvidia-smi numbers NICs. Runs are read 18
+// digits at a time, so no run overflows.
+func NaturalCompare(a, b string) int {
 	for a != "" && b != "" {
 		da, db := leadingDigits(a), leadingDigits(b)
 		if da != "" && db != "" {

@@ -105,7 +105,7 @@ func TestParseNodeFiles(t *testing.T) {
 
 func TestNaturalCompare(t *testing.T) {
 	names := []string{"mlx5_10", "mlx5_2", "mlx5_1", "rdmap79s0", "mlx5_0", "rdmap160s0"}
-	slices.SortFunc(names, naturalCompare)
+	slices.SortFunc(names, NaturalCompare)
 	want := []string{"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_10", "rdmap79s0", "rdmap160s0"}
 	if !slices.Equal(names, want) {
 		t.Errorf("sorted = %v, want %v", names, want)

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
-	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
+	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/numa"
 )
 
@@ -18,7 +18,7 @@ var dgxGPUs = []string{"0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:
 
 func loadTopology(t *testing.T, profile string) *numa.Topology {
 	t.Helper()
-	root := sysfsfake.Load(t, profile)
+	root := machine.Load(t, profile)
 	topo, err := numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}.Topology()
 	if err != nil {
 		t.Fatalf("%s: %v", profile, err)
@@ -322,7 +322,7 @@ GPU1	NV18	 X 	0-31	0
 // One unreadable or garbage file drops that value and is counted; the
 // rest of the tree is read.
 func TestTopologyBadFiles(t *testing.T) {
-	root := sysfsfake.Load(t, "dgx-h100")
+	root := machine.Load(t, "dgx-h100")
 	sys := filepath.Join(root, "sys")
 	gpu0 := filepath.Join(sys, "bus", "pci", "devices", dgxGPUs[0])
 	if err := os.WriteFile(filepath.Join(gpu0, "current_link_width"), []byte("x16\n"), 0o644); err != nil {

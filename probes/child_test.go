@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
+	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/numa"
-	"github.com/gpulink/gpulink_exporter/probes/cuda/cudafake"
+	"github.com/gpulink/gpulink_exporter/probes/cuda/cudatest"
 )
 
-// The fake driver's model (see cudafake): what each probe must report back
+// The fake driver's model (see cudatest): what each probe must report back
 // if it queues, times and counts correctly.
 const (
 	fakeH2D     = 50e9
@@ -37,8 +37,8 @@ const (
 func fakeMachine(t *testing.T) ChildConfig {
 	t.Helper()
 	t.Setenv("FAKE_CUDA_BUSIDS", gpu0+","+gpu1)
-	root := sysfsfake.Load(t, "h200-vm")
-	return ChildConfig{Library: cudafake.Build(t), FS: numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}}
+	root := machine.Load(t, "h200-vm")
+	return ChildConfig{Library: cudatest.Build(t), FS: numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}}
 }
 
 // hostNodes binds to node 0 where this kernel has one (every NUMA kernel

@@ -10,8 +10,8 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
-	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
-	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
+	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
+	"github.com/gpulink/gpulink_exporter/internal/sim/nvmlmodel"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
 )
@@ -40,7 +40,7 @@ func wantNear(t *testing.T, what string, got, want float64) {
 
 func topology(t *testing.T, profile string) *numa.Topology {
 	t.Helper()
-	root := sysfsfake.Load(t, profile)
+	root := machine.Load(t, profile)
 	topo, err := numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}.Topology()
 	if err != nil {
 		t.Fatalf("%s: %v", profile, err)
@@ -48,7 +48,7 @@ func topology(t *testing.T, profile string) *numa.Topology {
 	return topo
 }
 
-func sample(t *testing.T, m *nvmlfake.Machine) *nvml.Snapshot {
+func sample(t *testing.T, m *nvmlmodel.Library) *nvml.Snapshot {
 	t.Helper()
 	snap, err := nvml.NewReader(m, "", nil).Sample(context.Background())
 	if err != nil {
@@ -57,13 +57,13 @@ func sample(t *testing.T, m *nvmlfake.Machine) *nvml.Snapshot {
 	return snap
 }
 
-// The p5's GPU addresses, tray by tray (see sysfsfake.AWSP5).
+// The p5's GPU addresses, tray by tray (see machine.AWSP5).
 func p5GPU(i int) string { return fmt.Sprintf("0000:%02x:00.0", 0x47+0x11*i+12) }
 
 // p5NVML is a DGX H100's NVML at the p5's GPU addresses: the same eight
 // H100 SXM on NVSwitch.
-func p5NVML() *nvmlfake.Machine {
-	m := nvmlfake.NewDGXH100()
+func p5NVML() *nvmlmodel.Library {
+	m := nvmlmodel.NewDGXH100()
 	m.Update(func() {
 		for i, g := range m.GPUs {
 			g.PciBusID = p5GPU(i)
@@ -78,7 +78,7 @@ var dgxGPUs = []string{"0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:
 // The borrowed machine: Gen5 x16 straight on the root bus, all 18 NVLinks
 // of each GPU going to the other.
 func TestPathH200VM(t *testing.T) {
-	topo, snap := topology(t, "h200-vm"), sample(t, nvmlfake.NewH200Pair())
+	topo, snap := topology(t, "h200-vm"), sample(t, nvmlmodel.NewH200Pair())
 	p := probes.PathFor(snap, topo, "0000:00:06.0")
 	wantNear(t, "host", p.HostBytesPerSecond, gen5x16)
 	wantNear(t, "peer", p.PeerBytesPerSecond["0000:00:07.0"], nvlink18)
@@ -95,7 +95,7 @@ func TestPathH200VM(t *testing.T) {
 // A DGX H100: Gen5 x16 all the way through its switches, NVSwitch between
 // every pair.
 func TestPathDGXH100(t *testing.T) {
-	topo, snap := topology(t, "dgx-h100"), sample(t, nvmlfake.NewDGXH100())
+	topo, snap := topology(t, "dgx-h100"), sample(t, nvmlmodel.NewDGXH100())
 	for _, addr := range dgxGPUs {
 		p := probes.PathFor(snap, topo, addr)
 		wantNear(t, addr+" host", p.HostBytesPerSecond, gen5x16)
@@ -116,7 +116,7 @@ func TestPathDGXH100(t *testing.T) {
 // capability, so GPUs 2 and 3 keep 63 GB/s and their measured ratio is what
 // falls; the topology's current state shows the narrow link.
 func TestPathDowntrainedUplinkKeepsExpectation(t *testing.T) {
-	topo, snap := topology(t, "dgx-h100-faults"), sample(t, nvmlfake.NewDGXH100())
+	topo, snap := topology(t, "dgx-h100-faults"), sample(t, nvmlmodel.NewDGXH100())
 	for _, addr := range []string{"0000:3a:00.0", "0000:5d:00.0"} {
 		wantNear(t, addr+" host", probes.PathFor(snap, topo, addr).HostBytesPerSecond, gen5x16)
 		if h, ok := topo.SlowestHop(topo.Device(addr), false); !ok || !near(h.Bandwidth(false), gen5x8) {
@@ -184,7 +184,7 @@ func TestPathUnknown(t *testing.T) {
 // PCIe peer-to-peer through the host.
 func TestPathNVLinksDown(t *testing.T) {
 	topo := topology(t, "h200-vm")
-	m := nvmlfake.NewH200Pair()
+	m := nvmlmodel.NewH200Pair()
 	m.Update(func() {
 		m.GPUs[0].NVLinks[17].Up = false
 		m.GPUs[1].NVLinks[17].Up = false

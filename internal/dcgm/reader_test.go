@@ -15,7 +15,7 @@ import (
 
 	godcgm "github.com/NVIDIA/go-dcgm/pkg/dcgm"
 
-	"github.com/gpulink/gpulink_exporter/internal/dcgm/dcgmfake"
+	"github.com/gpulink/gpulink_exporter/internal/dcgm/dcgmtest"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
@@ -26,7 +26,7 @@ import (
 // its reader.
 var (
 	fakeLib string
-	engine  *dcgmfake.Engine
+	engine  *dcgmtest.Engine
 )
 
 func TestMain(m *testing.M) {
@@ -37,11 +37,11 @@ func TestMain(m *testing.M) {
 	}
 	code := func() int {
 		defer os.RemoveAll(dir)
-		if fakeLib, err = dcgmfake.BuildIn(dir, "libdcgm.so.4"); err != nil {
+		if fakeLib, err = dcgmtest.BuildIn(dir, "libdcgm.so.4"); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		if engine, err = dcgmfake.NewEngine(dir); err != nil {
+		if engine, err = dcgmtest.NewEngine(dir); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
@@ -76,7 +76,7 @@ func set(t *testing.T, kv ...string) {
 func calls(t *testing.T) []string {
 	t.Helper()
 	c := engine.Calls()
-	if err := os.WriteFile(os.Getenv(dcgmfake.EnvLog), nil, 0o644); err != nil {
+	if err := os.WriteFile(os.Getenv(dcgmtest.EnvLog), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if len(c) == 1 && c[0] == "" {
@@ -265,7 +265,7 @@ func TestNoLibrary(t *testing.T) {
 }
 
 func TestLibraryWithAnotherSONAMEIsRefused(t *testing.T) {
-	lib, err := dcgmfake.BuildIn(t.TempDir(), "libnotdcgm.so.1")
+	lib, err := dcgmtest.BuildIn(t.TempDir(), "libnotdcgm.so.1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +290,7 @@ func TestSecondLibraryIsRefused(t *testing.T) {
 	first.Close()
 	// A process keeps the libdcgm.so.4 it loaded first: go-dcgm's
 	// dlopen by name finds that one, so another file is refused.
-	other, err := dcgmfake.BuildIn(t.TempDir(), "libdcgm.so.4")
+	other, err := dcgmtest.BuildIn(t.TempDir(), "libdcgm.so.4")
 	if err != nil {
 		t.Fatal(err)
 	}

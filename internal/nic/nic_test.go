@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/internal/sysfs"
-	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
 	"github.com/gpulink/gpulink_exporter/numa"
 )
 
@@ -532,7 +532,7 @@ func TestParseIBRate(t *testing.T) {
 // nicProfile samples a committed fixture tree.
 func nicProfile(t *testing.T, profile string) (*Snapshot, *sampler.PartialError, numa.FS) {
 	t.Helper()
-	root := sysfsfake.Load(t, profile)
+	root := machine.Load(t, profile)
 	f := numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
 	snap, perr := nicSample(t, f)
 	return snap, perr, f

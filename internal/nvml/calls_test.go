@@ -4,7 +4,7 @@ import (
 	"reflect"
 	"strings"
 
-	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
+	"github.com/gpulink/gpulink_exporter/internal/sim/nvmlmodel"
 )
 
 // callCounts is how often each NVML method was called, by method name,
@@ -14,7 +14,7 @@ type callCounts map[string]int
 
 // countCalls reads the call records of the machine's library and of the
 // GPUs with the given indexes (all GPUs when none are given).
-func countCalls(m *nvmlfake.Machine, gpus ...int) callCounts {
+func countCalls(m *nvmlmodel.Library, gpus ...int) callCounts {
 	out := callCounts{}
 	if len(gpus) == 0 {
 		addCalls(out, &m.Server.Interface)

@@ -8,12 +8,12 @@ import (
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
-	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/internal/sim/nvmlmodel"
 )
 
 func TestComputeProcesses(t *testing.T) {
-	m := nvmlfake.NewDGXH100()
+	m := nvmlmodel.NewDGXH100()
 	m.SetProcesses(4, 1<<30, 5151)
 	m.SetProcesses(0, 2<<30, 4242, 6161)
 	m.Update(func() {
@@ -44,14 +44,14 @@ func TestComputeProcesses(t *testing.T) {
 }
 
 func TestComputeProcessesNone(t *testing.T) {
-	got, err := nvml.NewReader(nvmlfake.NewH200Pair(), "", nil).ComputeProcesses()
+	got, err := nvml.NewReader(nvmlmodel.NewH200Pair(), "", nil).ComputeProcesses()
 	if err != nil || len(got) != 0 {
 		t.Fatalf("got %v, %v; want no processes, no error", got, err)
 	}
 }
 
 func TestComputeProcessesFailures(t *testing.T) {
-	m := nvmlfake.NewDGXH100()
+	m := nvmlmodel.NewDGXH100()
 	for i := range m.GPUs {
 		m.SetProcesses(i, 1<<20, 1000+i)
 	}
@@ -85,7 +85,7 @@ func TestComputeProcessesFailures(t *testing.T) {
 }
 
 func TestComputeProcessesNoLibrary(t *testing.T) {
-	m := nvmlfake.NewDGXH100()
+	m := nvmlmodel.NewDGXH100()
 	m.NoLibrary = true
 	if _, err := nvml.NewReader(m, "", nil).ComputeProcesses(); !errors.Is(err, nvml.ErrNoLibrary) {
 		t.Fatalf("err %v, want ErrNoLibrary", err)

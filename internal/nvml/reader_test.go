@@ -11,8 +11,8 @@ import (
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
-	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/internal/sim/nvmlmodel"
 )
 
 // sysfsWithNUMA writes bus/pci/devices/<id>/numa_node files.
@@ -41,7 +41,7 @@ func sample(t *testing.T, r *nvml.Reader) *nvml.Snapshot {
 }
 
 func TestDGXH100Identity(t *testing.T) {
-	m := nvmlfake.NewDGXH100()
+	m := nvmlmodel.NewDGXH100()
 	root := sysfsWithNUMA(t, map[string]string{"0000:18:00.0": "0", "0000:9a:00.0": "1", "0000:2a:00.0": "-1"})
 	snap := sample(t, nvml.NewReader(m, root, nil))
 
@@ -70,7 +70,7 @@ func TestDGXH100Identity(t *testing.T) {
 }
 
 func TestReadingsInBaseUnits(t *testing.T) {
-	m := nvmlfake.NewH200Pair()
+	m := nvmlmodel.NewH200Pair()
 	m.Update(func() {
 		g := m.GPUs[1]
 		g.SMClockMHz, g.PowerMW, g.EnergyMJ, g.UtilGPU = 1755, 650500, 3_000_000, 87
@@ -79,8 +79,8 @@ func TestReadingsInBaseUnits(t *testing.T) {
 		g.RemapCorr, g.RemapPending = 2, true
 		g.PCIeGen, g.PCIeWidth = 4, 8
 		g.PCIeReplays = 11
-		g.Fields[nvmlfake.FieldKey{ID: gonvml.FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN}] = 2.5e9
-		g.Fields[nvmlfake.FieldKey{ID: gonvml.FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS}] = 4
+		g.Fields[nvmlmodel.FieldKey{ID: gonvml.FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN}] = 2.5e9
+		g.Fields[nvmlmodel.FieldKey{ID: gonvml.FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS}] = 4
 		g.NVLinks[3].Errors[gonvml.NVLINK_ERROR_DL_CRC_FLIT] = 17
 	})
 	g := sample(t, nvml.NewReader(m, "", nil)).GPUs[1]
@@ -131,7 +131,7 @@ func TestReadingsInBaseUnits(t *testing.T) {
 
 func TestPairsAsNvidiaSmiTopo(t *testing.T) {
 	t.Run("H200 pair, direct NVLinks", func(t *testing.T) {
-		m := nvmlfake.NewH200Pair()
+		m := nvmlmodel.NewH200Pair()
 		snap := sample(t, nvml.NewReader(m, "", nil))
 		if len(snap.Pairs) != 2 {
 			t.Fatalf("%d pairs, want 2 (both directions)", len(snap.Pairs))
@@ -155,7 +155,7 @@ func TestPairsAsNvidiaSmiTopo(t *testing.T) {
 		}
 	})
 	t.Run("DGX H100, NVSwitch", func(t *testing.T) {
-		snap := sample(t, nvml.NewReader(nvmlfake.NewDGXH100(), "", nil))
+		snap := sample(t, nvml.NewReader(nvmlmodel.NewDGXH100(), "", nil))
 		if len(snap.Pairs) != 56 {
 			t.Fatalf("%d pairs, want 56", len(snap.Pairs))
 		}
@@ -166,7 +166,7 @@ func TestPairsAsNvidiaSmiTopo(t *testing.T) {
 		}
 	})
 	t.Run("no NVLink: PCIe level", func(t *testing.T) {
-		m := nvmlfake.NewDGXH100()
+		m := nvmlmodel.NewDGXH100()
 		for _, g := range m.GPUs {
 			for l := range g.NVLinks {
 				g.NVLinks[l].Up = false
@@ -191,7 +191,7 @@ func TestNVLinkErrorsFromFieldsOrCalls(t *testing.T) {
 		{"calls where fields are missing", []string{"field:161", "field:162", "field:163", "field:39"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := nvmlfake.NewH200Pair()
+			m := nvmlmodel.NewH200Pair()
 			m.Update(func() {
 				m.GPUs[0].NVLinks[4].Errors = [4]uint64{gonvml.NVLINK_ERROR_DL_REPLAY: 3, gonvml.NVLINK_ERROR_DL_RECOVERY: 1,
 					gonvml.NVLINK_ERROR_DL_CRC_FLIT: 250, gonvml.NVLINK_ERROR_DL_CRC_DATA: 7}
@@ -215,7 +215,7 @@ func TestNVLinkErrorsFromFieldsOrCalls(t *testing.T) {
 }
 
 func TestNVLinkRetrainedToAnotherPeer(t *testing.T) {
-	m := nvmlfake.NewH200Pair()
+	m := nvmlmodel.NewH200Pair()
 	r := nvml.NewReader(m, "", nil)
 	sample(t, r)
 	m.Update(func() { m.GPUs[0].NVLinks[2].Up = false })
@@ -223,7 +223,7 @@ func TestNVLinkRetrainedToAnotherPeer(t *testing.T) {
 		t.Fatalf("down link: active %v remote %q, want down with no remote", l.Active, l.RemotePCIBusID)
 	}
 	m.Update(func() {
-		m.GPUs[0].NVLinks[2] = nvmlfake.Link{Up: true, Version: 4, RemoteBus: "00000000:05:00.0", RemoteType: gonvml.NVLINK_DEVICE_TYPE_SWITCH}
+		m.GPUs[0].NVLinks[2] = nvmlmodel.Link{Up: true, Version: 4, RemoteBus: "00000000:05:00.0", RemoteType: gonvml.NVLINK_DEVICE_TYPE_SWITCH}
 	})
 	if l := sample(t, r).GPUs[0].NVLinks[2]; !l.Active || l.RemotePCIBusID != "0000:05:00.0" || l.RemoteType != "switch" {
 		t.Fatalf("retrained link: %+v, want up to the switch at 0000:05:00.0", l)
@@ -233,7 +233,7 @@ func TestNVLinkRetrainedToAnotherPeer(t *testing.T) {
 // A failure elsewhere in the sample must not make every link re-read what
 // it keeps between state changes (that costs ~55 ms a GPU on an H200).
 func TestLinkStaticsNotReReadAfterUnrelatedError(t *testing.T) {
-	m := nvmlfake.NewH200Pair()
+	m := nvmlmodel.NewH200Pair()
 	r := nvml.NewReader(m, "", nil)
 	// GPU 0's temperature is read before its links, in the same sample.
 	m.Update(func() { m.GPUs[0].Errors["GetTemperature"] = gonvml.ERROR_UNKNOWN })
@@ -248,7 +248,7 @@ func TestLinkStaticsNotReReadAfterUnrelatedError(t *testing.T) {
 }
 
 func TestUnsupportedIsSkippedQuietly(t *testing.T) {
-	m := nvmlfake.NewH200Pair()
+	m := nvmlmodel.NewH200Pair()
 	m.Update(func() {
 		for _, g := range m.GPUs {
 			g.Unsupported["GetPowerUsage"] = true
@@ -274,7 +274,7 @@ func TestUnsupportedIsSkippedQuietly(t *testing.T) {
 }
 
 func TestFailedCallsAreCountedAndTheRestKept(t *testing.T) {
-	m := nvmlfake.NewH200Pair()
+	m := nvmlmodel.NewH200Pair()
 	m.Update(func() { m.GPUs[1].Errors["GetTemperature"] = gonvml.ERROR_UNKNOWN })
 	snap, err := nvml.NewReader(m, "", nil).Sample(context.Background())
 	var partial *sampler.PartialError
@@ -287,7 +287,7 @@ func TestFailedCallsAreCountedAndTheRestKept(t *testing.T) {
 }
 
 func TestGPULostMidRun(t *testing.T) {
-	m := nvmlfake.NewDGXH100()
+	m := nvmlmodel.NewDGXH100()
 	r := nvml.NewReader(m, "", nil)
 	if sample(t, r).GPUs[3].Lost {
 		t.Fatal("GPU 3 lost before it was")
@@ -313,7 +313,7 @@ func TestGPULostMidRun(t *testing.T) {
 }
 
 func TestNoLibrary(t *testing.T) {
-	m := nvmlfake.NewH200Pair()
+	m := nvmlmodel.NewH200Pair()
 	m.NoLibrary = true
 	r := nvml.NewReader(m, "", nil)
 	if _, err := r.Sample(context.Background()); !errors.Is(err, nvml.ErrNoLibrary) {
@@ -330,7 +330,7 @@ func TestNoLibrary(t *testing.T) {
 }
 
 func TestXIDWatcherCountsEvents(t *testing.T) {
-	m := nvmlfake.NewH200Pair()
+	m := nvmlmodel.NewH200Pair()
 	r := nvml.NewReader(m, "", nil)
 	w := nvml.NewXIDWatcher(r, nil)
 	w.Wait = 20 * time.Millisecond
@@ -369,7 +369,7 @@ func TestXIDWatcherCountsEvents(t *testing.T) {
 }
 
 func TestXIDWatcherWithoutRegistration(t *testing.T) {
-	m := nvmlfake.NewH200Pair()
+	m := nvmlmodel.NewH200Pair()
 	for _, g := range m.GPUs {
 		g.Unsupported["RegisterEvents"] = true
 	}

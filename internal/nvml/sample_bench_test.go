@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
-	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
+	"github.com/gpulink/gpulink_exporter/internal/sim/nvmlmodel"
 )
 
 // BenchmarkSample times Reader.Sample on the fake DGX H100 (8 GPUs, 18
@@ -24,7 +24,7 @@ func BenchmarkSample(b *testing.B) {
 // benchSample times samples after two that discover the GPUs, read the
 // statics and learn what is unsupported.
 func benchSample(b *testing.B, stateFields bool, opts ...nvml.Option) {
-	m := nvmlfake.NewDGXH100()
+	m := nvmlmodel.NewDGXH100()
 	r := nvml.NewReader(m, "", nil, opts...)
 	nvml.SetLinkStateFields(r, stateFields)
 	ctx := context.Background()

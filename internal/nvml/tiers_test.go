@@ -11,8 +11,8 @@ import (
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
-	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/internal/sim/nvmlmodel"
 )
 
 // fakeClock is a clock tests move by hand.
@@ -21,7 +21,7 @@ type fakeClock struct{ t time.Time }
 func (c *fakeClock) now() time.Time       { return c.t }
 func (c *fakeClock) step(d time.Duration) { c.t = c.t.Add(d) }
 func newClock() *fakeClock                { return &fakeClock{t: time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC)} }
-func tiered(m *nvmlfake.Machine, c *fakeClock) *nvml.Reader {
+func tiered(m *nvmlmodel.Library, c *fakeClock) *nvml.Reader {
 	return nvml.NewReader(m, "", nil, nvml.WithSlowInterval(time.Minute), nvml.WithClock(c.now))
 }
 
@@ -54,7 +54,7 @@ func times(c callCounts, n int) callCounts {
 }
 
 func TestTiersFastSampleAsksOnlyTheFastTier(t *testing.T) {
-	m := nvmlfake.NewDGXH100()
+	m := nvmlmodel.NewDGXH100()
 	c := newClock()
 	r := tiered(m, c)
 	sample(t, r)
@@ -83,7 +83,7 @@ func TestTiersFastSampleAsksOnlyTheFastTier(t *testing.T) {
 }
 
 func TestTiersStaticsReadOnce(t *testing.T) {
-	m := nvmlfake.NewDGXH100()
+	m := nvmlmodel.NewDGXH100()
 	c := newClock()
 	r := tiered(m, c)
 	sample(t, r)
@@ -115,7 +115,7 @@ func TestTiersStaticsReadOnce(t *testing.T) {
 }
 
 func TestTiersSlowValuesCarriedBetweenReads(t *testing.T) {
-	m := nvmlfake.NewH200Pair()
+	m := nvmlmodel.NewH200Pair()
 	c := newClock()
 	r := tiered(m, c)
 	g := sample(t, r).GPUs[0]
@@ -156,7 +156,7 @@ func TestTiersSlowValuesCarriedBetweenReads(t *testing.T) {
 // A slow read that failed is tried again next sample, not a slow interval
 // later; each failure is counted.
 func TestTiersFailedSlowReadRetried(t *testing.T) {
-	m := nvmlfake.NewH200Pair()
+	m := nvmlmodel.NewH200Pair()
 	c := newClock()
 	r := tiered(m, c)
 	m.Update(func() { m.GPUs[1].Errors["GetTotalEccErrors"] = gonvml.ERROR_UNKNOWN })
@@ -179,7 +179,7 @@ func TestTiersFailedSlowReadRetried(t *testing.T) {
 }
 
 func TestTiersStaticsReReadWhenGPUSetChanges(t *testing.T) {
-	m := nvmlfake.NewDGXH100()
+	m := nvmlmodel.NewDGXH100()
 	c := newClock()
 	r := tiered(m, c)
 	sample(t, r)
@@ -230,7 +230,7 @@ func TestTiersStaticsReReadWhenGPUSetChanges(t *testing.T) {
 }
 
 func TestTiersStaticReadRetriedAfterFailure(t *testing.T) {
-	m := nvmlfake.NewH200Pair()
+	m := nvmlmodel.NewH200Pair()
 	r := tiered(m, newClock())
 	m.Update(func() { m.GPUs[0].Errors["GetMaxPcieLinkWidth"] = gonvml.ERROR_UNKNOWN })
 	if _, err := r.Sample(context.Background()); err == nil {
@@ -250,7 +250,7 @@ func TestTiersStaticReadRetriedAfterFailure(t *testing.T) {
 
 // fieldIDs records the field ids GPU i is asked for, per GetFieldValues
 // call.
-func fieldIDs(m *nvmlfake.Machine, i int) *[][]uint32 {
+func fieldIDs(m *nvmlmodel.Library, i int) *[][]uint32 {
 	var calls [][]uint32
 	g := m.GPUs[i]
 	prev := g.GetFieldValuesFunc
@@ -274,18 +274,18 @@ func TestTiersFieldsFallBackToCalls(t *testing.T) {
 		gonvml.FI_DEV_ECC_DBE_AGG_TOTAL: "GetTotalEccErrors", gonvml.FI_DEV_REMAPPED_PENDING: "GetRemappedRows",
 		gonvml.FI_DEV_PCIE_REPLAY_COUNTER: "GetPcieReplayCounter", gonvml.FI_DEV_NVLINK_ERROR_DL_REPLAY: "GetNvLinkErrorCounter",
 	}
-	setup := func(m *nvmlfake.Machine) {
+	setup := func(m *nvmlmodel.Library) {
 		g := m.GPUs[1]
 		g.PowerMW, g.PowerLimitMW, g.EnergyMJ = 350500, 650000, 9_000_000
 		g.ECC = [2][2]uint64{{4, 6}, {1, 2}}
 		g.RemapCorr, g.RemapPending, g.PCIeReplays = 3, true, 12
 		g.NVLinks[7].Errors = [4]uint64{2, 3, 4, 5}
 	}
-	batched := nvmlfake.NewH200Pair()
+	batched := nvmlmodel.NewH200Pair()
 	batched.Update(func() { setup(batched) })
 	want := sample(t, nvml.NewReader(batched, "", nil, everySample)).GPUs[1]
 
-	m := nvmlfake.NewH200Pair()
+	m := nvmlmodel.NewH200Pair()
 	m.Update(func() {
 		setup(m)
 		for id := range fields {
@@ -356,7 +356,7 @@ func equal(a, b any) bool {
 
 // Without the field API every value comes through its call.
 func TestTiersNoFieldValues(t *testing.T) {
-	m := nvmlfake.NewH200Pair()
+	m := nvmlmodel.NewH200Pair()
 	m.Update(func() { m.GPUs[0].Unsupported["GetFieldValues"] = true })
 	r := nvml.NewReader(m, "", nil, nvml.WithSlowInterval(0))
 	g := sample(t, r).GPUs[0]
@@ -373,7 +373,7 @@ func TestTiersNoFieldValues(t *testing.T) {
 }
 
 func TestTiersUnsupportedNotAskedAgain(t *testing.T) {
-	m := nvmlfake.NewH200Pair()
+	m := nvmlmodel.NewH200Pair()
 	m.Update(func() {
 		for _, g := range m.GPUs {
 			g.Unsupported["GetPowerUsage"] = true
@@ -401,7 +401,7 @@ func TestTiersUnsupportedNotAskedAgain(t *testing.T) {
 
 // What a GPU supports changes with MIG mode: a change asks everything again.
 func TestTiersMIGChangeAsksAgain(t *testing.T) {
-	m := nvmlfake.NewH200Pair()
+	m := nvmlmodel.NewH200Pair()
 	m.Update(func() {
 		m.GPUs[0].Unsupported["GetUtilizationRates"] = true
 	})
@@ -421,7 +421,7 @@ func TestTiersMIGChangeAsksAgain(t *testing.T) {
 
 func TestTiersLinkStateFromFields(t *testing.T) {
 	for _, unsupported := range []bool{false, true} {
-		m := nvmlfake.NewH200Pair()
+		m := nvmlmodel.NewH200Pair()
 		m.Update(func() {
 			m.GPUs[0].NVLinks[5].Up = false
 			if unsupported {

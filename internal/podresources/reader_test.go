@@ -12,7 +12,7 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/podresources"
-	"github.com/gpulink/gpulink_exporter/internal/podresources/kubeletfake"
+	"github.com/gpulink/gpulink_exporter/internal/podresources/kubelettest"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
@@ -27,9 +27,9 @@ func fourGPUs() []nvml.Identity {
 }
 
 // startKubelet serves the fake kubelet on a socket in a fresh directory.
-func startKubelet(t *testing.T, pods ...kubeletfake.Pod) *kubeletfake.Kubelet {
+func startKubelet(t *testing.T, pods ...kubelettest.Pod) *kubelettest.Kubelet {
 	t.Helper()
-	k := kubeletfake.New(filepath.Join(t.TempDir(), "kubelet.sock"))
+	k := kubelettest.New(filepath.Join(t.TempDir(), "kubelet.sock"))
 	k.SetPods(pods...)
 	if err := k.Start(); err != nil {
 		t.Fatal(err)
@@ -40,8 +40,8 @@ func startKubelet(t *testing.T, pods ...kubeletfake.Pod) *kubeletfake.Kubelet {
 
 func gpus(ids ...string) map[string][]string { return map[string][]string{"nvidia.com/gpu": ids} }
 
-func pod(ns, name, container string, devices map[string][]string) kubeletfake.Pod {
-	return kubeletfake.Pod{Namespace: ns, Name: name, Containers: []kubeletfake.Container{{Name: container, Devices: devices}}}
+func pod(ns, name, container string, devices map[string][]string) kubelettest.Pod {
+	return kubelettest.Pod{Namespace: ns, Name: name, Containers: []kubelettest.Container{{Name: container, Devices: devices}}}
 }
 
 func sample(t *testing.T, r *podresources.Reader) (*podresources.Snapshot, error) {
@@ -64,7 +64,7 @@ func TestAssignmentsOverGRPC(t *testing.T) {
 		pod("ml", "small", "app", map[string][]string{"nvidia.com/mig-1g.10gb": {"MIG-abcd"}}),
 		// Not NVIDIA devices, and a pod with none.
 		pod("kube-system", "rdma", "agent", map[string][]string{"rdma/hca_shared_devices_a": {"1"}}),
-		kubeletfake.Pod{Namespace: "default", Name: "web", Containers: []kubeletfake.Container{{Name: "nginx"}}},
+		kubelettest.Pod{Namespace: "default", Name: "web", Containers: []kubelettest.Container{{Name: "nginx"}}},
 	)
 	r := &podresources.Reader{Socket: k.Socket, GPUs: fourGPUs}
 	snap, err := sample(t, r)

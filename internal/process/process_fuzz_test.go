@@ -10,15 +10,15 @@ import (
 
 	"github.com/prometheus/procfs"
 
-	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
+	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/numa"
 )
 
 // fixtureSeeds adds the named file of every process in every fixture
-// profile as a seed.
+// tree as a seed.
 func fixtureSeeds(f *testing.F, name string, add func(string)) {
-	for profile := range sysfsfake.Profiles() {
-		root := sysfsfake.Load(f, profile)
+	for _, fixture := range machine.FixtureNames() {
+		root := machine.Load(f, fixture)
 		paths, _ := filepath.Glob(filepath.Join(root, "proc", "*", name))
 		for _, p := range paths {
 			if b, err := os.ReadFile(p); err == nil {

@@ -23,7 +23,8 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/process"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
-	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
+	"github.com/gpulink/gpulink_exporter/internal/sim"
+	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/numa"
 )
 
@@ -598,9 +599,9 @@ func TestPlacementRealMachine(t *testing.T) {
 // as NVML does.
 func placementFixture(t testing.TB, profile string) *process.Reader {
 	t.Helper()
-	root := sysfsfake.Load(t, profile)
+	root := machine.Load(t, profile)
 	fs := numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
-	model := sysfsfake.Profiles()[profile]()
+	model := sim.Fixtures()[profile]()
 	index := map[string]int{}
 	var ids []nvml.Identity
 	for i, d := range model.GPUs() {
@@ -708,7 +709,7 @@ func TestPlacementFixtures(t *testing.T) {
 
 // The fixture's pages add up to what the profile says, in bytes.
 func TestPlacementFixtureMemory(t *testing.T) {
-	p, err := process.Read(filepath.Join(sysfsfake.Load(t, "dgx-h100-faults"), "proc"), 4242)
+	p, err := process.Read(filepath.Join(machine.Load(t, "dgx-h100-faults"), "proc"), 4242)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,17 +1,11 @@
 package sim
 
 import (
-	"fmt"
-	"math"
-	"strconv"
-	"strings"
 	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
-	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
-	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
 )
 
 // effects are the faults in force at one tick, sorted by what they touch.
@@ -21,6 +15,9 @@ type effects struct {
 	gpus []gpuEffects
 	// fns by PCI function address.
 	fns map[string]*fnEffects
+	// tree are the faults ApplyFaults lays over the tree at this tick:
+	// those in force, a flapping port as nic_down while it is down.
+	tree []Fault
 }
 
 type gpuEffects struct {
@@ -33,9 +30,9 @@ type gpuEffects struct {
 	linkErrors map[int]float64
 	// reasons are the clock event reasons held active.
 	reasons []string
-	// farProcess, when set, is a process on the GPU that runs and keeps
-	// its memory on the other socket.
-	farProcess *sysfsfake.Process
+	// newPID, when set, is a process a fault started on the GPU
+	// (newProcess), which NVML lists too.
+	newPID int
 }
 
 // fnEffects is what faults do to one NIC function: its RDMA ports and
@@ -51,15 +48,11 @@ type fnEffects struct {
 	symbolErrors float64
 }
 
-// farProcessPID is the PID of the process a process_far_socket fault puts
-// on GPU i; no profile uses PIDs in this range.
-func farProcessPID(i int) int { return 7000 + i }
-
 // effects works out the faults in force at now. It also does what a fault
 // does once, as it happens: an XID is delivered the first time its fault
 // is seen. n.mu is held.
 func (n *Node) effects(now time.Time) effects {
-	eff := effects{gpus: make([]gpuEffects, len(n.machine.GPUs)), fns: map[string]*fnEffects{}}
+	eff := effects{gpus: make([]gpuEffects, len(n.gpus)), fns: map[string]*fnEffects{}}
 	for i := range eff.gpus {
 		eff.gpus[i] = gpuEffects{linksDown: map[int]bool{}, linkErrors: map[int]float64{}}
 	}
@@ -78,11 +71,20 @@ func (n *Node) effects(now time.Time) effects {
 		if af.GPU >= 0 {
 			g = &eff.gpus[af.GPU]
 		}
+		if af.Kind != NICFlapping {
+			eff.tree = append(eff.tree, af.Fault)
+		}
 		switch af.Kind {
 		case PCIeWidth:
-			g.Width = af.Width
+			// A switch port's link (device) is not the GPU's own, which
+			// is what NVML reports.
+			if g != nil {
+				g.Width = af.Width
+			}
 		case PCIeGeneration:
-			g.Generation = af.Generation
+			if g != nil {
+				g.Generation = af.Generation
+			}
 		case NVLinkDown:
 			g.linksDown[af.Link] = true
 		case NVLinkErrors:
@@ -96,8 +98,10 @@ func (n *Node) effects(now time.Time) effects {
 			fn(af.Device)
 		case NICSymbolErrors:
 			fn(af.Device).symbolErrors = af.PerSecond
-		case ProcessFarSocket:
-			g.farProcess = n.farProcess(af.GPU)
+		case ProcessFarSocket, ProcessFarMemory:
+			if af.PID == 0 {
+				g.newPID = newProcessPID(af.GPU)
+			}
 		case Throttle:
 			g.reasons = append(g.reasons, af.Reason)
 		case XID:
@@ -135,6 +139,9 @@ func (n *Node) effects(now time.Time) effects {
 			e.downs, e.ups = downs-af.downs, ups-af.ups
 			af.downs, af.ups = downs, ups
 			e.down = k%2 == 0
+			if e.down {
+				eff.tree = append(eff.tree, Fault{Kind: NICDown, GPU: -1, PeerGPU: -1, Device: af.Device})
+			}
 		} else if e.down == st.up {
 			if e.down {
 				e.downs = 1
@@ -145,36 +152,6 @@ func (n *Node) effects(now time.Time) effects {
 		st.up = !e.down
 	}
 	return eff
-}
-
-// farProcess is the process a process_far_socket fault puts on GPU i: a
-// job started with its CPUs bound to the other socket, so its threads run
-// there and its memory was first touched there.
-func (n *Node) farProcess(i int) *sysfsfake.Process {
-	g := n.machine.GPUs[i]
-	far := -1
-	for _, node := range n.live.nodeIDs {
-		if node != g.NUMANode {
-			far = node
-			break
-		}
-	}
-	cpus := n.live.nodeCPUs[far]
-	pid := farProcessPID(i)
-	pages := make([]uint64, len(n.live.nodeIDs))
-	for j, node := range n.live.nodeIDs {
-		switch node {
-		case far:
-			pages[j] = 1_800_000
-		case g.NUMANode:
-			pages[j] = 200_000
-		}
-	}
-	return &sysfsfake.Process{
-		PID: pid, PPID: 1, Comm: "python", Exe: "/usr/bin/python3", GPUs: []string{g.PCIBusID},
-		CPUsAllowed: sysfsfake.FormatList(cpus), Threads: sysfsfake.ThreadsOn(pid, 16, cpus), Pages: pages,
-		Cgroup: fmt.Sprintf("/user.slice/user-1000.slice/session-%d.scope", 40+i),
-	}
 }
 
 // throttleFields are the NVML fields that keep time for a clock event
@@ -218,112 +195,4 @@ func clockMask(reasons []string) uint64 {
 		}
 	}
 	return m
-}
-
-// ibLaneGbps are InfiniBand lane speeds, slowest first.
-var ibLaneGbps = []struct {
-	name string
-	gbps float64
-}{{"SDR", 2.5}, {"DDR", 5}, {"QDR", 10}, {"FDR", 14.0625}, {"EDR", 25}, {"HDR", 50}, {"NDR", 100}, {"XDR", 200}}
-
-// scaleRate returns an RDMA port's rate file for fraction of rate: the
-// same lanes at a slower speed where one gives it (a port trained down),
-// else the same speed on fewer lanes, else the bare rate.
-func scaleRate(rate string, fraction float64) string {
-	num, rest, ok := strings.Cut(rate, " Gb/sec")
-	gbps, err := strconv.ParseFloat(num, 64)
-	if !ok || err != nil {
-		return rate
-	}
-	width, speed := 4, ""
-	if inner, ok := strings.CutPrefix(rest, " ("); ok {
-		w, s, _ := strings.Cut(strings.TrimSuffix(inner, ")"), "X")
-		if v, err := strconv.Atoi(w); err == nil && v > 0 {
-			width = v
-		}
-		speed = strings.TrimSpace(s)
-	}
-	target := gbps * fraction
-	near := func(a, b float64) bool { return math.Abs(a-b) < 0.01*b }
-	for _, l := range ibLaneGbps {
-		if near(l.gbps*float64(width), target) {
-			return fmt.Sprintf("%s Gb/sec (%dX %s)", formatGbps(l.gbps*float64(width)), width, l.name)
-		}
-	}
-	for _, l := range ibLaneGbps {
-		if l.name != speed {
-			continue
-		}
-		for _, w := range []int{1, 2, 4, 8, 12} {
-			if near(l.gbps*float64(w), target) {
-				return fmt.Sprintf("%s Gb/sec (%dX %s)", formatGbps(l.gbps*float64(w)), w, l.name)
-			}
-		}
-	}
-	return formatGbps(target) + " Gb/sec"
-}
-
-// formatGbps prints a rate as the kernel does: whole, or with ".5".
-func formatGbps(v float64) string {
-	whole := math.Floor(v)
-	if v-whole >= 0.5 {
-		return fmt.Sprintf("%d.5", int64(whole))
-	}
-	return strconv.FormatInt(int64(whole), 10)
-}
-
-// describeMachine lists what faults may name: the GPUs from NVML, with
-// their NUMA nodes from sysfs, and the NICs, each name mapped to its PCI
-// function.
-func describeMachine(nv *nvmlfake.Machine, m *sysfsfake.Machine) (*Machine, map[string]string) {
-	mc := &Machine{NICs: map[string]MachineNIC{}, NUMANodes: len(m.Nodes)}
-	for _, g := range nv.GPUs {
-		node := -1
-		if d := m.Device(g.PciBusID); d != nil {
-			node = d.NUMANode
-		}
-		mc.GPUs = append(mc.GPUs, MachineGPU{PCIBusID: g.PciBusID, NVLinks: len(g.NVLinks),
-			MaxGeneration: g.PCIeMaxGen, MaxWidth: g.PCIeMaxWidth, NUMANode: node})
-	}
-	fnOf := map[string]string{}
-	walkDevices(m, func(d *sysfsfake.Device) {
-		if len(d.RDMA) == 0 && len(d.Net) == 0 {
-			return
-		}
-		var nic MachineNIC
-		for _, ib := range d.RDMA {
-			for _, p := range ib.Ports {
-				nic.Rate = nic.Rate || p.Rate != ""
-				nic.SymbolErrors = nic.SymbolErrors || p.Counters != nil
-			}
-		}
-		for _, nd := range d.Net {
-			nic.Rate = nic.Rate || nd.Speed > 0
-		}
-		for _, ib := range d.RDMA {
-			fnOf[ib.Name] = d.Addr
-			r := nic
-			r.RDMA = true
-			mc.NICs[ib.Name] = r
-		}
-		for _, nd := range d.Net {
-			fnOf[nd.Name] = d.Addr
-			mc.NICs[nd.Name] = nic
-		}
-	})
-	return mc, fnOf
-}
-
-// walkDevices calls f for every PCI function, depth first.
-func walkDevices(m *sysfsfake.Machine, f func(d *sysfsfake.Device)) {
-	var visit func(ds []*sysfsfake.Device)
-	visit = func(ds []*sysfsfake.Device) {
-		for _, d := range ds {
-			f(d)
-			visit(d.Children)
-		}
-	}
-	for _, hb := range m.HostBridges {
-		visit(hb.Devices)
-	}
 }

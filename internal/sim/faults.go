@@ -1,14 +1,17 @@
 package sim
 
 import (
-	"errors"
+	"cmp"
 	"fmt"
+	"maps"
 	"math"
+	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v2"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/gpulink/gpulink_exporter/probes"
 )
@@ -16,8 +19,9 @@ import (
 // FaultKind names one kind of fault the fault file can inject.
 type FaultKind string
 
-// The fault kinds. Each is one entry form in the fault file; README text in
-// notes-sim.md lists them with their fields.
+// The fault kinds. Each is one entry form in the fault file; the README's
+// "Fault file" section (under "Simulated node") lists them with their
+// fields and effects.
 const (
 	PCIeWidth        FaultKind = "pcie_width"
 	PCIeGeneration   FaultKind = "pcie_generation"
@@ -28,27 +32,33 @@ const (
 	NICFlapping      FaultKind = "nic_flapping"
 	NICSymbolErrors  FaultKind = "nic_symbol_errors"
 	ProcessFarSocket FaultKind = "process_far_socket"
+	ProcessFarMemory FaultKind = "process_far_memory"
 	Throttle         FaultKind = "throttle"
 	XID              FaultKind = "xid"
 	ProbeBandwidth   FaultKind = "probe_bandwidth"
 	ProbeLatency     FaultKind = "probe_latency"
 )
 
-// fieldSpec says which fields a kind takes: required ones and optional ones.
+// fieldSpec says which fields a kind takes, each by its YAML name, in the
+// order they are checked: exactly one of oneOf, then the required ones,
+// then the optional ones.
 type fieldSpec struct {
-	required, optional []string
+	oneOf, required, optional []string
 }
 
+func (s fieldSpec) fields() []string { return slices.Concat(s.oneOf, s.required, s.optional) }
+
 var kindFields = map[FaultKind]fieldSpec{
-	PCIeWidth:        {required: []string{"gpu", "width"}},
-	PCIeGeneration:   {required: []string{"gpu", "generation"}},
+	PCIeWidth:        {oneOf: []string{"gpu", "device"}, required: []string{"width"}},
+	PCIeGeneration:   {oneOf: []string{"gpu", "device"}, required: []string{"generation"}},
 	NVLinkDown:       {required: []string{"gpu", "link"}},
 	NVLinkErrors:     {required: []string{"gpu", "link", "per_second"}},
 	NICRate:          {required: []string{"device", "fraction"}},
 	NICDown:          {required: []string{"device"}},
 	NICFlapping:      {required: []string{"device", "period"}},
 	NICSymbolErrors:  {required: []string{"device", "per_second"}},
-	ProcessFarSocket: {required: []string{"gpu"}},
+	ProcessFarSocket: {required: []string{"gpu"}, optional: []string{"pid"}},
+	ProcessFarMemory: {required: []string{"gpu"}, optional: []string{"pid"}},
 	Throttle:         {required: []string{"gpu", "reason"}},
 	XID:              {required: []string{"gpu", "code"}},
 	ProbeBandwidth:   {required: []string{"gpu", "probe", "fraction"}, optional: []string{"peer_gpu"}},
@@ -57,41 +67,60 @@ var kindFields = map[FaultKind]fieldSpec{
 
 // FaultKinds lists the kinds in the order the fault file documents them.
 var FaultKinds = []FaultKind{PCIeWidth, PCIeGeneration, NVLinkDown, NVLinkErrors, NICRate, NICDown,
-	NICFlapping, NICSymbolErrors, ProcessFarSocket, Throttle, XID, ProbeBandwidth, ProbeLatency}
+	NICFlapping, NICSymbolErrors, ProcessFarSocket, ProcessFarMemory, Throttle, XID, ProbeBandwidth, ProbeLatency}
 
 // ThrottleReasons are the clock event reasons a throttle fault may hold
 // active: the ones a healthy GPU never shows for long.
 var ThrottleReasons = []string{"hw_thermal_slowdown", "hw_power_brake_slowdown", "hw_slowdown",
 	"sw_thermal_slowdown", "sw_power_cap"}
 
-// Fault is one entry of the fault file. Fields a kind does not take are
-// zero; GPU and PeerGPU are -1 where not given.
+// Fault is one entry of the fault file, each field decoded from the key
+// its yaml tag names. Fields a kind does not take are zero; GPU and
+// PeerGPU are -1 where not given.
 type Fault struct {
-	Kind FaultKind
+	Kind FaultKind `yaml:"kind"`
 	// GPU is the NVML index of the GPU the fault is on.
-	GPU int
+	GPU int `yaml:"gpu"`
 	// Link is an NVLink of that GPU.
-	Link int
+	Link int `yaml:"link"`
 	// Width and Generation are what a PCIe link trains at.
-	Width, Generation int
-	// Device is an RDMA device (mlx5_0, rdmap76s0) or a network interface.
-	Device string
+	Width      int `yaml:"width"`
+	Generation int `yaml:"generation"`
+	// Device is an RDMA device (mlx5_0, rdmap76s0) or a network interface;
+	// for a PCIe fault, the PCI function (0000:38:00.0) whose link, the
+	// one above it, trains so, where that is not a GPU's.
+	Device string `yaml:"device"`
 	// Fraction scales a port rate or a probe's bandwidth; Factor a probe's
 	// latency.
-	Fraction, Factor float64
+	Fraction float64 `yaml:"fraction"`
+	Factor   float64 `yaml:"factor"`
 	// PerSecond is how fast an error counter grows.
-	PerSecond float64
-	// Period is how long a flapping port stays in each state.
-	Period time.Duration
+	PerSecond float64 `yaml:"per_second"`
+	// Period is how long a flapping port stays in each state: a duration
+	// ("3s") or a number of seconds.
+	Period time.Duration `yaml:"period"`
 	// Reason is a clock event reason (ThrottleReasons).
-	Reason string
+	Reason string `yaml:"reason"`
 	// Code is an XID.
-	Code uint64
+	Code uint64 `yaml:"code"`
 	// Probe is the probe kind a probe fault changes; PeerGPU narrows a
 	// peer probe to the pair with that GPU.
-	Probe   probes.Kind
-	PeerGPU int
+	Probe   probes.Kind `yaml:"probe"`
+	PeerGPU int         `yaml:"peer_gpu"`
+	// PID is a process of the machine on the GPU that a process fault
+	// moves; 0 starts a new one.
+	PID int `yaml:"pid"`
 }
+
+// faultField is the index of the Fault field each YAML key decodes into.
+var faultField = func() map[string]int {
+	out := map[string]int{}
+	t := reflect.TypeFor[Fault]()
+	for i := range t.NumField() {
+		out[t.Field(i).Tag.Get("yaml")] = i
+	}
+	return out
+}()
 
 // FaultError is a fault file that cannot be used: it names the file, the
 // entry (its index in the faults list, -1 for the file as a whole) and the
@@ -122,33 +151,43 @@ func (e *FaultError) Error() string {
 func (e *FaultError) Unwrap() error { return e.Err }
 
 // ParseFaults reads a fault file's content. name is the file, for errors.
-// Empty content, or no faults key, is a healthy node. The faults are
-// checked for form only (a known kind, its fields, values in range);
-// whether the machine has the GPUs and devices they name is Check's.
+// Empty content, or no faults key, is a healthy node. Each entry is
+// decoded strictly into a Fault (a known kind, the fields it takes and no
+// other, each of its type) and validated; whether the machine has the
+// GPUs and devices the faults name is CheckFaults'.
 func ParseFaults(name string, data []byte) ([]Fault, error) {
-	fileErr := func(err error) error { return &FaultError{File: name, Entry: -1, Err: err} }
-	var top yaml.MapSlice
-	if err := yaml.UnmarshalStrict(data, &top); err != nil {
-		return nil, fileErr(fmt.Errorf("not a YAML mapping with a faults list: %w", err))
+	fileErr := func(format string, args ...any) error {
+		return &FaultError{File: name, Entry: -1, Err: fmt.Errorf(format, args...)}
 	}
-	var list []any
-	for _, item := range top {
-		key, _ := item.Key.(string)
-		if key != "faults" {
-			return nil, fileErr(fmt.Errorf("unknown top-level key %v: the file holds only \"faults\"", item.Key))
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fileErr("not a YAML mapping with a faults list: %w", err)
+	}
+	var list []*yaml.Node
+	if len(doc.Content) > 0 && doc.Content[0].Tag != "!!null" {
+		top := doc.Content[0]
+		if top.Kind != yaml.MappingNode {
+			return nil, fileErr("not a YAML mapping with a faults list: got %s", describe(top))
 		}
-		if item.Value == nil {
-			continue
+		seen := false
+		for i := 0; i < len(top.Content); i += 2 {
+			key, val := top.Content[i], top.Content[i+1]
+			switch {
+			case key.Value != "faults":
+				return nil, fileErr("unknown top-level key %s: the file holds only \"faults\"", key.Value)
+			case seen:
+				return nil, fileErr("faults given twice")
+			case val.Kind == yaml.SequenceNode:
+				list = val.Content
+			case val.Tag != "!!null":
+				return nil, fileErr("faults: want a list of faults, got %s", describe(val))
+			}
+			seen = true
 		}
-		l, ok := item.Value.([]any)
-		if !ok {
-			return nil, fileErr(fmt.Errorf("faults: want a list of faults, got %s", describe(item.Value)))
-		}
-		list = l
 	}
 	faults := make([]Fault, 0, len(list))
-	for i, raw := range list {
-		f, err := parseFault(raw)
+	for i, n := range list {
+		f, err := decodeFault(n)
 		if err != nil {
 			err.File, err.Entry = name, i
 			return nil, err
@@ -162,121 +201,202 @@ func ParseFaults(name string, data []byte) ([]Fault, error) {
 	return faults, nil
 }
 
-// entry is one fault's fields by name, with a record of which were used.
-type entry struct {
-	fields map[string]any
-	err    *FaultError
-}
-
-func (e *entry) fail(field string, format string, args ...any) {
-	if e.err == nil {
-		e.err = &FaultError{Field: field, Err: fmt.Errorf(format, args...)}
+// decodeFault decodes one entry: its kind, then every field it gives, in
+// name order so that the first error is the same whatever order the file
+// lists them in, then the values.
+func decodeFault(n *yaml.Node) (Fault, *FaultError) {
+	if n.Kind != yaml.MappingNode {
+		return Fault{}, &FaultError{Err: fmt.Errorf("want a mapping such as {kind: nic_down, device: mlx5_1}, got %s", describe(n))}
 	}
-}
-
-func parseFault(raw any) (Fault, *FaultError) {
-	// Mappings below a yaml.MapSlice decode as MapSlices too.
-	m, ok := raw.(yaml.MapSlice)
-	if !ok {
-		return Fault{}, &FaultError{Err: fmt.Errorf("want a mapping such as {kind: nic_down, device: mlx5_1}, got %s", describe(raw))}
-	}
-	e := &entry{fields: map[string]any{}}
-	for _, item := range m {
-		ks, ok := item.Key.(string)
-		if !ok {
-			return Fault{}, &FaultError{Err: fmt.Errorf("field name %v is not a string", item.Key)}
+	given := map[string]*yaml.Node{}
+	for i := 0; i < len(n.Content); i += 2 {
+		key := n.Content[i]
+		if key.Kind != yaml.ScalarNode || key.Tag != "!!str" {
+			return Fault{}, &FaultError{Err: fmt.Errorf("field name %s is not a string", describe(key))}
 		}
-		if _, dup := e.fields[ks]; dup {
-			return Fault{}, &FaultError{Field: ks, Err: errors.New("given twice")}
+		if _, dup := given[key.Value]; dup {
+			return Fault{}, &FaultError{Field: key.Value, Err: fmt.Errorf("given twice")}
 		}
-		e.fields[ks] = item.Value
+		given[key.Value] = n.Content[i+1]
 	}
-	kindRaw, ok := e.fields["kind"]
+	f := Fault{GPU: -1, PeerGPU: -1}
+	kindNode, ok := given["kind"]
 	if !ok {
 		return Fault{}, &FaultError{Field: "kind", Err: fmt.Errorf("missing; one of %s", kindList())}
 	}
-	ks, _ := kindRaw.(string)
-	kind := FaultKind(ks)
-	spec, known := kindFields[kind]
-	if !known {
-		return Fault{}, &FaultError{Field: "kind", Err: fmt.Errorf("unknown kind %s; one of %s", describe(kindRaw), kindList())}
+	spec, known := kindFields[FaultKind(kindNode.Value)]
+	if !known || kindNode.Tag != "!!str" {
+		return Fault{}, &FaultError{Field: "kind", Err: fmt.Errorf("unknown kind %s; one of %s", describe(kindNode), kindList())}
 	}
-	// Unknown and missing fields first, in name order, so the message is
-	// the same whatever order the file lists them in.
-	names := make([]string, 0, len(e.fields))
-	for n := range e.fields {
-		names = append(names, n)
+	f.Kind = FaultKind(kindNode.Value)
+	fail := func(field string, err error) (Fault, *FaultError) {
+		return Fault{}, &FaultError{Kind: f.Kind, Field: field, Err: err}
 	}
-	slices.Sort(names)
-	for _, n := range names {
-		if n != "kind" && !slices.Contains(spec.required, n) && !slices.Contains(spec.optional, n) {
-			return Fault{}, &FaultError{Kind: kind, Field: n, Err: fmt.Errorf("not a field of %s (it takes %s)",
-				kind, strings.Join(append(slices.Clone(spec.required), spec.optional...), ", "))}
+	delete(given, "kind")
+	takes, names := spec.fields(), slices.Sorted(maps.Keys(given))
+	for _, k := range names {
+		if !slices.Contains(takes, k) {
+			return fail(k, fmt.Errorf("not a field of %s (it takes %s)", f.Kind, strings.Join(takes, ", ")))
 		}
 	}
-	for _, n := range spec.required {
-		if _, ok := e.fields[n]; !ok {
-			return Fault{}, &FaultError{Kind: kind, Field: n, Err: errors.New("missing")}
+	for _, k := range spec.required {
+		if _, ok := given[k]; !ok {
+			return fail(k, fmt.Errorf("missing"))
 		}
 	}
+	for _, k := range names {
+		if err := decodeField(reflect.ValueOf(&f).Elem().Field(faultField[k]).Addr().Interface(), given[k]); err != nil {
+			return fail(k, err)
+		}
+	}
+	// A field given is checked even where its value is the one that
+	// means not given (peer_gpu: -1).
+	return f, f.validate(func(k string) bool { return given[k] != nil })
+}
 
-	f := Fault{Kind: kind, GPU: -1, PeerGPU: -1}
-	if _, ok := e.fields["gpu"]; ok {
-		f.GPU = e.index("gpu")
+// fieldTypes are the YAML scalars each type of Fault field takes, and
+// what an error says was wanted. Tags are checked before decoding: the
+// yaml package would truncate 8.5 into an int.
+var fieldTypes = map[reflect.Type]struct {
+	want string
+	tags []string
+}{
+	reflect.TypeFor[int]():           {"a whole number", []string{"!!int"}},
+	reflect.TypeFor[uint64]():        {"a whole number", []string{"!!int"}},
+	reflect.TypeFor[float64]():       {"a number", []string{"!!int", "!!float"}},
+	reflect.TypeFor[string]():        {"a name", []string{"!!str"}},
+	reflect.TypeFor[probes.Kind]():   {"a name", []string{"!!str"}},
+	reflect.TypeFor[time.Duration](): {"a duration such as 3s or 500ms", []string{"!!str", "!!int", "!!float"}},
+}
+
+// decodeField decodes a YAML scalar into the Fault field p points at. A
+// duration may be a number of seconds.
+func decodeField(p any, n *yaml.Node) error {
+	t := fieldTypes[reflect.TypeOf(p).Elem()]
+	if n.Kind != yaml.ScalarNode || !slices.Contains(t.tags, n.Tag) {
+		return fmt.Errorf("want %s, got %s", t.want, describe(n))
 	}
-	switch kind {
-	case PCIeWidth:
-		f.Width = e.integer("width", 1, 32)
-		if e.err == nil && !slices.Contains([]int{1, 2, 4, 8, 12, 16, 32}, f.Width) {
-			e.fail("width", "%d is not a PCIe link width (1, 2, 4, 8, 12, 16, 32)", f.Width)
+	if d, ok := p.(*time.Duration); ok && n.Tag != "!!str" {
+		var s float64
+		err := n.Decode(&s)
+		*d = time.Duration(s * float64(time.Second))
+		return err
+	}
+	if n.Decode(p) != nil {
+		return fmt.Errorf("want %s, got %s", t.want, describe(n))
+	}
+	return nil
+}
+
+// describe says what a YAML value is, for errors.
+func describe(n *yaml.Node) string {
+	switch {
+	case n.Kind == yaml.SequenceNode:
+		return "a list"
+	case n.Kind == yaml.MappingNode:
+		return "a mapping"
+	case n.Tag == "!!null":
+		return "nothing"
+	case n.Tag == "!!str":
+		return strconv.Quote(n.Value)
+	}
+	return n.Value
+}
+
+func kindList() string {
+	names := make([]string, len(FaultKinds))
+	for i, k := range FaultKinds {
+		names[i] = string(k)
+	}
+	return strings.Join(names, ", ")
+}
+
+// maxIndex bounds GPU and link indices: far more than any machine has.
+const maxIndex = 1 << 16
+
+// fieldChecks check one field's value, by its YAML name.
+var fieldChecks = map[string]func(f Fault) error{
+	"gpu":        func(f Fault) error { return inRange(f.GPU, 0, maxIndex) },
+	"peer_gpu":   checkPeer,
+	"link":       func(f Fault) error { return inRange(f.Link, 0, maxIndex) },
+	"generation": func(f Fault) error { return inRange(f.Generation, 1, 6) },
+	"code": func(f Fault) error {
+		return want(f.Code >= 1 && f.Code <= math.MaxUint32, "%d out of range [1, %d]", f.Code, uint64(math.MaxUint32))
+	},
+	"fraction": func(f Fault) error {
+		return want(f.Fraction > 0 && f.Fraction <= 1, "want a fraction in (0, 1], got %g", f.Fraction)
+	},
+	"per_second": func(f Fault) error { return want(f.PerSecond > 0, "want more than 0, got %g", f.PerSecond) },
+	"factor": func(f Fault) error {
+		return cmp.Or(want(f.Factor > 0, "want more than 0, got %g", f.Factor),
+			want(f.Factor >= 1, "%g would make the probe faster; want 1 or more", f.Factor))
+	},
+	"width": func(f Fault) error {
+		return want(slices.Contains([]int{1, 2, 4, 8, 12, 16, 32}, f.Width), "%d is not a PCIe link width (1, 2, 4, 8, 12, 16, 32)", f.Width)
+	},
+	"device": func(f Fault) error { return want(strings.TrimSpace(f.Device) != "", "want a name, got %q", f.Device) },
+	"period": func(f Fault) error {
+		return want(f.Period >= 100*time.Millisecond, "%s is too short; want 100ms or more, so that a sampler sees both states", f.Period)
+	},
+	"reason": func(f Fault) error {
+		return want(slices.Contains(ThrottleReasons, f.Reason), "unknown reason %q; one of %s", f.Reason, strings.Join(ThrottleReasons, ", "))
+	},
+	"probe": checkProbe,
+	"pid":   func(f Fault) error { return want(f.PID > 0, "want a process ID, got %d", f.PID) },
+}
+
+// Validate checks a fault's values: every field its kind takes, in the
+// order the kind lists them, an optional one where it is set. The error
+// is a *FaultError naming the field. ParseFaults validates what it
+// decodes; Validate is for faults made otherwise.
+func (f Fault) Validate() error {
+	spec, ok := kindFields[f.Kind]
+	if !ok {
+		return &FaultError{Entry: -1, Field: "kind", Err: fmt.Errorf("unknown kind %q; one of %s", f.Kind, kindList())}
+	}
+	if err := f.validate(func(k string) bool { return slices.Contains(spec.required, k) || f.field(k) != unset.field(k) }); err != nil {
+		return err
+	}
+	return nil
+}
+
+// validate checks the fields of f's kind that given says are given.
+func (f Fault) validate(given func(field string) bool) *FaultError {
+	spec := kindFields[f.Kind]
+	if oneOf := spec.oneOf; len(oneOf) > 0 {
+		switch n := len(slices.DeleteFunc(slices.Clone(oneOf), func(k string) bool { return !given(k) })); {
+		case n == 0:
+			return &FaultError{Entry: -1, Kind: f.Kind, Field: strings.Join(oneOf, " or "), Err: fmt.Errorf("missing")}
+		case n > 1:
+			return &FaultError{Entry: -1, Kind: f.Kind, Field: oneOf[1], Err: fmt.Errorf("give %s, not both", strings.Join(oneOf, " or "))}
 		}
-	case PCIeGeneration:
-		f.Generation = e.integer("generation", 1, 6)
-	case NVLinkDown:
-		f.Link = e.index("link")
-	case NVLinkErrors:
-		f.Link = e.index("link")
-		f.PerSecond = e.positive("per_second")
-	case NICRate:
-		f.Device = e.name("device")
-		f.Fraction = e.fraction("fraction")
-	case NICDown:
-		f.Device = e.name("device")
-	case NICFlapping:
-		f.Device = e.name("device")
-		f.Period = e.duration("period")
-	case NICSymbolErrors:
-		f.Device = e.name("device")
-		f.PerSecond = e.positive("per_second")
-	case Throttle:
-		f.Reason = e.name("reason")
-		if e.err == nil && !slices.Contains(ThrottleReasons, f.Reason) {
-			e.fail("reason", "unknown reason %q; one of %s", f.Reason, strings.Join(ThrottleReasons, ", "))
-		}
-	case XID:
-		f.Code = uint64(e.integer("code", 1, math.MaxUint32))
-	case ProbeBandwidth, ProbeLatency:
-		f.Probe = probes.Kind(e.name("probe"))
-		if _, ok := e.fields["peer_gpu"]; ok {
-			f.PeerGPU = e.index("peer_gpu")
-		}
-		if kind == ProbeBandwidth {
-			f.Fraction = e.fraction("fraction")
-		} else {
-			f.Factor = e.positive("factor")
-			if e.err == nil && f.Factor < 1 {
-				e.fail("factor", "%g would make the probe faster; want 1 or more", f.Factor)
+	}
+	for _, k := range spec.fields() {
+		if given(k) {
+			if err := fieldChecks[k](f); err != nil {
+				return &FaultError{Entry: -1, Kind: f.Kind, Field: k, Err: err}
 			}
 		}
-		if e.err == nil {
-			checkProbe(e, kind, f)
-		}
 	}
-	if e.err != nil {
-		e.err.Kind = kind
-		return Fault{}, e.err
+	return nil
+}
+
+// unset is a fault with no field given.
+var unset = Fault{GPU: -1, PeerGPU: -1}
+
+// field is the value of the field with a YAML name.
+func (f Fault) field(name string) any { return reflect.ValueOf(f).Field(faultField[name]).Interface() }
+
+func inRange(v, lo, hi int) error {
+	return want(v >= lo && v <= hi, "%d out of range [%d, %d]", v, lo, hi)
+}
+
+// want is nil where ok holds, else the error.
+func want(ok bool, format string, args ...any) error {
+	if ok {
+		return nil
 	}
-	return f, nil
+	return fmt.Errorf(format, args...)
 }
 
 // bandwidthProbes and latencyProbes sort the probe kinds by what they
@@ -288,173 +408,50 @@ var (
 	peerProbes    = []probes.Kind{probes.PeerCopy, probes.PeerBidirectional, probes.PeerLatency}
 )
 
-func checkProbe(e *entry, kind FaultKind, f Fault) {
-	want := bandwidthProbes
-	if kind == ProbeLatency {
-		want = latencyProbes
+func checkProbe(f Fault) error {
+	kinds, what := bandwidthProbes, "bandwidth"
+	if f.Kind == ProbeLatency {
+		kinds, what = latencyProbes, "latency"
 	}
-	if !slices.Contains(want, f.Probe) {
-		names := make([]string, len(want))
-		for i, k := range want {
-			names[i] = string(k)
-		}
-		e.fail("probe", "%q is not a %s probe; one of %s", f.Probe,
-			map[FaultKind]string{ProbeBandwidth: "bandwidth", ProbeLatency: "latency"}[kind], strings.Join(names, ", "))
-		return
-	}
-	if f.PeerGPU >= 0 && !slices.Contains(peerProbes, f.Probe) {
-		e.fail("peer_gpu", "only peer probes have a peer; %s has none", f.Probe)
-	}
-	if f.PeerGPU >= 0 && f.PeerGPU == f.GPU {
-		e.fail("peer_gpu", "GPU %d cannot be its own peer", f.GPU)
-	}
-}
-
-// integer reads a whole number in [lo, hi].
-func (e *entry) integer(field string, lo, hi int64) int {
-	v := e.fields[field]
-	var n int64
-	switch x := v.(type) {
-	case int:
-		n = int64(x)
-	case int64:
-		n = x
-	case uint64:
-		if x > math.MaxInt64 {
-			n = math.MaxInt64
-		} else {
-			n = int64(x)
-		}
-	default:
-		e.fail(field, "want a whole number, got %s", describe(v))
-		return 0
-	}
-	if n < lo || n > hi {
-		e.fail(field, "%d out of range [%d, %d]", n, lo, hi)
-		return 0
-	}
-	return int(n)
-}
-
-// index reads a GPU or link index.
-func (e *entry) index(field string) int { return e.integer(field, 0, 1<<16) }
-
-// number reads an integer or a decimal.
-func (e *entry) number(field string) float64 {
-	v := e.fields[field]
-	switch x := v.(type) {
-	case int:
-		return float64(x)
-	case int64:
-		return float64(x)
-	case uint64:
-		return float64(x)
-	case float64:
-		if math.IsNaN(x) || math.IsInf(x, 0) {
-			e.fail(field, "want a finite number, got %v", x)
-			return 0
-		}
-		return x
-	}
-	e.fail(field, "want a number, got %s", describe(v))
-	return 0
-}
-
-func (e *entry) positive(field string) float64 {
-	v := e.number(field)
-	if e.err == nil && v <= 0 {
-		e.fail(field, "want more than 0, got %g", v)
-	}
-	return v
-}
-
-// fraction reads a share in (0, 1]: what is left of a rate.
-func (e *entry) fraction(field string) float64 {
-	v := e.number(field)
-	if e.err == nil && (v <= 0 || v > 1) {
-		e.fail(field, "want a fraction in (0, 1], got %g", v)
-	}
-	return v
-}
-
-func (e *entry) name(field string) string {
-	v := e.fields[field]
-	s, ok := v.(string)
-	if !ok || strings.TrimSpace(s) == "" {
-		e.fail(field, "want a name, got %s", describe(v))
-		return ""
-	}
-	return s
-}
-
-// duration reads "3s", "500ms", or a number of seconds; at least 100ms,
-// so that a flapping port still shows both states to a sampler.
-func (e *entry) duration(field string) time.Duration {
-	var d time.Duration
-	switch x := e.fields[field].(type) {
-	case string:
-		var err error
-		if d, err = time.ParseDuration(x); err != nil {
-			e.fail(field, "want a duration such as 3s or 500ms, got %q", x)
-			return 0
-		}
-	case int, int64, uint64, float64:
-		d = time.Duration(e.number(field) * float64(time.Second))
-	default:
-		e.fail(field, "want a duration such as 3s or 500ms, got %s", describe(x))
-		return 0
-	}
-	if e.err == nil && d < 100*time.Millisecond {
-		e.fail(field, "%s is too short; want 100ms or more", d)
-	}
-	return d
-}
-
-// describe says what a YAML value is, for errors.
-func describe(v any) string {
-	switch x := v.(type) {
-	case nil:
-		return "nothing"
-	case string:
-		return fmt.Sprintf("%q", x)
-	case []any:
-		return "a list"
-	case map[any]any, yaml.MapSlice:
-		return "a mapping"
-	case bool:
-		return fmt.Sprintf("%v", x)
-	}
-	return fmt.Sprintf("%v", v)
-}
-
-func kindList() string {
-	names := make([]string, len(FaultKinds))
-	for i, k := range FaultKinds {
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
 		names[i] = string(k)
 	}
-	return strings.Join(names, ", ")
+	return want(slices.Contains(kinds, f.Probe), "%q is not a %s probe; one of %s", f.Probe, what, strings.Join(names, ", "))
 }
 
-// conflictKey is what a fault sets; two faults setting the same thing
-// contradict each other (two widths for one link) or only repeat.
+func checkPeer(f Fault) error {
+	return cmp.Or(inRange(f.PeerGPU, 0, maxIndex),
+		want(slices.Contains(peerProbes, f.Probe), "only peer probes have a peer; %s has none", f.Probe),
+		want(f.PeerGPU != f.GPU, "GPU %d cannot be its own peer", f.GPU))
+}
+
+// valueFields say how much, not what: two faults that differ only in them
+// set the same thing, and contradict each other (two widths for one link)
+// or only repeat.
+var valueFields = []string{"width", "generation", "per_second", "fraction", "factor", "period"}
+
+// conflictKey is what a fault sets: its kind (a port's state for nic_down
+// and nic_flapping alike, a process's placement for the process kinds) of
+// the fields given that name what it is on.
 func (f Fault) conflictKey() string {
+	what := string(f.Kind)
 	switch f.Kind {
-	case PCIeWidth, PCIeGeneration, ProcessFarSocket:
-		return fmt.Sprintf("%s gpu %d", f.Kind, f.GPU)
-	case NVLinkDown, NVLinkErrors:
-		return fmt.Sprintf("%s gpu %d link %d", f.Kind, f.GPU, f.Link)
 	case NICDown, NICFlapping:
-		return "port state of " + f.Device
-	case NICRate, NICSymbolErrors:
-		return fmt.Sprintf("%s %s", f.Kind, f.Device)
-	case Throttle:
-		return fmt.Sprintf("throttle gpu %d %s", f.GPU, f.Reason)
-	case XID:
-		return fmt.Sprintf("xid gpu %d code %d", f.GPU, f.Code)
-	case ProbeBandwidth, ProbeLatency:
-		return fmt.Sprintf("%s gpu %d %s peer %d", f.Kind, f.GPU, f.Probe, f.PeerGPU)
+		what = "port state"
+	case ProcessFarSocket, ProcessFarMemory:
+		if f.PID != 0 {
+			return fmt.Sprintf("placement of process %d", f.PID)
+		}
+		what = "placement of the process started"
 	}
-	return string(f.Kind)
+	var on []string
+	for _, k := range kindFields[f.Kind].fields() {
+		if !slices.Contains(valueFields, k) && f.field(k) != unset.field(k) {
+			on = append(on, fmt.Sprintf("%s %v", k, f.field(k)))
+		}
+	}
+	return what + " on " + strings.Join(on, ", ")
 }
 
 func checkConflicts(faults []Fault) *FaultError {
@@ -467,130 +464,4 @@ func checkConflicts(faults []Fault) *FaultError {
 		first[k] = i
 	}
 	return nil
-}
-
-// Machine is what a fault may name on the node being simulated: its
-// GPUs, their NVLinks and link capabilities, and its NICs.
-type Machine struct {
-	GPUs []MachineGPU
-	// NICs by device name: RDMA devices and physical network interfaces.
-	NICs map[string]MachineNIC
-	// NUMANodes is how many NUMA nodes the machine has.
-	NUMANodes int
-}
-
-// MachineGPU is one GPU a fault may name.
-type MachineGPU struct {
-	PCIBusID                string
-	NVLinks                 int
-	MaxGeneration, MaxWidth int
-	// NUMANode is the GPU's node; -1 when unknown.
-	NUMANode int
-}
-
-// MachineNIC is one device a NIC fault may name.
-type MachineNIC struct {
-	// RDMA is true for an RDMA device, false for a network interface.
-	RDMA bool
-	// Rate is true when it has a rate or speed a nic_rate fault can lower.
-	Rate bool
-	// SymbolErrors is true when it has a symbol_error counter (mlx5; EFA
-	// has none).
-	SymbolErrors bool
-}
-
-// Check reports the first fault that names something the machine lacks:
-// a GPU, NVLink, peer or NIC it does not have, or a link state beyond what
-// the GPU's link supports. name is the file, for the error.
-func (m *Machine) Check(name string, faults []Fault) error {
-	for i, f := range faults {
-		fail := func(field, format string, args ...any) error {
-			return &FaultError{File: name, Entry: i, Kind: f.Kind, Field: field, Err: fmt.Errorf(format, args...)}
-		}
-		if f.GPU >= len(m.GPUs) {
-			return fail("gpu", "GPU %d: this node has GPUs 0-%d", f.GPU, len(m.GPUs)-1)
-		}
-		if f.PeerGPU >= len(m.GPUs) {
-			return fail("peer_gpu", "GPU %d: this node has GPUs 0-%d", f.PeerGPU, len(m.GPUs)-1)
-		}
-		var g MachineGPU
-		if f.GPU >= 0 {
-			g = m.GPUs[f.GPU]
-		}
-		switch f.Kind {
-		case PCIeWidth:
-			if f.Width > g.MaxWidth {
-				return fail("width", "x%d is wider than GPU %d's link can train (x%d)", f.Width, f.GPU, g.MaxWidth)
-			}
-		case PCIeGeneration:
-			if f.Generation > g.MaxGeneration {
-				return fail("generation", "Gen%d is beyond what GPU %d's link supports (Gen%d)", f.Generation, f.GPU, g.MaxGeneration)
-			}
-		case NVLinkDown, NVLinkErrors:
-			if f.Link >= g.NVLinks {
-				return fail("link", "GPU %d has NVLinks 0-%d", f.GPU, g.NVLinks-1)
-			}
-		case NICRate, NICDown, NICFlapping, NICSymbolErrors:
-			nic, ok := m.NICs[f.Device]
-			if !ok {
-				return fail("device", "no RDMA device or network interface %q on this node (%s)", f.Device, m.nicList())
-			}
-			if f.Kind == NICRate && !nic.Rate {
-				return fail("device", "%s reports no rate or speed to lower", f.Device)
-			}
-			if f.Kind == NICSymbolErrors && !nic.SymbolErrors {
-				return fail("device", "%s has no symbol_error counter (EFA devices and plain interfaces have none)", f.Device)
-			}
-		case ProcessFarSocket:
-			if m.NUMANodes < 2 {
-				return fail("gpu", "this node has one NUMA node: no socket is far")
-			}
-			if g.NUMANode < 0 {
-				return fail("gpu", "GPU %d's NUMA node is unknown", f.GPU)
-			}
-		}
-	}
-	return nil
-}
-
-func (m *Machine) nicList() string {
-	var names []string
-	for n := range m.NICs {
-		names = append(names, n)
-	}
-	slices.SortFunc(names, func(a, b string) int { return naturalCompare(a, b) })
-	if len(names) > 12 {
-		names = append(names[:12], "...")
-	}
-	return strings.Join(names, ", ")
-}
-
-// naturalCompare orders mlx5_2 before mlx5_10.
-func naturalCompare(a, b string) int {
-	for a != "" && b != "" {
-		da, db := leadingDigits(a), leadingDigits(b)
-		if da != "" && db != "" {
-			if len(da) != len(db) {
-				return len(da) - len(db)
-			}
-			if c := strings.Compare(da, db); c != 0 {
-				return c
-			}
-			a, b = a[len(da):], b[len(db):]
-			continue
-		}
-		if a[0] != b[0] {
-			return int(a[0]) - int(b[0])
-		}
-		a, b = a[1:], b[1:]
-	}
-	return len(a) - len(b)
-}
-
-func leadingDigits(s string) string {
-	i := 0
-	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-		i++
-	}
-	return s[:i]
 }

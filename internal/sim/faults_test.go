@@ -9,7 +9,8 @@ import (
 	"github.com/gpulink/gpulink_exporter/probes"
 )
 
-// contractFile is the example of CONTRACT.md: every kind once.
+// contractFile is the README's example fault file: every kind once, and
+// the optional forms.
 const contractFile = `
 faults:
 - {kind: pcie_width,        gpu: 0, width: 8}
@@ -21,6 +22,7 @@ faults:
 - {kind: nic_flapping,      device: mlx5_2, period: 3s}
 - {kind: nic_symbol_errors, device: mlx5_3, per_second: 5}
 - {kind: process_far_socket, gpu: 0}
+- {kind: process_far_memory, gpu: 2, pid: 6161}
 - {kind: throttle,          gpu: 4, reason: hw_thermal_slowdown}
 - {kind: xid,               gpu: 5, code: 79}
 - {kind: probe_bandwidth,   gpu: 6, probe: host_to_device, fraction: 0.5}
@@ -30,6 +32,7 @@ faults:
   probe: peer_copy
   peer_gpu: 7
   fraction: 0.25
+- {kind: pcie_width, device: "0000:b8:00.0", width: 4}
 `
 
 func TestParseContractFile(t *testing.T) {
@@ -47,11 +50,13 @@ func TestParseContractFile(t *testing.T) {
 		{Kind: NICFlapping, GPU: -1, Device: "mlx5_2", Period: 3 * time.Second, PeerGPU: -1},
 		{Kind: NICSymbolErrors, GPU: -1, Device: "mlx5_3", PerSecond: 5, PeerGPU: -1},
 		{Kind: ProcessFarSocket, GPU: 0, PeerGPU: -1},
+		{Kind: ProcessFarMemory, GPU: 2, PID: 6161, PeerGPU: -1},
 		{Kind: Throttle, GPU: 4, Reason: "hw_thermal_slowdown", PeerGPU: -1},
 		{Kind: XID, GPU: 5, Code: 79, PeerGPU: -1},
 		{Kind: ProbeBandwidth, GPU: 6, Probe: probes.HostToDevice, Fraction: 0.5, PeerGPU: -1},
 		{Kind: ProbeLatency, GPU: 7, Probe: probes.HostLatency, Factor: 3, PeerGPU: -1},
 		{Kind: ProbeBandwidth, GPU: 6, Probe: probes.PeerCopy, PeerGPU: 7, Fraction: 0.25},
+		{Kind: PCIeWidth, GPU: -1, Device: "0000:b8:00.0", Width: 4, PeerGPU: -1},
 	}
 	if len(faults) != len(want) {
 		t.Fatalf("got %d faults, want %d: %+v", len(faults), len(want), faults)
@@ -143,6 +148,19 @@ func TestParseErrors(t *testing.T) {
 		{"conflict", "faults:\n- {kind: nic_down, device: mlx5_1}\n- {kind: nic_flapping, device: mlx5_1, period: 3s}\n", 1, "", "faults[0] sets already"},
 		{"repeat", "faults:\n- {kind: pcie_width, gpu: 0, width: 8}\n- {kind: pcie_width, gpu: 0, width: 4}\n", 1, "", "faults[0] sets already"},
 		{"duplicate key", "faults:\n- {kind: xid, gpu: 0, gpu: 1, code: 79}\n", 0, "gpu", "given twice"},
+		{"pcie without link", "faults:\n- {kind: pcie_width, width: 8}\n", 0, "gpu or device", "missing"},
+		{"pcie gpu and device", "faults:\n- {kind: pcie_width, gpu: 0, device: \"0000:38:00.0\", width: 8}\n", 0, "device", "give gpu or device, not both"},
+		{"pid 0", "faults:\n- {kind: process_far_socket, gpu: 0, pid: 0}\n", 0, "pid", "want a process ID"},
+		{"pid of another kind", "faults:\n- {kind: xid, gpu: 0, code: 79, pid: 4242}\n", 0, "pid", "not a field of xid"},
+		{"one process twice", "faults:\n- {kind: process_far_socket, gpu: 0, pid: 4242}\n- {kind: process_far_memory, gpu: 0, pid: 4242}\n", 1, "", "faults[0] sets already"},
+		{"two new processes", "faults:\n- {kind: process_far_socket, gpu: 1}\n- {kind: process_far_memory, gpu: 1}\n", 1, "", "faults[0] sets already"},
+		{"faults twice", "faults: []\nfaults: []\n", -1, "", "faults given twice"},
+		{"key not a string", "faults:\n- {kind: xid, gpu: 0, code: 79, 7: 8}\n", 0, "", "field name 7 is not a string"},
+		{"kind not a string", "faults:\n- {kind: [xid], gpu: 0}\n", 0, "kind", "unknown kind a list"},
+		{"nan", "faults:\n- {kind: nic_rate, device: mlx5_0, fraction: .nan}\n", 0, "fraction", "want a fraction in (0, 1], got NaN"},
+		{"number for name", "faults:\n- {kind: nic_down, device: 5}\n", 0, "device", "want a name, got 5"},
+		{"negative code", "faults:\n- {kind: xid, gpu: 0, code: -79}\n", 0, "code", "want a whole number, got -79"},
+		{"list for int", "faults:\n- {kind: xid, gpu: [0], code: 79}\n", 0, "gpu", "want a whole number, got a list"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := ParseFaults("bad.yaml", []byte(c.data))
@@ -160,6 +178,25 @@ func TestParseErrors(t *testing.T) {
 				t.Errorf("error %q does not name the entry", err)
 			}
 		})
+	}
+}
+
+// TestValidate: a fault made in Go is checked as the file's are.
+func TestValidate(t *testing.T) {
+	ok := Fault{Kind: ProbeBandwidth, GPU: 1, PeerGPU: -1, Probe: probes.HostToDevice, Fraction: 0.5}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("Validate(%+v) = %v", ok, err)
+	}
+	for field, f := range map[string]Fault{
+		"kind":     {Kind: "gpu_on_fire", GPU: -1, PeerGPU: -1},
+		"gpu":      {Kind: XID, GPU: -1, PeerGPU: -1, Code: 79},
+		"fraction": {Kind: NICRate, GPU: -1, PeerGPU: -1, Device: "mlx5_0", Fraction: 2},
+		"peer_gpu": {Kind: ProbeBandwidth, GPU: 1, PeerGPU: 1, Probe: probes.PeerCopy, Fraction: 0.5},
+	} {
+		var fe *FaultError
+		if err := f.Validate(); !errors.As(err, &fe) || fe.Field != field {
+			t.Errorf("Validate(%+v) = %v, want an error naming %s", f, err, field)
+		}
 	}
 }
 
@@ -185,13 +222,18 @@ func TestCheckAgainstMachine(t *testing.T) {
 		{"mlx5 on p5", p5, "faults:\n- {kind: nic_down, device: mlx5_0}\n", "device", "no RDMA device"},
 		{"efa symbol errors", p5, "faults:\n- {kind: nic_symbol_errors, device: rdmap76s0, per_second: 5}\n", "device", "no symbol_error counter"},
 		{"ena rate", p5, "faults:\n- {kind: nic_rate, device: ens32, fraction: 0.5}\n", "device", "no rate or speed"},
+		{"no such function", n, "faults:\n- {kind: pcie_width, device: \"0000:42:00.0\", width: 8}\n", "device", "no PCI function 0000:42:00.0"},
+		{"a GPU's address", n, "faults:\n- {kind: pcie_width, device: \"0000:18:00.0\", width: 8}\n", "device", "is GPU 0: write gpu: 0"},
+		{"root port", n, "faults:\n- {kind: pcie_generation, device: \"0000:37:01.0\", generation: 3}\n", "device", "upper end"},
+		{"switch x32", n, "faults:\n- {kind: pcie_width, device: \"0000:38:00.0\", width: 32}\n", "width", "wider than 0000:38:00.0's link can train (x16)"},
+		{"no such pid", n, "faults:\n- {kind: process_far_socket, gpu: 0, pid: 5151}\n", "pid", "no process 5151 on GPU 0"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			faults, err := ParseFaults("f.yaml", []byte(c.data))
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = c.node.Machine().Check("f.yaml", faults)
+			err = CheckFaults("f.yaml", c.node.Machine(), faults)
 			var fe *FaultError
 			if !errors.As(err, &fe) || fe.Entry != 0 || fe.Field != c.field || !strings.Contains(err.Error(), c.msg) {
 				t.Errorf("Check = %v; want entry 0, field %s, saying %q", err, c.field, c.msg)
@@ -207,7 +249,7 @@ func TestCheckAgainstMachine(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := node.Machine().Check("f.yaml", faults); err != nil {
+		if err := CheckFaults("f.yaml", node.Machine(), faults); err != nil {
 			t.Errorf("%s: %v", node.Profile().Name, err)
 		}
 	}

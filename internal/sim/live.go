@@ -8,8 +8,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
-	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
+	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
+	"github.com/gpulink/gpulink_exporter/internal/sim/nvmlmodel"
 )
 
 // live is the simulated machine's moving state: what its GPUs are doing
@@ -25,16 +25,14 @@ type live struct {
 	nets  map[string]*netLive  // by interface name
 	// portKeys and netNames in order: they draw on the random source.
 	portKeys, netNames []string
-	gpuBus             []string
 	nodes              map[int]*nodeLive
-	// nodeIDs in order, and each node's CPUs.
+	// nodeIDs in order, and the node of each CPU.
 	nodeIDs   []int
-	nodeCPUs  map[int][]int
 	nodeOfCPU map[int]int
 	// threads holds the CPU each thread of each process last ran on, by
 	// PID; they move between CPUs of the node they started on, so a
 	// process's placement never changes by itself.
-	threads map[int][]int
+	threads map[int]threadsLive
 	// procs are the profile's GPU processes by NVML index.
 	procs [][]gpuProcess
 }
@@ -54,6 +52,13 @@ type gpuLive struct {
 	energyMJ  float64
 	linkErrs  [][4]float64
 	nvlinkKiB []float64
+}
+
+// threadsLive are the CPUs a process's threads last ran on, and the CPUs
+// it was allowed then.
+type threadsLive struct {
+	allowed string
+	cpus    []int
 }
 
 // fnLive is a NIC function's port state as it was at the last tick.
@@ -82,18 +87,17 @@ type nodeLive struct {
 	freeAdj float64 // share of free memory taken or given back
 }
 
-func newLive(rng *rand.Rand, nv *nvmlfake.Machine, m *sysfsfake.Machine, fnOf map[string]string) *live {
+func newLive(rng *rand.Rand, nv *nvmlmodel.Library, m *machine.Machine, fnOf map[string]string) *live {
 	l := &live{rng: rng, fns: map[string]*fnLive{}, ports: map[string]*portLive{}, nets: map[string]*netLive{},
-		nodes: map[int]*nodeLive{}, nodeCPUs: map[int][]int{}, nodeOfCPU: map[int]int{}, threads: map[int][]int{}}
+		nodes: map[int]*nodeLive{}, nodeOfCPU: map[int]int{}, threads: map[int]threadsLive{}}
 	for _, g := range nv.GPUs {
 		gl := &gpuLive{power: 70, temp: 32, linkErrs: make([][4]float64, len(g.NVLinks)), nvlinkKiB: make([]float64, len(g.NVLinks))}
 		l.gpus = append(l.gpus, gl)
-		l.gpuBus = append(l.gpuBus, g.PciBusID)
 	}
 	for _, fn := range fnOf {
 		l.fns[fn] = &fnLive{up: true}
 	}
-	walkDevices(m, func(d *sysfsfake.Device) {
+	walkDevices(m, func(d *machine.Device) {
 		for _, ib := range d.RDMA {
 			for _, p := range ib.Ports {
 				rate := 0.0
@@ -113,7 +117,6 @@ func newLive(rng *rand.Rand, nv *nvmlfake.Machine, m *sysfsfake.Machine, fnOf ma
 	for _, node := range m.Nodes {
 		l.nodeIDs = append(l.nodeIDs, node.ID)
 		cpus := mustCPUs(node.CPUs)
-		l.nodeCPUs[node.ID] = cpus
 		for _, c := range cpus {
 			l.nodeOfCPU[c] = node.ID
 		}
@@ -136,7 +139,7 @@ func newLive(rng *rand.Rand, nv *nvmlfake.Machine, m *sysfsfake.Machine, fnOf ma
 
 // processGPUMemory is what a process holds on its GPU: a training job
 // most of an 80 GB H100, the MPS server little.
-func processGPUMemory(p sysfsfake.Process) uint64 {
+func processGPUMemory(p machine.Process) uint64 {
 	if p.Comm == "nvidia-cuda-mps" {
 		return 320 << 20
 	}
@@ -182,8 +185,8 @@ func (l *live) wander(x, target, tau, sd, dt float64) float64 {
 // gpuProcs is GPU i's processes now: the profile's and a fault's.
 func (l *live) gpuProcs(i int, e gpuEffects) []gpuProcess {
 	ps := l.procs[i]
-	if e.farProcess != nil {
-		ps = append(slices.Clip(ps), gpuProcess{pid: e.farProcess.PID, memBytes: 24 << 30})
+	if e.newPID != 0 {
+		ps = append(slices.Clip(ps), gpuProcess{pid: e.newPID, memBytes: 24 << 30})
 	}
 	return ps
 }
@@ -287,15 +290,18 @@ func (l *live) step(dt float64, eff effects) {
 
 // moveThreads lets each thread of p hop to another CPU of the node it is
 // on, within what the process may use.
-func (l *live) moveThreads(p *sysfsfake.Process, dt float64) {
-	cpus, ok := l.threads[p.PID]
-	if !ok || len(cpus) != len(p.Threads) {
-		cpus = make([]int, len(p.Threads))
+func (l *live) moveThreads(p *machine.Process, dt float64) {
+	// A process bound elsewhere (a fault came or went) starts again from
+	// where the tree puts its threads.
+	tl, ok := l.threads[p.PID]
+	if !ok || len(tl.cpus) != len(p.Threads) || tl.allowed != p.CPUsAllowed {
+		tl = threadsLive{allowed: p.CPUsAllowed, cpus: make([]int, len(p.Threads))}
 		for i, t := range p.Threads {
-			cpus[i] = t.CPU
+			tl.cpus[i] = t.CPU
 		}
-		l.threads[p.PID] = cpus
+		l.threads[p.PID] = tl
 	}
+	cpus := tl.cpus
 	if dt > 0 {
 		allowed := mustCPUs(p.CPUsAllowed)
 		for i, c := range cpus {
@@ -321,7 +327,7 @@ func (l *live) moveThreads(p *sysfsfake.Process, dt float64) {
 
 // writeNVML sets every GPU's readings: the healthy state of the moment,
 // with the faults laid over it. The machine's lock is held.
-func (l *live) writeNVML(m *nvmlfake.Machine, dt float64, eff effects) {
+func (l *live) writeNVML(m *nvmlmodel.Library, dt float64, eff effects) {
 	for i, g := range m.GPUs {
 		gl, e := l.gpus[i], eff.gpus[i]
 		procs := l.gpuProcs(i, e)
@@ -356,7 +362,7 @@ func (l *live) writeNVML(m *nvmlfake.Machine, dt float64, eff effects) {
 		gl.energyMJ -= whole
 		g.TempC = uint32(math.Round(temp))
 		g.MemTempC = uint32(math.Round(temp + 6))
-		g.Fields[nvmlfake.FieldKey{ID: nvml.FI_DEV_MEMORY_TEMP}] = float64(g.MemTempC)
+		g.Fields[nvmlmodel.FieldKey{ID: nvml.FI_DEV_MEMORY_TEMP}] = float64(g.MemTempC)
 
 		// Idle, an H100 drops its SM clock and says why; busy it boosts
 		// to the maximum unless something holds it down.
@@ -370,7 +376,7 @@ func (l *live) writeNVML(m *nvmlfake.Machine, dt float64, eff effects) {
 		for _, r := range e.reasons {
 			g.SMClockMHz = min(g.SMClockMHz, throttledClockMHz[r])
 			if f, ok := throttleFields[r]; ok {
-				g.Fields[nvmlfake.FieldKey{ID: f}] += dt * 1e9
+				g.Fields[nvmlmodel.FieldKey{ID: f}] += dt * 1e9
 			}
 		}
 		g.MemClockMHz = g.MemMaxMHz
@@ -396,10 +402,10 @@ func (l *live) writeNVML(m *nvmlfake.Machine, dt float64, eff effects) {
 			if up {
 				speed = 26562
 				kib := gl.nvlink / float64(active) * dt / 1024
-				g.Fields[nvmlfake.FieldKey{ID: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, Scope: uint32(link)}] += kib
-				g.Fields[nvmlfake.FieldKey{ID: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, Scope: uint32(link)}] += kib * 0.98
+				g.Fields[nvmlmodel.FieldKey{ID: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, Scope: uint32(link)}] += kib
+				g.Fields[nvmlmodel.FieldKey{ID: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, Scope: uint32(link)}] += kib * 0.98
 			}
-			g.Fields[nvmlfake.FieldKey{ID: nvml.FI_DEV_NVLINK_GET_SPEED, Scope: uint32(link)}] = speed
+			g.Fields[nvmlmodel.FieldKey{ID: nvml.FI_DEV_NVLINK_GET_SPEED, Scope: uint32(link)}] = speed
 			if rate := e.linkErrors[link]; rate > 0 {
 				// A marginal link: every CRC error is a replay, and some
 				// replays end in a recovery.
@@ -419,11 +425,10 @@ func (l *live) writeNVML(m *nvmlfake.Machine, dt float64, eff effects) {
 }
 
 // writeSysfs brings a fresh healthy tree of the profile to the live state:
-// counters grown, port states, link states and processes with the faults
-// in force.
-func (l *live) writeSysfs(m *sysfsfake.Machine, dt float64, eff effects) {
-	walkDevices(m, func(d *sysfsfake.Device) {
-		e := eff.fns[d.Addr]
+// counters grown, the faults in force laid over it by ApplyFaults, as over
+// the fixtures, and threads moved.
+func (l *live) writeSysfs(m *machine.Machine, dt float64, eff effects) {
+	walkDevices(m, func(d *machine.Device) {
 		for i := range d.RDMA {
 			ib := &d.RDMA[i]
 			for j := range ib.Ports {
@@ -437,23 +442,6 @@ func (l *live) writeSysfs(m *sysfsfake.Machine, dt float64, eff effects) {
 						p.Counters[k] += uint64(v)
 					} else if _, ok := p.HWCounters[k]; ok {
 						p.HWCounters[k] += uint64(v)
-					}
-				}
-				if e == nil {
-					continue
-				}
-				if e.rate < 1 {
-					p.Rate = scaleRate(p.Rate, e.rate)
-				}
-				if e.down {
-					// As a pulled cable or a port disabled at the switch
-					// shows (sysfsfake's portDown).
-					p.State, p.PhysState = sysfsfake.PortDown, sysfsfake.PhysDisabled
-					if p.LinkLayer != "Unspecified" {
-						p.Rate = sysfsfake.RateSDR10
-					}
-					if p.LinkLayer == "InfiniBand" {
-						p.LID, p.SMLID = 0xffff, 0
 					}
 				}
 			}
@@ -471,15 +459,6 @@ func (l *live) writeSysfs(m *sysfsfake.Machine, dt float64, eff effects) {
 			}
 			nd.CarrierUp += nl.carrierUp
 			nd.CarrierDown += nl.carrierDown
-			if e == nil {
-				continue
-			}
-			if e.rate < 1 && nd.Speed > 0 {
-				nd.Speed = int(float64(nd.Speed) * e.rate)
-			}
-			if e.down {
-				nd.OperState, nd.Carrier, nd.Speed = "down", false, -1
-			}
 		}
 	})
 	for i := range m.Nodes {
@@ -494,28 +473,13 @@ func (l *live) writeSysfs(m *sysfsfake.Machine, dt float64, eff effects) {
 		free := float64(n.MemFreeKB) * (1 + nl.freeAdj)
 		n.MemFreeKB = uint64(min(free, float64(n.MemTotalKB)))
 	}
-	for i, e := range eff.gpus {
-		if e.farProcess != nil {
-			m.Processes = append(m.Processes, *e.farProcess)
-		}
-		if e.Width == 0 && e.Generation == 0 {
-			continue
-		}
-		if d := m.Device(l.gpuBus[i]); d != nil {
-			if e.Width > 0 {
-				d.Width = e.Width
-			}
-			if e.Generation > 0 {
-				d.Gen = e.Generation
-			}
-		}
-	}
+	ApplyFaults(m, eff.tree)
 	for i := range m.Processes {
 		l.moveThreads(&m.Processes[i], dt)
 	}
 	// A process that has gone loses its threads' record.
 	for pid := range l.threads {
-		if !slices.ContainsFunc(m.Processes, func(p sysfsfake.Process) bool { return p.PID == pid }) {
+		if !slices.ContainsFunc(m.Processes, func(p machine.Process) bool { return p.PID == pid }) {
 			delete(l.threads, pid)
 		}
 	}

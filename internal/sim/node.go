@@ -1,16 +1,17 @@
 // Package sim is the simulated node behind --sim: the exporter's real
 // samplers, collectors and probe scheduler run unchanged while the three
 // hardware seams are swapped for models. NVML is go-nvml's mock server as
-// internal/nvmlfake wraps it; sysfs and procfs are a tree of
-// internal/sysfsfake's machine written to a temporary directory and kept
+// internal/sim/nvmlmodel wraps it; sysfs and procfs are a tree of
+// internal/sim/machine's model written to a temporary directory and kept
 // up to date; the probe runner returns modelled rounds that follow the
 // simulated links' state.
 //
 // The node is alive: counters move and gauges wander as on a machine at
 // work. A fault file (YAML, see ParseFaults) breaks it in the ways the
 // alert rules look for, and is re-read while the node runs; removing a
-// fault restores health. Parsing the file (faults.go) is kept apart from
-// applying it to the seams (effects.go).
+// fault restores health. Decoding the file (faults.go) and checking it
+// against the machine (check.go) are kept apart from applying it to the
+// seams (effects.go).
 package sim
 
 import (
@@ -30,9 +31,9 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
-	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
+	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
+	"github.com/gpulink/gpulink_exporter/internal/sim/nvmlmodel"
 	"github.com/gpulink/gpulink_exporter/numa"
 )
 
@@ -65,10 +66,13 @@ type Node struct {
 	logger  *slog.Logger
 	root    string
 	fs      numa.FS
-	nvml    *nvmlfake.Machine
-	syncer  *sysfsfake.Syncer
+	nvml    *nvmlmodel.Library
+	syncer  *machine.Syncer
 	runner  *Runner
-	machine *Machine
+	// base is the machine in good health, what faults may name; gpus its
+	// GPUs in NVML order.
+	base *machine.Machine
+	gpus []*machine.Device
 	// fnOf maps every NIC name (RDMA device or interface) to its PCI
 	// function: a port's state is the function's.
 	fnOf map[string]string
@@ -136,12 +140,12 @@ func Start(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg: cfg, profile: p, logger: cfg.Logger.With("source", "sim"), root: root,
 		fs:     numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")},
-		nvml:   p.NewNVML(),
-		syncer: sysfsfake.NewSyncer(root),
+		syncer: machine.NewSyncer(root),
 	}
-	base := p.NewSysfs()
-	n.machine, n.fnOf = describeMachine(n.nvml, base)
-	n.live = newLive(rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15)), n.nvml, base, n.fnOf)
+	n.base = p.Machine()
+	n.gpus, n.fnOf = n.base.GPUs(), nicFunctions(n.base)
+	n.nvml = nvmlmodel.New(n.base)
+	n.live = newLive(rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15)), n.nvml, n.base, n.fnOf)
 	n.runner = newRunner(n, cfg.Seed)
 	if err := n.start(); err != nil {
 		n.Close()
@@ -196,7 +200,7 @@ func (n *Node) parse(data []byte) ([]Fault, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := n.machine.Check(n.cfg.FaultsFile, faults); err != nil {
+	if err := CheckFaults(n.cfg.FaultsFile, n.base, faults); err != nil {
 		return nil, err
 	}
 	return faults, nil
@@ -330,7 +334,7 @@ func (n *Node) Advance(now time.Time) error {
 	eff := n.effects(now)
 	n.live.step(dt, eff)
 	n.nvml.Update(func() { n.live.writeNVML(n.nvml, dt, eff) })
-	m := n.profile.NewSysfs()
+	m := n.profile.Machine()
 	n.live.writeSysfs(m, dt, eff)
 	err := n.syncer.Sync(m)
 	n.last, n.tickTook, n.tickErr = now, time.Since(start), err
@@ -358,13 +362,13 @@ func (n *Node) FS() numa.FS { return n.fs }
 func (n *Node) NVML() nvml.Interface { return n.nvml }
 
 // Fake is the fake NVML machine underneath, for tests.
-func (n *Node) Fake() *nvmlfake.Machine { return n.nvml }
+func (n *Node) Fake() *nvmlmodel.Library { return n.nvml }
 
 // Runner is the modelled probe runner.
 func (n *Node) Runner() *Runner { return n.runner }
 
-// Machine is what faults may name on this node.
-func (n *Node) Machine() *Machine { return n.machine }
+// Machine is the machine simulated, in good health: what faults may name.
+func (n *Node) Machine() *machine.Machine { return n.base }
 
 // Profile is the profile simulated.
 func (n *Node) Profile() Profile { return n.profile }
@@ -394,48 +398,14 @@ func (n *Node) Close() error {
 	return os.RemoveAll(n.root)
 }
 
-// describeFault is a fault in one line for the log.
+// describeFault is a fault in one line for the log: its kind and the
+// fields it gives.
 func describeFault(f Fault) string {
 	var b strings.Builder
 	b.WriteString(string(f.Kind))
-	add := func(k string, v any) { fmt.Fprintf(&b, " %s=%v", k, v) }
-	if f.GPU >= 0 {
-		add("gpu", f.GPU)
-	}
-	switch f.Kind {
-	case PCIeWidth:
-		add("width", f.Width)
-	case PCIeGeneration:
-		add("generation", f.Generation)
-	case NVLinkDown:
-		add("link", f.Link)
-	case NVLinkErrors:
-		add("link", f.Link)
-		add("per_second", f.PerSecond)
-	case NICRate:
-		add("device", f.Device)
-		add("fraction", f.Fraction)
-	case NICDown:
-		add("device", f.Device)
-	case NICFlapping:
-		add("device", f.Device)
-		add("period", f.Period)
-	case NICSymbolErrors:
-		add("device", f.Device)
-		add("per_second", f.PerSecond)
-	case Throttle:
-		add("reason", f.Reason)
-	case XID:
-		add("code", f.Code)
-	case ProbeBandwidth, ProbeLatency:
-		add("probe", f.Probe)
-		if f.PeerGPU >= 0 {
-			add("peer_gpu", f.PeerGPU)
-		}
-		if f.Kind == ProbeBandwidth {
-			add("fraction", f.Fraction)
-		} else {
-			add("factor", f.Factor)
+	for _, k := range kindFields[f.Kind].fields() {
+		if v := f.field(k); v != unset.field(k) {
+			fmt.Fprintf(&b, " %s=%v", k, v)
 		}
 	}
 	return b.String()

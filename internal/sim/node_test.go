@@ -365,6 +365,36 @@ func TestPCIeFaultBehindUplink(t *testing.T) {
 	}
 }
 
+// TestPCIeFaultOnSwitch: a switch's uplink trained x8 (device form) is
+// what the tree shows at both ends of that link and what host copies of
+// the GPUs below it reach; NVML, which reports each GPU's own link, keeps
+// x16.
+func TestPCIeFaultOnSwitch(t *testing.T) {
+	n, write := nodeWithFile(t, "dgx-h100")
+	write("faults:\n- {kind: pcie_width, device: \"0000:38:00.0\", width: 8}\n")
+	step(t, n, time.Second)
+	topo := topology(t, n)
+	for _, addr := range []string{"0000:38:00.0", "0000:37:01.0"} {
+		if d := topo.Device(addr); d == nil || d.Link.Width.V != 8 || d.Link.MaxWidth.V != 16 {
+			t.Errorf("%s link %+v, want x8 of x16", addr, d)
+		}
+	}
+	if p := gpus(t, n).GPUs[2].PCIe; p.Width.V != 16 {
+		t.Errorf("GPU 2 NVML PCIe %+v, want its own link at x16", p)
+	}
+	if h := result(t, round(t, n, 2), probes.HostToDevice, "", "", 0); !near(h.BytesPerSecond, 0.87*gen5x16/2, 0.01) {
+		t.Errorf("GPU 2 behind an x8 uplink: %g, want %g", h.BytesPerSecond, 0.87*gen5x16/2)
+	}
+	if h := result(t, round(t, n, 0), probes.HostToDevice, "", "", 0); !near(h.BytesPerSecond, 0.87*gen5x16, 0.01) {
+		t.Errorf("GPU 0 behind another switch: %g", h.BytesPerSecond)
+	}
+	write("")
+	step(t, n, time.Second)
+	if d := topology(t, n).Device("0000:38:00.0"); d.Link.Width.V != 16 {
+		t.Errorf("uplink not restored: %+v", d.Link)
+	}
+}
+
 func TestNVLinkFaults(t *testing.T) {
 	n, write := nodeWithFile(t, "dgx-h100")
 	write("faults:\n- {kind: nvlink_down, gpu: 2, link: 5}\n- {kind: nvlink_errors, gpu: 3, link: 2, per_second: 50}\n")
@@ -549,7 +579,7 @@ func TestProcessFarSocket(t *testing.T) {
 			step(t, n, time.Second)
 			snap := placement(t, n)
 			g := snap.GPUs[1]
-			if g.Processes != 1 || g.Misaffine != 1 || g.Procs[0].Placement.PID != farProcessPID(1) {
+			if g.Processes != 1 || g.Misaffine != 1 || g.Procs[0].Placement.PID != newProcessPID(1) {
 				t.Fatalf("GPU 1 placement %+v", g)
 			}
 			p := g.Procs[0]
@@ -573,6 +603,48 @@ func TestProcessFarSocket(t *testing.T) {
 				t.Errorf("proc/7001 left behind: %v", err)
 			}
 		})
+	}
+}
+
+// TestProcessFaultsOnProfileProcesses: with a pid, a process fault moves
+// a process the profile has (its NVML entry stays one); process_far_memory
+// leaves the CPUs and moves the memory.
+func TestProcessFaultsOnProfileProcesses(t *testing.T) {
+	n, write := nodeWithFile(t, "dgx-h100")
+	write("faults:\n- {kind: process_far_socket, gpu: 0, pid: 4242}\n- {kind: process_far_memory, gpu: 4, pid: 5151}\n- {kind: process_far_memory, gpu: 6}\n")
+	step(t, n, time.Second)
+	step(t, n, time.Second) // threads keep to the node they were moved to
+	snap := placement(t, n)
+	for _, c := range []struct {
+		gpu, pid          int
+		cpus, threads     float64
+		minMemory, maxMem float64
+	}{
+		{0, 4242, 1, 1, 0.89, 0.91},
+		{4, 5151, 0, 0, 0.79, 0.81},
+		{6, newProcessPID(6), 0, 0, 0.79, 0.81},
+	} {
+		g := snap.GPUs[c.gpu]
+		if g.Processes != 1 || g.Misaffine != 1 || g.Procs[0].Placement.PID != c.pid {
+			t.Errorf("GPU %d placement %+v", c.gpu, g)
+			continue
+		}
+		p := g.Procs[0]
+		if p.RemoteCPURatio.V != c.cpus || p.RemoteThreadRatio.V != c.threads || p.RemoteMemoryRatio.V < c.minMemory || p.RemoteMemoryRatio.V > c.maxMem {
+			t.Errorf("GPU %d process %d: cpus %v threads %v memory %v remote", c.gpu, c.pid, p.RemoteCPURatio, p.RemoteThreadRatio, p.RemoteMemoryRatio)
+		}
+	}
+	n.Fake().Update(func() {
+		if procs := n.Fake().GPUs[0].Processes; len(procs) != 1 || procs[0].Pid != 4242 {
+			t.Errorf("GPU 0 NVML processes %+v, want 4242 alone", procs)
+		}
+	})
+	write("")
+	step(t, n, time.Second)
+	for _, i := range []int{0, 4, 6} {
+		if g := placement(t, n).GPUs[i]; g.Misaffine != 0 {
+			t.Errorf("GPU %d after removal: %+v", i, g)
+		}
 	}
 }
 

@@ -5,22 +5,22 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/gpulink/gpulink_exporter/internal/nvmlfake"
-	"github.com/gpulink/gpulink_exporter/internal/sysfsfake"
+	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/numa"
 )
 
-// Profile is a machine the simulated node can be: its NVML, its sysfs and
-// procfs tree, and how fast its links move data.
+// Profile is a machine the simulated node can be, and how fast its links
+// move data.
 type Profile struct {
 	Name        string
 	Description string
-	// NewNVML builds the NVML side; NewSysfs the sysfs and procfs side
-	// in good health, built afresh for every change written (faults are
-	// laid over a fresh copy, so that removing one restores health).
-	NewNVML  func() *nvmlfake.Machine
-	NewSysfs func() *sysfsfake.Machine
-	Links    LinkModel
+	// Machine builds the machine in good health: the one model the node's
+	// sysfs and procfs tree, its NVML (nvmlmodel.New) and the check of a
+	// fault file all derive from. It is built afresh for every change
+	// written: faults are laid over a fresh copy, so that removing one
+	// restores health.
+	Machine func() *machine.Machine
+	Links   LinkModel
 }
 
 // LinkModel is what the modelled probes measure against what the path
@@ -63,15 +63,13 @@ var Profiles = map[string]Profile{
 	"dgx-h100": {
 		Name:        "dgx-h100",
 		Description: "NVIDIA DGX H100: 8 H100 SXM on NVSwitch, 2 Sapphire Rapids sockets, 8 ConnectX-7 NDR ports and 2 Ethernet ports, Gen5 x16 to every GPU",
-		NewNVML:     nvmlfake.NewDGXH100,
-		NewSysfs:    sysfsfake.DGXH100,
+		Machine:     machine.DGXH100,
 		Links:       LinkModel{HostEfficiency: 0.87, InterSocketBytesPerSecond: 53e9},
 	},
 	"aws-p5": {
 		Name:        "aws-p5",
 		Description: "AWS p5.48xlarge: 8 H100 SXM on NVSwitch, 2 EPYC sockets, 32 EFA devices, each GPU tray behind a Gen4 x8 uplink",
-		NewNVML:     nvmlfake.NewAWSP5,
-		NewSysfs:    awsP5,
+		Machine:     awsP5,
 		// 0.9 of Gen4 x8 is 14.2 GB/s; a Gen4 link loses less to TLP
 		// overhead than Gen5 at the payload size the switches use.
 		Links: LinkModel{HostEfficiency: 0.9, InterSocketBytesPerSecond: 40e9},
@@ -81,14 +79,14 @@ var Profiles = map[string]Profile{
 // ProfileNames lists the profiles in name order.
 func ProfileNames() []string { return slices.Sorted(maps.Keys(Profiles)) }
 
-// awsP5 is sysfsfake's p5.48xlarge with a second job, on GPU 5, so that
+// awsP5 is machine.AWSP5 with a second job, on GPU 5, so that
 // two GPUs are busy as on the DGX (which has three).
-func awsP5() *sysfsfake.Machine {
-	m := sysfsfake.AWSP5()
+func awsP5() *machine.Machine {
+	m := machine.AWSP5()
 	const cpus = "48-95,144-191" // node 1, GPU 5's socket
-	m.Processes = append(m.Processes, sysfsfake.Process{
+	m.Processes = append(m.Processes, machine.Process{
 		PID: 3535, PPID: 1, Comm: "python", Exe: "/usr/bin/python3.10", GPUs: []string{"0000:a8:00.0"},
-		CPUsAllowed: cpus, Threads: sysfsfake.ThreadsOn(3535, 12, mustCPUs(cpus)),
+		CPUsAllowed: cpus, Threads: machine.ThreadsOn(3535, 12, mustCPUs(cpus)),
 		Pages: []uint64{6_000, 1_400_000}, Cgroup: "/system.slice/train-gpu5.service",
 	})
 	return m

@@ -5,12 +5,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpulink/gpulink_exporter/probes/cuda/cudafake"
+	"github.com/gpulink/gpulink_exporter/probes/cuda/cudatest"
 )
 
 func openFake(t *testing.T, defines ...string) *Driver {
 	t.Helper()
-	d, err := Open(cudafake.Build(t, defines...))
+	d, err := Open(cudatest.Build(t, defines...))
 	if err != nil {
 		t.Fatalf("Open(fake): %v", err)
 	}
@@ -26,7 +26,7 @@ func TestOpenMissingLibrary(t *testing.T) {
 }
 
 func TestOpenMissingSymbolIsAnError(t *testing.T) {
-	lib := cudafake.Build(t, "OMIT_cuMemHostRegister_v2")
+	lib := cudatest.Build(t, "OMIT_cuMemHostRegister_v2")
 	_, err := Open(lib)
 	if err == nil || !strings.Contains(err.Error(), "symbol cuMemHostRegister_v2 not found") {
 		t.Fatalf("Open of a library without cuMemHostRegister_v2: %v", err)
@@ -35,7 +35,7 @@ func TestOpenMissingSymbolIsAnError(t *testing.T) {
 
 func TestInitFailureCarriesTheDriversName(t *testing.T) {
 	t.Setenv("FAKE_CUDA_FAIL", "cuInit:100")
-	_, err := Open(cudafake.Build(t))
+	_, err := Open(cudatest.Build(t))
 	var ce *Error
 	if !errors.As(err, &ce) || ce.Call != "cuInit" || ce.Code != 100 {
 		t.Fatalf("Open with cuInit failing: %v", err)

@@ -1,16 +1,21 @@
-// Package sysfsfake models the parts of a machine's sysfs and procfs that
-// the numa package reads (NUMA nodes, the PCIe tree, RDMA and network
-// devices, GPU processes) and writes them out as a file tree laid out the
-// way the kernel lays it out, so that code under test reads a fake machine
+// Package machine models a host: its NUMA nodes, its PCIe tree, its RDMA
+// and network devices and its GPU processes, and writes them out as the
+// sysfs and procfs tree the numa package reads, laid out the way the
+// kernel lays it out, so that code under test reads a modelled machine
 // exactly as it reads /sys and /proc.
 //
+// It is the one model of the simulated node (internal/sim): its tree, its
+// NVML (internal/sim/nvmlmodel.New) and the check of a fault file all
+// derive from a Machine. What only NVML shows (which GPUs a process uses,
+// how the NVLinks are wired) is carried for it and not written.
+//
 // Profiles model real machines (DGX H100, AWS p5.48xlarge, the borrowed
-// H200 VM, a small host without GPUs), and "-faults" copies break them in
-// documented ways. Each profile's tree is committed as a text archive under
-// numa/testdata; Load extracts one for a test. Machines can be changed
-// before writing (Device, IBPort, Net, Process, Overrides), which is how
-// tests and the simulated node inject faults.
-package sysfsfake
+// H200 VM, a small host without GPUs). Each profile's tree is committed as
+// a text archive under numa/testdata, beside faulty ones that internal/sim
+// makes by laying faults of its fault file over a profile; Load extracts
+// one for a test. Machines can be changed before writing (Device, IBPort,
+// Net, Process, Overrides), which is how faults are laid over them.
+package machine
 
 import (
 	"fmt"
@@ -38,15 +43,20 @@ type Machine struct {
 	// as DevicePath(addr)+"/current_link_width". They model files that
 	// hold garbage on a real machine, which nothing typed can express.
 	Overrides map[string]string
-	// Faults lists what a "-faults" profile breaks, for tests to iterate;
+	// NVLink is how the GPUs' NVLinks are wired, for an NVML model to
+	// report (internal/sim/nvmlmodel); nothing under sys shows it, and
 	// Write ignores it.
-	Faults []Fault
+	NVLink NVLink
 }
 
-// Fault is one documented defect of a faults profile.
-type Fault struct {
-	Name string // short identifier, such as "switch-b-uplink-x8"
-	Desc string // what is wrong and which files show it
+// NVLink is the wiring of a machine's NVLinks.
+type NVLink struct {
+	// PerGPU is how many NVLinks each GPU has.
+	PerGPU int
+	// Switches are the PCI addresses of the NVSwitches (an HGX board):
+	// link l of every GPU goes to Switches[l % len(Switches)]. With none,
+	// the machine has two GPUs and every link of each goes to the other.
+	Switches []string
 }
 
 // Node is a NUMA node.

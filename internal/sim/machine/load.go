@@ -1,9 +1,10 @@
-package sysfsfake
+package machine
 
 import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 )
 
 // TB is the part of testing.TB that Load uses; taking it rather than
@@ -25,7 +26,18 @@ const tmpfs = "/dev/shm"
 // of any package, run from any directory, reach it.
 func testdataDir() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "numa", "testdata")
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "numa", "testdata")
+}
+
+// FixtureNames lists the trees committed in numa/testdata, by the name
+// Load takes: the profiles' and the faulty ones internal/sim makes.
+func FixtureNames() []string {
+	archives, _ := filepath.Glob(filepath.Join(testdataDir(), "*.txtar"))
+	names := make([]string, len(archives))
+	for i, a := range archives {
+		names[i] = strings.TrimSuffix(filepath.Base(a), ".txtar")
+	}
+	return names
 }
 
 // Load extracts the committed tree of a profile, numa/testdata/<profile>.txtar,
@@ -36,17 +48,17 @@ func Load(tb TB, profile string) string {
 	tb.Helper()
 	f, err := os.Open(filepath.Join(testdataDir(), profile+".txtar"))
 	if err != nil {
-		tb.Fatalf("sysfsfake: profile %s: %v", profile, err)
+		tb.Fatalf("machine: profile %s: %v", profile, err)
 	}
 	defer f.Close()
-	root, err := os.MkdirTemp(tmpfs, "sysfsfake-"+profile+"-")
+	root, err := os.MkdirTemp(tmpfs, "machine-"+profile+"-")
 	if err == nil {
 		tb.Cleanup(func() { os.RemoveAll(root) })
 	} else {
 		root = tb.TempDir()
 	}
 	if err := ExtractTxtar(f, root); err != nil {
-		tb.Fatalf("sysfsfake: profile %s: %v", profile, err)
+		tb.Fatalf("machine: profile %s: %v", profile, err)
 	}
 	return root
 }

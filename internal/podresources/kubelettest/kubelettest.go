@@ -1,8 +1,8 @@
-// Package kubeletfake serves the kubelet's pod-resources API (podresources
+// Package kubelettest serves the kubelet's pod-resources API (podresources
 // v1, the generated gRPC server interface) on a unix socket, for tests:
 // pods come and go with SetPods, the kubelet goes down with Stop and comes
 // back with Start, and Block makes List hang until Unblock.
-package kubeletfake
+package kubelettest
 
 import (
 	"context"
@@ -49,14 +49,14 @@ func (k *Kubelet) Start() error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.srv != nil {
-		return errors.New("kubeletfake: already serving")
+		return errors.New("kubelettest: already serving")
 	}
 	if err := os.Remove(k.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	l, err := net.Listen("unix", k.Socket)
 	if err != nil {
-		return fmt.Errorf("kubeletfake: %w", err)
+		return fmt.Errorf("kubelettest: %w", err)
 	}
 	k.srv = grpc.NewServer()
 	podresourcesv1.RegisterPodResourcesListerServer(k.srv, &server{k: k})

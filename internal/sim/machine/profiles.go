@@ -1,17 +1,14 @@
-package sysfsfake
+package machine
 
-import "fmt"
-
-// Profiles returns the profile constructors by name; each tree is
-// committed as numa/testdata/<name>.txtar.
+// Profiles returns the constructors of the machines in good health by
+// name; each tree is committed as numa/testdata/<name>.txtar, beside the
+// faulty ones internal/sim makes from them (sim.Fixtures).
 func Profiles() map[string]func() *Machine {
 	return map[string]func() *Machine{
-		"dgx-h100":        DGXH100,
-		"dgx-h100-faults": DGXH100Faults,
-		"aws-p5":          AWSP5,
-		"aws-p5-faults":   AWSP5Faults,
-		"no-gpu":          NoGPU,
-		"h200-vm":         H200VM,
+		"dgx-h100": DGXH100,
+		"aws-p5":   AWSP5,
+		"no-gpu":   NoGPU,
+		"h200-vm":  H200VM,
 	}
 }
 
@@ -63,12 +60,12 @@ const (
 //	C       1     pci0000:97   98:00.0  GPU4 9a:00.0, GPU5 ab:00.0  mlx5_4 9b:00.0 ibp155s0, mlx5_5 aa:00.0 ibp170s0  9c:00.0
 //	D       1     pci0000:b7   b8:00.0  GPU6 ba:00.0, GPU7 db:00.0  mlx5_6 bb:00.0 ibp187s0, mlx5_7 da:00.0 ibp218s0  bc:00.0
 //
-// GPUs are H100 SXM (10de:2330), Gen5 x16 at both ends; the GPU bus ids
-// match nvmlfake.NewDGXH100. IB NICs are ConnectX-7 (15b3:1021), port 1
-// ACTIVE, LinkUp, 400 Gb/sec (4X NDR), link layer InfiniBand, Gen5 x16;
-// IPoIB interfaces up at 400000. NVMe drives are Gen4 x4. Two more
-// ConnectX-7 in Ethernet mode sit directly behind their own root ports:
-// mlx5_8 at 6c:00.0 (pci0000:6b, node 0, enp108s0f0np0) and mlx5_9 at
+// GPUs are H100 SXM (10de:2330), Gen5 x16 at both ends, their 18 NVLinks
+// each on four NVSwitches (which only NVML shows). IB NICs are ConnectX-7
+// (15b3:1021), port 1 ACTIVE, LinkUp, 400 Gb/sec (4X NDR), link layer
+// InfiniBand, Gen5 x16; IPoIB interfaces up at 400000. NVMe drives are
+// Gen4 x4. Two more ConnectX-7 in Ethernet mode sit directly behind their
+// own root ports: mlx5_8 at 6c:00.0 (pci0000:6b, node 0, enp108s0f0np0) and mlx5_9 at
 // e4:00.0 (pci0000:e3, node 1, enp228s0f0np0), RoCE at 200 Gb/sec (4X
 // HDR), interfaces at 200000. Every function's numa_node is its socket.
 // Virtual: lo.
@@ -96,6 +93,7 @@ func DGXH100() *Machine {
 		},
 		Distances: [][]int{{10, 21}, {21, 10}},
 		NetOnly:   []NetDev{loopback()},
+		NVLink:    hgxNVLink,
 	}
 	spr := func(bus int, child *Device) *HostBridge { return ownBridge(sprRootPort, bus, child) }
 	m.HostBridges = append(onNode(0,
@@ -121,6 +119,11 @@ func DGXH100() *Machine {
 	return m
 }
 
+// hgxNVLink is an HGX H100 board's: every GPU's 18 NVLinks on four
+// NVSwitches, link l on switch l%4, at the bus numbers a DGX H100 shows
+// them (the p5 has the same board).
+var hgxNVLink = NVLink{PerGPU: 18, Switches: []string{"0000:05:00.0", "0000:06:00.0", "0000:07:00.0", "0000:08:00.0"}}
+
 // bigNode is one socket's memory: about 1 TiB, mostly free, and the
 // numastat of a machine that has run for a while with most allocations
 // local.
@@ -133,57 +136,23 @@ func bigNode(id int, cpus string, totalKB, freeKB uint64) Node {
 	}}
 }
 
-// DGX H100 faults, in the order DGXH100Faults applies them.
-var dgxFaults = []Fault{
-	{"switch-b-uplink-x8", "switch B's upstream port 0000:38:00.0 trained x8 of x16: its current_link_width 8 and max 16, and the root port 0000:37:01.0 above it shows current 8, max 16; GPU2 and GPU3 keep Gen5 x16 to the switch"},
-	{"mlx5_2-half-rate", "mlx5_2 port 1 ACTIVE at 200 Gb/sec (4X HDR) instead of NDR 400; its interface ibp59s0 shows speed 200000"},
-	{"mlx5_3-down", "mlx5_3 port 1 1: DOWN, 3: Disabled, rate 10 Gb/sec (4X SDR), lid 0xffff; ibp92s0 operstate down, carrier 0, speed -1"},
-	{"nics-far-from-gpus", "switches C and D (node 1) carry no NICs and mlx5_9 is gone; mlx5_4..mlx5_7 sit behind a fifth switch E on node 0 (pci0000:70), so GPUs 4-7 reach every NIC across the socket (SYS)"},
-	{"pid-4242-remote", "pid 4242 uses GPU0 (node 0) but is pinned to node1 CPUs 56-111,168-223, its threads last ran there and 90% of its pages are on N1"},
-	{"mlx5_1-symbol-error-garbage", "mlx5_1 port 1 counters/symbol_error reads \"N/A\": that one value is unreadable, every other file is fine"},
-}
-
-// DGXH100Faults models the DGX H100 of DGXH100 with one instance of each
-// defect the exporter must report (see Machine.Faults for the list):
-//
-//   - switch B's uplink trained at x8 of x16;
-//   - mlx5_2 ACTIVE at half rate, 200 Gb/sec (4X HDR);
-//   - mlx5_3 down: DOWN, Disabled, interface ibp92s0 down without carrier;
-//   - NICs on the wrong socket: switches C and D keep their GPUs and NVMe
-//     but carry no NICs, mlx5_9 and its host bridge are gone, and
-//     mlx5_4..mlx5_7 sit on node 0 behind a fifth switch E: host bridge
-//     pci0000:70, root port 70:01.0, USP 71:00.0, NICs 73:00.0 (mlx5_4,
-//     ibp115s0), 74:00.0 (mlx5_5, ibp116s0), 75:00.0 (mlx5_6, ibp117s0),
-//     76:00.0 (mlx5_7, ibp118s0). GPUs 4-7 are SYS to every NIC; GPUs 0-3
-//     are NODE to mlx5_4..mlx5_7;
-//   - pid 4242 on GPU0 (node 0) pinned to node1 CPUs, threads there, 90%
-//     of its pages (1,800,000 of 2,000,000) on N1;
-//   - mlx5_1's counters/symbol_error holds "N/A": one dropped value.
-func DGXH100Faults() *Machine {
+// DGXH100FarNICs is a DGX H100 built with the NICs of its second socket
+// on the first: switches C and D keep their GPUs and NVMe drives but carry
+// no NICs, mlx5_9 and its host bridge are gone, and mlx5_4..mlx5_7 sit on
+// node 0 behind a fifth switch E: host bridge pci0000:70, root port
+// 70:01.0, USP 71:00.0, NICs 73:00.0 (mlx5_4, ibp115s0), 74:00.0 (mlx5_5,
+// ibp116s0), 75:00.0 (mlx5_6, ibp117s0), 76:00.0 (mlx5_7, ibp118s0). GPUs
+// 4-7 are SYS to every NIC; GPUs 0-3 are NODE to mlx5_4..mlx5_7. It is the
+// machine of the dgx-h100-faults fixture: a machine cabled that way is
+// built wrong, which no fault of the fault file makes.
+func DGXH100FarNICs() *Machine {
 	m := DGXH100()
-	m.Name = "dgx-h100-faults"
-	m.Faults = dgxFaults
-
-	m.Device("0000:38:00.0").Width = 8
-
-	m.IBPort("mlx5_2", 1).Rate = RateHDR200
-	m.Net("ibp59s0").Speed = 200000
-
-	portDown(m, "mlx5_3", "ibp92s0")
-
 	for _, nic := range []string{"0000:9b:00.0", "0000:aa:00.0", "0000:bb:00.0", "0000:da:00.0"} {
 		m.RemoveDevice(m.Parent(nic).Addr) // the downstream port goes with its NIC
 	}
 	m.RemoveDevice("0000:e3:01.0")
 	m.HostBridges = append(m.HostBridges, onNode(0, ownBridge(sprRootPort, 0x70,
 		pexSwitch(0x71, ibHCA(0x73, "mlx5_4"), ibHCA(0x74, "mlx5_5"), ibHCA(0x75, "mlx5_6"), ibHCA(0x76, "mlx5_7"))))...)
-
-	p := m.Process(4242)
-	p.CPUsAllowed = dgxNode1CPUs
-	p.Threads = threads(p.PID, len(p.Threads), dgxNode1CPUs)
-	p.Pages = []uint64{200_000, 1_800_000}
-
-	m.Overrides = map[string]string{m.IBPortDir("mlx5_1", 1) + "/counters/symbol_error": "N/A\n"}
 	return m
 }
 
@@ -238,6 +207,7 @@ func AWSP5() *Machine {
 		},
 		Distances: [][]int{{10, 32}, {32, 10}},
 		NetOnly:   []NetDev{loopback()},
+		NVLink:    hgxNVLink,
 	}
 	ena := awsENA.endpoint(0x11)
 	ena.Net = []NetDev{physNet("ens32", TypeEther, 0, 9001, mac(0x0a1b2c, 0x11))}
@@ -255,40 +225,6 @@ func AWSP5() *Machine {
 			CPUsAllowed: p5Node0CPUs, Threads: threads(3131, 12, p5Node0CPUs),
 			Pages: []uint64{1_500_000, 8_000}, Cgroup: "/system.slice/train.service"},
 	}
-	return m
-}
-
-// AWSP5Faults models the p5.48xlarge of AWSP5 with three defects (see
-// Machine.Faults):
-//
-//   - GPU3's first EFA, rdmap127s0 (7f:00.0), port 1 DOWN and Disabled;
-//   - GPU5 (a8:00.0) trained Gen5 x8 of x16: its current_link_width 8,
-//     max 16, and the same current width on the L2 downstream port
-//     a7:00.0 above it;
-//   - a second process, 3232 python on GPU6 (b9:00.0, node 1), allowed
-//     and running on node1 CPUs but with 80% of its pages (1,200,000 of
-//     1,500,000) on N0.
-func AWSP5Faults() *Machine {
-	m := AWSP5()
-	m.Name = "aws-p5-faults"
-	gpu3EFA := fmt.Sprintf("rdmap%ds0", p5Base(3)+5)
-	gpu5 := pciAddr(p5Base(5)+12, 0)
-	m.Faults = []Fault{
-		{gpu3EFA + "-down", gpu3EFA + " (GPU3's first EFA) port 1 1: DOWN, 3: Disabled"},
-		{"gpu5-x8", "GPU5 " + gpu5 + " trained Gen5 x8 of x16; the downstream port above shows current width 8"},
-		{"pid-3232-remote-memory", "pid 3232 on GPU6 runs on node1 CPUs with 80% of its pages on N0"},
-	}
-
-	p := m.IBPort(gpu3EFA, 1)
-	p.State, p.PhysState = PortDown, PhysDisabled
-
-	m.Device(gpu5).Width = 8
-
-	m.Processes = append(m.Processes, Process{
-		PID: 3232, PPID: 1, Comm: "python", Exe: "/usr/bin/python3.10", GPUs: []string{pciAddr(p5Base(6)+12, 0)},
-		CPUsAllowed: p5Node1CPUs, Threads: threads(3232, 12, p5Node1CPUs),
-		Pages: []uint64{1_200_000, 300_000}, Cgroup: "/system.slice/train-gpu6.service",
-	})
 	return m
 }
 
@@ -358,6 +294,8 @@ func H200VM() *Machine {
 		}}},
 		Distances: [][]int{{10}},
 		NetOnly:   []NetDev{loopback(), ifb("ifb0", "6e:3c:94:1a:d2:07"), ifb("ifb1", "d6:81:2b:5f:90:4e")},
+		// The two H200s are joined directly, all 18 links of each.
+		NVLink: NVLink{PerGPU: 18},
 		HostBridges: onNode(-1, hostBridge(0x00,
 			vmHostBridge.fn(Endpoint, 0, 0),
 			virtio(virtioBlock, 1, "virtio0", 2),

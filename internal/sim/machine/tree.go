@@ -1,4 +1,4 @@
-package sysfsfake
+package machine
 
 import (
 	"errors"
@@ -30,7 +30,7 @@ func newTree() *tree { return &tree{entries: map[string]entry{}} }
 
 func (t *tree) add(p string, e entry) {
 	if _, dup := t.entries[p]; dup && t.err == nil {
-		t.err = fmt.Errorf("sysfsfake: %s written twice", p)
+		t.err = fmt.Errorf("machine: %s written twice", p)
 	}
 	t.entries[p] = e
 }
@@ -139,7 +139,7 @@ func readTree(root string) (*tree, error) {
 			}
 			t.file(p, string(b))
 		default:
-			return fmt.Errorf("sysfsfake: %s is neither a file nor a symlink", full)
+			return fmt.Errorf("machine: %s is neither a file nor a symlink", full)
 		}
 		return nil
 	})
@@ -154,7 +154,7 @@ func (t *tree) localPaths() ([]string, error) {
 	ps := t.paths()
 	for _, p := range ps {
 		if !filepath.IsLocal(filepath.FromSlash(p)) {
-			return nil, fmt.Errorf("sysfsfake: path %q leaves the root", p)
+			return nil, fmt.Errorf("machine: path %q leaves the root", p)
 		}
 	}
 	return ps, nil

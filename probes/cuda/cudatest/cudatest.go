@@ -1,7 +1,7 @@
-// Package cudafake builds a fake libcuda.so.1 from C for tests on machines
+// Package cudatest builds a fake libcuda.so.1 from C for tests on machines
 // without a GPU. The fake's behaviour is set through FAKE_CUDA_* variables
 // in the environment of the process that loads it; see c/fakecuda.c.
-package cudafake
+package cudatest
 
 import (
 	_ "embed"

@@ -1,4 +1,4 @@
-// Package dcgmfake builds a fake libdcgm.so.4 from C for tests on machines
+// Package dcgmtest builds a fake libdcgm.so.4 from C for tests on machines
 // without DCGM, and drives the host engine it models through a control
 // file; see c/fakedcgm.c for what it implements.
 //
@@ -7,7 +7,7 @@
 // are the ones go-dcgm calls and passes. It is linked with the SONAME
 // libdcgm.so.4: loaded by path first, it is the library go-dcgm's
 // dlopen("libdcgm.so.4") finds.
-package dcgmfake
+package dcgmtest
 
 import (
 	_ "embed"
@@ -149,7 +149,7 @@ func (e *Engine) Reset(kv ...string) error {
 // (see c/fakedcgm.c); an empty value removes the key.
 func (e *Engine) Set(kv ...string) error {
 	if len(kv)%2 != 0 {
-		return fmt.Errorf("dcgmfake: Set needs key, value pairs, got %d strings", len(kv))
+		return fmt.Errorf("dcgmtest: Set needs key, value pairs, got %d strings", len(kv))
 	}
 	e.mu.Lock()
 	for i := 0; i < len(kv); i += 2 {

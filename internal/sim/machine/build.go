@@ -1,4 +1,4 @@
-package sysfsfake
+package machine
 
 import (
 	"fmt"
@@ -185,18 +185,6 @@ func physNet(name string, typ, speed, mtu int, addr string) NetDev {
 func loopback() NetDev {
 	return NetDev{Name: "lo", Type: TypeLoopback, OperState: "unknown", Carrier: true,
 		MTU: 65536, Address: "00:00:00:00:00:00", Stats: netStats("lo")}
-}
-
-// portDown takes port 1 of RDMA device name and its interface ifname
-// down, as a cable pulled or a port disabled at the switch shows: the
-// RDMA port DOWN and Disabled at the lowest rate, the interface without
-// carrier and of unknown speed.
-func portDown(m *Machine, name, ifname string) {
-	p := m.IBPort(name, 1)
-	p.State, p.PhysState, p.Rate, p.LID, p.SMLID = PortDown, PhysDisabled, RateSDR10, 0xffff, 0
-	if n := m.Net(ifname); n != nil {
-		n.OperState, n.Carrier, n.Speed, n.CarrierDown = "down", false, -1, 1
-	}
 }
 
 // guid returns a node GUID from an OUI-like prefix and the bus.

@@ -1,4 +1,4 @@
-package sysfsfake
+package machine
 
 import (
 	"fmt"
@@ -121,7 +121,7 @@ GPU5  SYS SYS SYS SYS PIX PIX NODE NODE SYS NODE
 GPU6  SYS SYS SYS SYS NODE NODE PIX PIX SYS NODE
 GPU7  SYS SYS SYS SYS NODE NODE PIX PIX SYS NODE
 `},
-		{DGXH100Faults(), `
+		{DGXH100FarNICs(), `
       mlx5_0 mlx5_1 mlx5_2 mlx5_3 mlx5_4 mlx5_5 mlx5_6 mlx5_7 mlx5_8
 GPU0  PIX PIX NODE NODE NODE NODE NODE NODE NODE
 GPU1  PIX PIX NODE NODE NODE NODE NODE NODE NODE
@@ -145,7 +145,8 @@ GPU1  PHB
 
 	// p5: each GPU is PXB to its tray's four EFAs, NODE to the other EFAs
 	// of its node and (GPUs 0-3) to the ENA, SYS to the rest.
-	for _, m := range []*Machine{AWSP5(), AWSP5Faults()} {
+	{
+		m := AWSP5()
 		addrs, names := nics(m)
 		for gi, g := range m.GPUs() {
 			for ni, n := range addrs {

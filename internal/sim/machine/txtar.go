@@ -1,4 +1,4 @@
-package sysfsfake
+package machine
 
 import (
 	"bufio"
@@ -34,18 +34,18 @@ func (t *tree) format(w io.Writer) error {
 	for _, p := range t.paths() {
 		e := t.entries[p]
 		if strings.Contains(p, linkArrow) || strings.ContainsAny(p, "\n") {
-			return fmt.Errorf("sysfsfake: cannot archive path %q", p)
+			return fmt.Errorf("machine: cannot archive path %q", p)
 		}
 		if e.isLink {
 			fmt.Fprintf(bw, "-- %s%s%s --\n", p, linkArrow, e.target)
 			continue
 		}
 		if e.data != "" && !strings.HasSuffix(e.data, "\n") {
-			return fmt.Errorf("sysfsfake: %s does not end in a newline", p)
+			return fmt.Errorf("machine: %s does not end in a newline", p)
 		}
 		for _, l := range strings.SplitAfter(e.data, "\n") {
 			if _, ok := header(strings.TrimSuffix(l, "\n")); ok {
-				return fmt.Errorf("sysfsfake: %s holds a txtar header line %q", p, l)
+				return fmt.Errorf("machine: %s holds a txtar header line %q", p, l)
 			}
 		}
 		fmt.Fprintf(bw, "-- %s --\n%s", p, e.data)
@@ -79,7 +79,7 @@ func ExtractTxtar(r io.Reader, root string) error {
 		switch {
 		case cur == "":
 		case isLink && body.Len() > 0:
-			return fmt.Errorf("sysfsfake: symlink %s has content", cur)
+			return fmt.Errorf("machine: symlink %s has content", cur)
 		case !isLink:
 			t.file(cur, body.String())
 		}

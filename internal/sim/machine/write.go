@@ -1,4 +1,4 @@
-package sysfsfake
+package machine
 
 import (
 	"fmt"

@@ -1,9 +1,10 @@
-// Package nvmlfake builds NVML machines on go-nvml's DGX server mocks,
-// answering every call the gpu package makes with values modelled on real
-// hardware, and lets tests break them: lose a GPU, hang a call, make a
-// field unsupported, deliver XID events. Tests and the simulated node use
-// it; it is never linked against real hardware.
-package nvmlfake
+// Package nvmlmodel is the NVML library a machine of internal/sim/machine
+// shows, built on go-nvml's DGX server mocks: it answers every call the gpu
+// package makes with values modelled on real hardware, and lets tests
+// break it: lose a GPU, hang a call, make a field unsupported, deliver XID
+// events. Tests and the simulated node use it; it is never linked against
+// real hardware.
+package nvmlmodel
 
 import (
 	"fmt"
@@ -18,10 +19,11 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 )
 
-// Machine is a fake NVML library with its GPUs.
-type Machine struct {
+// Library is a fake NVML library with its GPUs.
+type Library struct {
 	*server.Server
 	GPUs []*GPU
 
@@ -33,10 +35,10 @@ type Machine struct {
 	events chan gonvml.EventData
 }
 
-// GPU is one fake GPU. Change its fields with Machine.Update.
+// GPU is one fake GPU. Change its fields with Library.Update.
 type GPU struct {
 	*server.Device
-	m *Machine
+	m *Library
 
 	Lost bool
 	// Unsupported names methods (GetPowerUsage, GetRemappedRows, ...) or
@@ -106,73 +108,94 @@ type FieldKey struct {
 	ID, Scope uint32
 }
 
-// DGX H100 bus numbers, as nvidia-smi shows them on such a machine.
-var dgxBuses = []int{0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb}
+// NewDGXH100 is the NVML of machine.DGXH100: eight H100 SXM, two sockets,
+// every GPU's 18 NVLinks on four NVSwitches.
+func NewDGXH100() *Library { return New(machine.DGXH100()) }
 
-// NVSwitch bus numbers on a DGX H100.
-var nvswitchBuses = []int{0x05, 0x06, 0x07, 0x08}
+// NewAWSP5 is the NVML of machine.AWSP5: the same board as a DGX H100 at
+// the p5's bus numbers, GPUs 0-3 on one socket and 4-7 on the other.
+func NewAWSP5() *Library { return New(machine.AWSP5()) }
 
-// AWS p5.48xlarge GPU bus numbers, as in sysfsfake's aws-p5 tree: each
-// GPU at the bottom of its own tray's switch tree.
-var p5Buses = []int{0x53, 0x64, 0x75, 0x86, 0x97, 0xa8, 0xb9, 0xca}
+// NewH200Pair is the NVML of machine.H200VM, the borrowed 2x H200 machine:
+// both GPUs on the VM's root bus, all 18 NVLinks of each going straight to
+// the other.
+func NewH200Pair() *Library { return New(machine.H200VM()) }
 
-// NewDGXH100 models a DGX H100: 8 GPUs, two sockets, every GPU's 18
-// NVLinks on the four NVSwitches.
-func NewDGXH100() *Machine { return newHGXH100(dgxBuses) }
+// boards are go-nvml's server mocks by the PCI device ID of their GPUs,
+// with what the mocks do not model.
+var boards = map[uint16]struct {
+	new func() *server.Server
+	// memBusWidth is GetMemoryBusWidth, in bits: 1024 per HBM stack.
+	memBusWidth uint32
+}{
+	0x2330: {dgxh100.New, 5120}, // H100 SXM: five HBM3 stacks
+	0x2335: {dgxh200.New, 6144}, // H200 SXM: six HBM3e stacks
+}
 
-// NewAWSP5 models an AWS p5.48xlarge: the same eight H100 SXM GPUs on
-// NVSwitches as a DGX H100, GPUs 0-3 on one socket and 4-7 on the other,
-// at the bus numbers of sysfsfake's aws-p5 tree.
-func NewAWSP5() *Machine { return newHGXH100(p5Buses) }
-
-// newHGXH100 is an HGX H100 board of eight GPUs at buses, the first four
-// on one socket: every GPU's 18 NVLinks on the four NVSwitches.
-func newHGXH100(buses []int) *Machine {
-	m := newMachine(dgxh100.New())
-	for i, g := range m.GPUs {
-		g.setBus(buses[i])
-		g.PowerLimitMW = 700000
-		for l := range g.NVLinks {
-			g.NVLinks[l] = Link{Up: true, Version: uint32(gonvml.NVLINK_VERSION_4_0), RemoteType: gonvml.NVLINK_DEVICE_TYPE_SWITCH,
-				RemoteBus: fmt.Sprintf("00000000:%02X:00.0", nvswitchBuses[l%4])}
-		}
+// New is the NVML library a machine shows: one GPU per display or 3D
+// controller of m, in bus id order as NVML numbers them, at its address,
+// with its PCIe link as m has it trained and its NVLinks as m.NVLink wires
+// them. Every GPU is of one kind, one go-nvml has a mock server for (H100
+// or H200 SXM); anything else is a mistake in the model, and panics.
+//
+// The topology levels between GPUs are coarse: NODE on one NUMA node,
+// SYSTEM across nodes, HOSTBRIDGE where the node is unknown (a VM, whose
+// functions all sit on one root bus). PIX and PXB are not told apart.
+func New(m *machine.Machine) *Library {
+	devs := m.GPUs()
+	if len(devs) == 0 {
+		panic(fmt.Sprintf("nvmlmodel: %s has no GPU", m.Name))
 	}
-	for i, a := range m.GPUs {
-		for j := range m.GPUs {
-			if i/4 == j/4 {
-				a.Levels[j] = gonvml.TOPOLOGY_NODE
+	board, ok := boards[devs[0].DeviceID]
+	if !ok {
+		panic(fmt.Sprintf("nvmlmodel: %s: no NVML mock for GPU %04x:%04x", m.Name, devs[0].Vendor, devs[0].DeviceID))
+	}
+	s := board.new()
+	if len(devs) > len(s.Devices) {
+		panic(fmt.Sprintf("nvmlmodel: %s has %d GPUs, the mock %d", m.Name, len(devs), len(s.Devices)))
+	}
+	s.Devices = s.Devices[:len(devs)]
+	lib := newLibrary(s, m.NVLink.PerGPU)
+	for i, g := range lib.GPUs {
+		d := devs[i]
+		if d.DeviceID != devs[0].DeviceID {
+			panic(fmt.Sprintf("nvmlmodel: %s mixes GPUs %04x and %04x", m.Name, devs[0].DeviceID, d.DeviceID))
+		}
+		g.PciBusID = d.Addr
+		g.PCIeGen, g.PCIeWidth = d.Gen, d.Width
+		g.PCIeMaxGen, g.PCIeMaxWidth, g.PCIeGPUMaxGen = d.MaxGen, d.MaxWidth, d.MaxGen
+		g.MemBusWidth = board.memBusWidth
+		for l := range g.NVLinks {
+			k := Link{Up: true, Version: uint32(gonvml.NVLINK_VERSION_4_0), RemoteType: gonvml.NVLINK_DEVICE_TYPE_SWITCH}
+			if sw := m.NVLink.Switches; len(sw) > 0 {
+				k.RemoteBus = nvmlBusID(sw[l%len(sw)])
 			} else {
-				a.Levels[j] = gonvml.TOPOLOGY_SYSTEM
+				if len(devs) != 2 {
+					panic(fmt.Sprintf("nvmlmodel: %s: NVLinks without switches join two GPUs, not %d", m.Name, len(devs)))
+				}
+				k.RemoteType, k.RemoteBus = gonvml.NVLINK_DEVICE_TYPE_GPU, nvmlBusID(devs[1-i].Addr)
+			}
+			g.NVLinks[l] = k
+		}
+		for j, e := range devs {
+			switch {
+			case j == i:
+			case d.NUMANode < 0 || e.NUMANode < 0:
+				g.Levels[j] = gonvml.TOPOLOGY_HOSTBRIDGE
+			case d.NUMANode == e.NUMANode:
+				g.Levels[j] = gonvml.TOPOLOGY_NODE
+			default:
+				g.Levels[j] = gonvml.TOPOLOGY_SYSTEM
 			}
 		}
 	}
-	return m
+	return lib
 }
 
-// NewH200Pair models the borrowed 2x H200 machine: one NUMA node, both GPUs
-// on the root bus at the addresses they have there (00:06.0 and 00:07.0, as
-// in sysfsfake's h200-vm tree), all 18 NVLinks of each going straight to
-// the other.
-func NewH200Pair() *Machine {
-	s := dgxh200.New()
-	s.Devices = s.Devices[:2]
-	m := newMachine(s)
-	m.GPUs[0].PciBusID = "0000:00:06.0"
-	m.GPUs[1].PciBusID = "0000:00:07.0"
-	for i, g := range m.GPUs {
-		peer := m.GPUs[1-i]
-		for l := range g.NVLinks {
-			g.NVLinks[l] = Link{Up: true, Version: uint32(gonvml.NVLINK_VERSION_4_0), RemoteType: gonvml.NVLINK_DEVICE_TYPE_GPU,
-				RemoteBus: nvmlBusID(peer.PciBusID)}
-		}
-		g.Levels[1-i] = gonvml.TOPOLOGY_HOSTBRIDGE
-		g.MemBusWidth = 6144 // six HBM3e stacks
-	}
-	return m
-}
-
-func newMachine(s *server.Server) *Machine {
-	m := &Machine{Server: s, events: make(chan gonvml.EventData, 64)}
+// newLibrary is a library of the mock's GPUs with values modelled on an
+// H100 SXM at work, each with nvlinks NVLinks.
+func newLibrary(s *server.Server, nvlinks int) *Library {
+	m := &Library{Server: s, events: make(chan gonvml.EventData, 64)}
 	for i, d := range s.Devices {
 		g := &GPU{
 			Device: d.(*server.Device), m: m,
@@ -183,10 +206,9 @@ func newMachine(s *server.Server) *Machine {
 			TempC: 34, MemTempC: 41, PowerMW: 112000, PowerLimitMW: 700000, EnergyMJ: 8_123_456_789,
 			UtilGPU: 0, UtilMem: 0, MemUsed: 512 << 20, MemReserved: 615 << 20,
 			PCIeGen: 5, PCIeWidth: 16, PCIeMaxGen: 5, PCIeMaxWidth: 16, PCIeGPUMaxGen: 5,
-			MemBusWidth: 5120, // five HBM3 stacks of 1024 bits, as on H100 SXM
 			Fields: map[FieldKey]float64{
 				{gonvml.FI_DEV_MEMORY_TEMP, 0}:                                 41,
-				{gonvml.FI_DEV_NVLINK_LINK_COUNT, 0}:                           18,
+				{gonvml.FI_DEV_NVLINK_LINK_COUNT, 0}:                           float64(nvlinks),
 				{gonvml.FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP, 0}:            1.5e9,
 				{gonvml.FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST, 0}:              0,
 				{gonvml.FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN, 0}:       0,
@@ -194,11 +216,11 @@ func newMachine(s *server.Server) *Machine {
 				{gonvml.FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN, 0}: 0,
 				{gonvml.FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS, 0}:               0,
 			},
-			NVLinks:  make([]Link, 18),
+			NVLinks:  make([]Link, nvlinks),
 			NUMANode: -1,
 			Levels:   map[int]gonvml.GpuTopologyLevel{},
 		}
-		for l := 0; l < 18; l++ {
+		for l := range nvlinks {
 			g.Fields[FieldKey{gonvml.FI_DEV_NVLINK_GET_SPEED, uint32(l)}] = 26562
 			g.Fields[FieldKey{gonvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, uint32(l)}] = float64(1000 * (l + 1))
 			g.Fields[FieldKey{gonvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, uint32(l)}] = float64(2000 * (l + 1))
@@ -212,10 +234,6 @@ func newMachine(s *server.Server) *Machine {
 	return m
 }
 
-func (g *GPU) setBus(bus int) {
-	g.PciBusID = fmt.Sprintf("0000:%02x:00.0", bus)
-}
-
 // nvmlBusID turns sysfs's 0000:18:00.0 into NVML's 00000000:18:00.0.
 func nvmlBusID(sysfs string) string {
 	return strings.ToUpper("0000" + sysfs)
@@ -223,14 +241,14 @@ func nvmlBusID(sysfs string) string {
 
 // Update changes machine state under its lock, so a running sampler never
 // sees half of a change.
-func (m *Machine) Update(f func()) {
+func (m *Library) Update(f func()) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	f()
 }
 
 // SendXID delivers an XID event for GPU i (-1: no device).
-func (m *Machine) SendXID(i int, xid uint64) {
+func (m *Library) SendXID(i int, xid uint64) {
 	m.events <- m.xidEvent(i, xid)
 }
 
@@ -238,7 +256,7 @@ func (m *Machine) SendXID(i int, xid uint64) {
 // nobody has waited for yet is full, and reports whether it did. The
 // simulated node uses it: with the XID collector off nothing waits, and a
 // fault must not block the node.
-func (m *Machine) TrySendXID(i int, xid uint64) bool {
+func (m *Library) TrySendXID(i int, xid uint64) bool {
 	select {
 	case m.events <- m.xidEvent(i, xid):
 		return true
@@ -247,7 +265,7 @@ func (m *Machine) TrySendXID(i int, xid uint64) bool {
 	}
 }
 
-func (m *Machine) xidEvent(i int, xid uint64) gonvml.EventData {
+func (m *Library) xidEvent(i int, xid uint64) gonvml.EventData {
 	ev := gonvml.EventData{EventType: gonvml.EventTypeXidCriticalError, EventData: xid}
 	if i >= 0 {
 		ev.Device = m.GPUs[i].Device
@@ -255,7 +273,7 @@ func (m *Machine) xidEvent(i int, xid uint64) gonvml.EventData {
 	return ev
 }
 
-func (m *Machine) setLibraryFuncs() {
+func (m *Library) setLibraryFuncs() {
 	s := m.Server
 	s.InitFunc = func() gonvml.Return {
 		if m.NoLibrary {
@@ -626,7 +644,7 @@ func (g *GPU) setProcessFuncs() {
 
 // SetProcesses puts compute processes with these PIDs on GPU i, each
 // holding usedBytes of device memory.
-func (m *Machine) SetProcesses(i int, usedBytes uint64, pids ...int) {
+func (m *Library) SetProcesses(i int, usedBytes uint64, pids ...int) {
 	m.Update(func() {
 		g := m.GPUs[i]
 		g.Processes = nil
