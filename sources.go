@@ -15,7 +15,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/dcgm"
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
-	"github.com/gpulink/gpulink_exporter/internal/podresources"
+	"github.com/gpulink/gpulink_exporter/internal/kubelet"
 	"github.com/gpulink/gpulink_exporter/internal/process"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/scrape"
@@ -160,12 +160,12 @@ var sources = [numSources]source{
 		help:     "Which pod and container the kubelet assigned each GPU to, from its pod-resources socket (gpulink_gpu_pod_info).",
 		interval: durationFlag{"30s", "How often to ask the kubelet which pods the GPUs are assigned to."},
 		flags: func(f flagFunc, c *config) {
-			f("pod-resources-socket", "The kubelet's pod-resources socket, read by the kubernetes collector.").Default(podresources.DefaultSocket).StringVar(&c.podSocket)
+			f("pod-resources-socket", "The kubelet's pod-resources socket, read by the kubernetes collector.").Default(kubelet.DefaultSocket).StringVar(&c.podSocket)
 		},
 		check: checkKubernetes,
 		start: func(w *wiring, s setting) {
 			s.timeout = min(kubeletTimeout, s.interval)
-			r := &podresources.Reader{Socket: w.cfg.podSocket, GPUs: w.nvmlIDs(), Logger: w.logger}
+			r := &kubelet.Reader{Socket: w.cfg.podSocket, GPUs: w.nvmlIDs(), Logger: w.logger}
 			w.reg.MustRegister(collector.NewPodCollector(sample(w, s, r)))
 		},
 	},

@@ -21,7 +21,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/dcgm"
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
-	"github.com/gpulink/gpulink_exporter/internal/podresources"
+	"github.com/gpulink/gpulink_exporter/internal/kubelet"
 	"github.com/gpulink/gpulink_exporter/internal/process"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/sim"
@@ -154,7 +154,7 @@ func simulatedDGX(t *testing.T) []prometheus.Collector {
 		collector.NewProcessCollector(place, true), collector.NewProbeCollector(sched),
 		// No DCGM or kubelet on the simulated node: described, not gathered.
 		collector.NewDCGMCollector(fixedSource[*dcgm.Snapshot]{}),
-		collector.NewPodCollector(fixedSource[*podresources.Snapshot]{}),
+		collector.NewPodCollector(fixedSource[*kubelet.Snapshot]{}),
 		collector.NewExporterCollector(nvmlS, xid, topo, place, nic, sched, n),
 	}
 }

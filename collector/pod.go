@@ -3,7 +3,7 @@ package collector
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gpulink/gpulink_exporter/internal/podresources"
+	"github.com/gpulink/gpulink_exporter/internal/kubelet"
 )
 
 // PodCollector renders the kubelet's device assignments as one info series
@@ -11,18 +11,18 @@ import (
 // change with every pod, and an info metric joins them onto any per-GPU
 // series in a query instead.
 type PodCollector struct {
-	snapshotMetrics[*podresources.Snapshot]
+	snapshotMetrics[*kubelet.Snapshot]
 	info *prometheus.Desc
 }
 
 // NewPodCollector renders the snapshots of src.
-func NewPodCollector(src latester[*podresources.Snapshot]) *PodCollector {
+func NewPodCollector(src latester[*kubelet.Snapshot]) *PodCollector {
 	c := &PodCollector{
 		info: gpuDesc("gpu", "pod_info",
 			"The kubelet has assigned the GPU to this container; value 1. gpu and pci_bus_id are empty where NVML does not know the device (a MIG instance: uuid is then the instance's).",
 			"namespace", "pod", "container"),
 	}
-	c.snapshotMetrics = snapshotMetrics[*podresources.Snapshot]{src: src, render: c.render}
+	c.snapshotMetrics = snapshotMetrics[*kubelet.Snapshot]{src: src, render: c.render}
 	return c
 }
 
@@ -32,7 +32,7 @@ func (c *PodCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.info }
 // Collect implements prometheus.Collector.
 func (c *PodCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 
-func (c *PodCollector) render(s *podresources.Snapshot) []prometheus.Metric {
+func (c *PodCollector) render(s *kubelet.Snapshot) []prometheus.Metric {
 	o := &out{}
 	for _, a := range s.Assignments {
 		index := ""

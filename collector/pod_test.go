@@ -12,13 +12,13 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/collector"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
-	"github.com/gpulink/gpulink_exporter/internal/podresources"
-	"github.com/gpulink/gpulink_exporter/internal/podresources/kubelettest"
+	"github.com/gpulink/gpulink_exporter/internal/kubelet"
+	"github.com/gpulink/gpulink_exporter/internal/kubelet/kubelettest"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
 func TestPodInfoExposition(t *testing.T) {
-	c := collector.NewPodCollector(fixed(&podresources.Snapshot{Assignments: []podresources.Assignment{
+	c := collector.NewPodCollector(fixed(&kubelet.Snapshot{Assignments: []kubelet.Assignment{
 		{GPU: -1, UUID: "MIG-abcd", Namespace: "ml", Pod: "small", Container: "app"},
 		{GPU: 0, UUID: "GPU-a", PCIBusID: "0000:18:00.0", Namespace: "default", Pod: "train-0", Container: "trainer"},
 		{GPU: 0, UUID: "GPU-a", PCIBusID: "0000:18:00.0", Namespace: "default", Pod: "train-1", Container: "trainer"},
@@ -54,7 +54,7 @@ func TestPodScrapeNeverWaitsOnTheKubelet(t *testing.T) {
 	}
 	t.Cleanup(k.Stop)
 	ids := func() []nvml.Identity { return []nvml.Identity{{Index: 0, UUID: "GPU-a", PCIBusID: "0000:18:00.0"}} }
-	s := sampler.New[*podresources.Snapshot]("kubernetes", &podresources.Reader{Socket: k.Socket, GPUs: ids},
+	s := sampler.New[*kubelet.Snapshot]("kubernetes", &kubelet.Reader{Socket: k.Socket, GPUs: ids},
 		sampler.Options{Interval: time.Hour, Timeout: 1500 * time.Millisecond})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collector.NewPodCollector(s), collector.NewExporterCollector(s))

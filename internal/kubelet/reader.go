@@ -1,11 +1,11 @@
-// Package podresources reads which pod holds each GPU from the kubelet's
+// Package kubelet reads which pod holds each GPU from the kubelet's
 // pod-resources API (k8s.io/kubelet podresources v1, a gRPC service on a
 // unix socket) into typed snapshots. It knows nothing of Prometheus.
 //
 // The API names the pods and containers devices are assigned to by the
 // device plugins (nvidia.com/gpu and friends); it does not give pod UIDs,
 // container IDs or the processes that use a device.
-package podresources
+package kubelet
 
 import (
 	"cmp"

@@ -1,4 +1,4 @@
-package podresources_test
+package kubelet_test
 
 import (
 	"bytes"
@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
-	"github.com/gpulink/gpulink_exporter/internal/podresources"
-	"github.com/gpulink/gpulink_exporter/internal/podresources/kubelettest"
+	"github.com/gpulink/gpulink_exporter/internal/kubelet"
+	"github.com/gpulink/gpulink_exporter/internal/kubelet/kubelettest"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
@@ -44,7 +44,7 @@ func pod(ns, name, container string, devices map[string][]string) kubelettest.Po
 	return kubelettest.Pod{Namespace: ns, Name: name, Containers: []kubelettest.Container{{Name: container, Devices: devices}}}
 }
 
-func sample(t *testing.T, r *podresources.Reader) (*podresources.Snapshot, error) {
+func sample(t *testing.T, r *kubelet.Reader) (*kubelet.Snapshot, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -66,12 +66,12 @@ func TestAssignmentsOverGRPC(t *testing.T) {
 		pod("kube-system", "rdma", "agent", map[string][]string{"rdma/hca_shared_devices_a": {"1"}}),
 		kubelettest.Pod{Namespace: "default", Name: "web", Containers: []kubelettest.Container{{Name: "nginx"}}},
 	)
-	r := &podresources.Reader{Socket: k.Socket, GPUs: fourGPUs}
+	r := &kubelet.Reader{Socket: k.Socket, GPUs: fourGPUs}
 	snap, err := sample(t, r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []podresources.Assignment{
+	want := []kubelet.Assignment{
 		{GPU: -1, UUID: "MIG-abcd", Namespace: "ml", Pod: "small", Container: "app", ResourceName: "nvidia.com/mig-1g.10gb"},
 		{GPU: 0, UUID: uuid(0), PCIBusID: "0000:18:00.0", Namespace: "default", Pod: "train-0", Container: "trainer", ResourceName: "nvidia.com/gpu"},
 		{GPU: 1, UUID: uuid(1), PCIBusID: "0000:2a:00.0", Namespace: "default", Pod: "train-0", Container: "trainer", ResourceName: "nvidia.com/gpu"},
@@ -98,7 +98,7 @@ func TestAssignmentsOverGRPC(t *testing.T) {
 
 func TestPodsComeAndGo(t *testing.T) {
 	k := startKubelet(t, pod("a", "one", "c", gpus(uuid(0))))
-	r := &podresources.Reader{Socket: k.Socket, GPUs: fourGPUs}
+	r := &kubelet.Reader{Socket: k.Socket, GPUs: fourGPUs}
 	podsOf := func() []string {
 		t.Helper()
 		snap, err := sample(t, r)
@@ -131,8 +131,8 @@ func TestPodsComeAndGo(t *testing.T) {
 func TestKubeletDownAndBack(t *testing.T) {
 	k := startKubelet(t, pod("a", "one", "c", gpus(uuid(0))))
 	var log bytes.Buffer
-	r := &podresources.Reader{Socket: k.Socket, GPUs: fourGPUs, Logger: slog.New(slog.NewTextHandler(&log, nil))}
-	s := sampler.New[*podresources.Snapshot]("kubernetes", r, sampler.Options{Interval: time.Hour, Timeout: 5 * time.Second})
+	r := &kubelet.Reader{Socket: k.Socket, GPUs: fourGPUs, Logger: slog.New(slog.NewTextHandler(&log, nil))}
+	s := sampler.New[*kubelet.Snapshot]("kubernetes", r, sampler.Options{Interval: time.Hour, Timeout: 5 * time.Second})
 	s.SampleOnce(context.Background())
 	if !s.Status().Up {
 		t.Fatalf("kubelet up: %+v", s.Status())
@@ -165,8 +165,8 @@ func TestKubeletDownAndBack(t *testing.T) {
 
 func TestKubeletThatNeverAnswersIsCutAtTheDeadline(t *testing.T) {
 	k := startKubelet(t, pod("a", "one", "c", gpus(uuid(0))))
-	r := &podresources.Reader{Socket: k.Socket}
-	s := sampler.New[*podresources.Snapshot]("kubernetes", r, sampler.Options{Interval: time.Hour, Timeout: 100 * time.Millisecond})
+	r := &kubelet.Reader{Socket: k.Socket}
+	s := sampler.New[*kubelet.Snapshot]("kubernetes", r, sampler.Options{Interval: time.Hour, Timeout: 100 * time.Millisecond})
 	s.SampleOnce(context.Background())
 	k.Block()
 	start := time.Now()
@@ -190,7 +190,7 @@ func TestKubeletThatNeverAnswersIsCutAtTheDeadline(t *testing.T) {
 }
 
 func TestNoSocket(t *testing.T) {
-	r := &podresources.Reader{Socket: filepath.Join(t.TempDir(), "missing.sock")}
+	r := &kubelet.Reader{Socket: filepath.Join(t.TempDir(), "missing.sock")}
 	if _, err := sample(t, r); err == nil || !strings.Contains(err.Error(), "missing.sock") {
 		t.Errorf("err = %v, want it to name the socket", err)
 	}
