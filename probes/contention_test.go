@@ -153,7 +153,7 @@ func TestSchedulerContendedUtilization(t *testing.T) {
 		t.Fatalf("first round: contention %+v", c)
 	}
 	f.s.mu.Lock()
-	ranUntil := f.s.gpus[gpuKey(&busy)].ranUntil
+	ranUntil := f.s.probedUntil[gpuKey(&busy)]
 	f.s.mu.Unlock()
 
 	// A sample taken half a second after the probes ended: their kernels
@@ -164,12 +164,39 @@ func TestSchedulerContendedUtilization(t *testing.T) {
 		t.Errorf("sample right after the GPU's own run: contention %+v", c)
 	}
 	f.s.mu.Lock()
-	ranUntil = f.s.gpus[gpuKey(&busy)].ranUntil
+	ranUntil = f.s.probedUntil[gpuKey(&busy)]
 	f.s.mu.Unlock()
 	taken = ranUntil.Add(2 * time.Second)
 	f.s.RunRound(context.Background())
 	if c := f.lastContention(t, 0); !slices.Equal(c.Reasons, []string{ContendedUtilization}) {
 		t.Errorf("sample two seconds after: contention %+v", c)
+	}
+}
+
+// A GPU measured as a peer in one run may show that run's work in the
+// utilisation read before its own: a sample taken within a second of it is
+// not taken for another's work.
+func TestSchedulerUtilizationAfterPeerProbes(t *testing.T) {
+	gpus := []nvml.GPUState{idleGPU(0), idleGPU(1)}
+	gpus[1].Utilization = sampler.Some(0.6)
+	var f *schedFixture
+	f = newSched(t, &nvml.Snapshot{GPUs: gpus, Pairs: nvswitch(gpus)}, func(c *SchedulerConfig) {
+		c.Policy = PolicyAlways
+		c.GPUsTaken = func() time.Time {
+			f.s.mu.Lock()
+			defer f.s.mu.Unlock()
+			if until, ok := f.s.probedUntil[gpuKey(&gpus[1])]; ok {
+				return until.Add(500 * time.Millisecond)
+			}
+			return time.Time{} // not known: judged
+		}
+	})
+	f.s.RunRound(context.Background())
+	if c := f.lastContention(t, 0); len(c.Reasons) != 0 || !reflect.DeepEqual(c.Peers, map[string][]string{busID(1): {ContendedUtilization}}) {
+		t.Errorf("GPU 0: contention %+v, want its results against the busy GPU 1 alone", c)
+	}
+	if c := f.lastContention(t, 1); c.Contended() {
+		t.Errorf("GPU 1 right after GPU 0's probes wrote into it: contention %+v", c)
 	}
 }
 

@@ -117,9 +117,13 @@ type Scheduler struct {
 	// other.
 	roundMu sync.Mutex
 
-	mu           sync.Mutex
-	gpus         map[string]*gpuEntry // by gpuKey
-	ran          bool                 // something was run or skipped
+	mu   sync.Mutex
+	gpus map[string]*gpuEntry // by gpuKey
+	// probedUntil is when the latest run that measured on each GPU, as
+	// the GPU probed or as a peer, ended (by gpuKey): NVML utilisation
+	// read until a second after it may show the probes' own work.
+	probedUntil  map[string]time.Time
+	ran          bool // something was run or skipped
 	errors       uint64
 	maxLoad      float64 // the latest round's most loaded GPU, GPU seconds
 	lastSuccess  time.Time
@@ -133,9 +137,6 @@ type gpuEntry struct {
 	st GPUStatus
 	// down is true when the GPU's latest run timed out or crashed.
 	down bool
-	// ranUntil is when the GPU's latest probe run ended: NVML utilisation
-	// read until a second after it shows the probe's own kernels.
-	ranUntil time.Time
 }
 
 // NewScheduler checks cfg and fills in its defaults. An error names what
@@ -209,6 +210,8 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		sleep:     sleepUnlessDone,
 		pollEvery: processPoll,
 		gpus:      map[string]*gpuEntry{},
+
+		probedUntil: map[string]time.Time{},
 	}
 	if cfg.Processes != nil {
 		s.lister = newProcessLister(cfg.Processes, processListLimit)
@@ -471,7 +474,10 @@ func (s *Scheduler) visit(ctx context.Context, rd *roundPass, g *nvml.GPUState) 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.entry(g)
-	e.ranUntil = s.now()
+	ended := s.now()
+	for _, w := range watched {
+		s.probedUntil[gpuKey(w)] = ended
+	}
 	for r, n := range peerSkips {
 		e.st.Skips[r] += n
 	}
@@ -509,8 +515,8 @@ const utilizationWindow = time.Second
 
 // busyUtilization is, by address, which of the GPUs NVML's latest sample
 // shows busier than the idle threshold: work of others, unless the sample
-// may have been taken while that GPU's own probes ran or within
-// utilizationWindow after.
+// may have been taken while probes measured on that GPU (its own round, or
+// another's with it as the peer) or within utilizationWindow after.
 func (s *Scheduler) busyUtilization(gpus []*nvml.GPUState) map[string]bool {
 	snap := s.cfg.GPUs()
 	if snap == nil {
@@ -529,8 +535,8 @@ func (s *Scheduler) busyUtilization(gpus []*nvml.GPUState) map[string]bool {
 			if gpuKey(cur) != gpuKey(w) || !cur.Utilization.Valid || cur.Utilization.V <= s.cfg.UtilizationThreshold {
 				continue
 			}
-			if e := s.gpus[gpuKey(w)]; e != nil && !taken.IsZero() && taken.Before(e.ranUntil.Add(utilizationWindow)) {
-				continue // the probe's own kernels may be in it
+			if until, ok := s.probedUntil[gpuKey(w)]; ok && !taken.IsZero() && taken.Before(until.Add(utilizationWindow)) {
+				continue // the probes' own work may be in it
 			}
 			out[nvml.NormalizeBusID(w.PCIBusID)] = true
 		}
