@@ -330,6 +330,15 @@ func startProbes(w *wiring, s setting) {
 	}
 	c.Interval, c.Timeout, c.Options.Probes = s.interval, s.timeout, probeKinds(w.cfg.probeKinds)
 	c.GPUs, c.Processes, c.Logger = w.nvml.LatestData, w.reader.ComputeProcesses, w.logger
+	// NVML utilisation averages up to a second before the sample: the
+	// scheduler reads it as another's work only in a sample taken clear
+	// of the GPU's own probes.
+	c.GPUsTaken = func() time.Time {
+		if snap := w.nvml.Latest(); snap != nil {
+			return snap.Taken
+		}
+		return time.Time{}
+	}
 	c.HostNodes = func(addr string) []int { return topo().HostNodes(addr) }
 	c.Annotate = func(g *probes.GPURound) { probes.PathFor(w.nvml.LatestData(), topo(), g.PCIBusID).Annotate(g) }
 	sched, err := probes.NewScheduler(c)

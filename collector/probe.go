@@ -29,6 +29,7 @@ type probeDescs struct {
 	lastSuccess, lastRound, duration                *prometheus.Desc
 	runs, skips, busy, context                      *prometheus.Desc
 	deviceMemory, contextMemory, hostMemory, policy *prometheus.Desc
+	contended, contendedRounds                      *prometheus.Desc
 }
 
 // NewProbeCollector renders the snapshots of the probe scheduler.
@@ -81,6 +82,15 @@ func NewProbeCollector(src latester[*probes.Status]) *ProbeCollector {
 		hostMemory: gpuDesc("probe", "host_memory_bytes",
 			"Most pinned host memory the probes held at once in the GPU's latest round."),
 		policy: newDesc("probe", "policy_info", "The policy that decides when a GPU is probed; value 1.", "policy"),
+		contended: gpuDesc("probe", "contended",
+			"1 if other work shared the GPU while its latest round measured, so those results say nothing of the link: another compute "+
+				"process on the GPU (or on the peer, for results against it) before, during or after the round, NVML utilisation above "+
+				"the idle threshold right before it, or a copy's samples spread over 10% of their median (healthy links agree to well "+
+				"under 1%). peer=\"\" covers the results with no peer and is always present, 0 or 1; a series for a peer appears, at 1, "+
+				"while the results against that peer were contended. The probe alerts skip contended results.", "peer"),
+		contendedRounds: gpuDesc("probe", "contended_rounds_total",
+			"Probe rounds of the GPU with contended results, by the first reason: other_process, utilization or sample_spread, the "+
+				"GPU's own before a peer's. A reason appears when first counted.", "reason"),
 	}}
 	c.snapshotMetrics = snapshotMetrics[*probes.Status]{src: src, render: c.render}
 	return c
@@ -91,7 +101,7 @@ func (c *ProbeCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := &c.d
 	for _, desc := range []*prometheus.Desc{d.bandwidth, d.expected, d.ratio, d.latency, d.success, d.linkGen,
 		d.linkWidth, d.lastSuccess, d.lastRound, d.duration, d.runs, d.skips, d.busy, d.context, d.deviceMemory,
-		d.contextMemory, d.hostMemory, d.policy} {
+		d.contextMemory, d.hostMemory, d.policy, d.contended, d.contendedRounds} {
 		ch <- desc
 	}
 }
@@ -153,6 +163,11 @@ func (c *ProbeCollector) renderCounters(o *probeOut, g *probes.GPUStatus) {
 	for _, r := range sortedKeys(g.Skips) {
 		o.once(d.skips, prometheus.CounterValue, float64(g.Skips[r]), r)
 	}
+	for _, r := range sortedKeys(g.Contended) {
+		if n := g.Contended[r]; n > 0 {
+			o.once(d.contendedRounds, prometheus.CounterValue, float64(n), r)
+		}
+	}
 	o.add(d.busy, prometheus.CounterValue, g.BusySeconds)
 	o.add(d.context, prometheus.CounterValue, g.ContextSeconds)
 }
@@ -180,6 +195,13 @@ func (c *ProbeCollector) renderRound(o *probeOut, g *probes.GPURound) {
 			continue
 		}
 		o.once(d.latency, prometheus.GaugeValue, r.Seconds, string(r.Probe), r.Peer, node, size)
+	}
+	shared := g.Contention
+	o.once(d.contended, prometheus.GaugeValue, boolFloat(len(shared.For("")) > 0), "")
+	for _, r := range g.Results {
+		if r.Peer != "" && len(shared.For(r.Peer)) > 0 {
+			o.once(d.contended, prometheus.GaugeValue, 1, r.Peer)
+		}
 	}
 	if l := g.LinkUnderLoad; l != nil && l.Confirmed {
 		o.gauge(d.linkGen, float64(l.Generation))

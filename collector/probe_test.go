@@ -1,6 +1,7 @@
 package collector_test
 
 import (
+	"maps"
 	"math"
 	"sort"
 	"strconv"
@@ -238,6 +239,10 @@ gpulink_probe_pcie_link_width_under_load` + g0() + ` 16
 		"gpulink_probe_round_duration_seconds":         1,
 		"gpulink_probe_last_success_timestamp_seconds": 1,
 		"gpulink_probe_last_round_timestamp_seconds":   1,
+		// GPU 0's round had the GPU to itself: peer="" at 0, no peer
+		// series, no contended rounds.
+		"gpulink_probe_contended":              1,
+		"gpulink_probe_contended_rounds_total": 0,
 	} {
 		if n := count(name); n != want {
 			t.Errorf("%d series of %s, want %d", n, name, want)
@@ -344,7 +349,47 @@ func TestProbeDescribe(t *testing.T) {
 			t.Errorf("%s rendered but not described", name)
 		}
 	}
-	if len(described) != 18 {
-		t.Errorf("%d families described, want 18", len(described))
+	if len(described) != 20 {
+		t.Errorf("%d families described, want 20", len(described))
+	}
+}
+
+// A contended round: the GPU's own contention covers every result, a
+// peer's only the results against it; the rounds are counted by reason.
+func TestProbeMetricsContended(t *testing.T) {
+	contended := func(kv ...string) string { return "gpulink_probe_contended" + g0(kv...) }
+	for _, tc := range []struct {
+		name       string
+		contention *probes.Contention
+		want       map[string]float64
+	}{
+		{"alone", &probes.Contention{ProcessChecks: 12}, map[string]float64{contended("peer", ""): 0}},
+		{"peer shared", &probes.Contention{Peers: map[string][]string{probePeer: {probes.ContendedOtherProcess}}, ProcessChecks: 12},
+			map[string]float64{contended("peer", ""): 0, contended("peer", probePeer): 1}},
+		{"GPU shared", &probes.Contention{Reasons: []string{probes.ContendedOtherProcess, probes.ContendedUtilization}},
+			map[string]float64{contended("peer", ""): 1, contended("peer", probePeer): 1, contended("peer", probeStranger): 1}},
+		{"noisy stranger", &probes.Contention{Peers: map[string][]string{probeStranger: {probes.ContendedSampleSpread}}},
+			map[string]float64{contended("peer", ""): 0, contended("peer", probeStranger): 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := probeStatus()
+			s.GPUs[0].Last.Contention = tc.contention
+			s.GPUs[0].Contended = map[string]uint64{probes.ContendedOtherProcess: 2, probes.ContendedSampleSpread: 1, probes.ContendedUtilization: 0}
+			c := collector.NewProbeCollector(fixed(s))
+			got := map[string]float64{}
+			for key, v := range gathered(t, c) {
+				if strings.HasPrefix(key, "gpulink_probe_contended") {
+					got[key] = v
+				}
+			}
+			want := maps.Clone(tc.want)
+			// Reasons appear once counted; GPU 1 has no round and no count.
+			want["gpulink_probe_contended_rounds_total"+g0("reason", "other_process")] = 2
+			want["gpulink_probe_contended_rounds_total"+g0("reason", "sample_spread")] = 1
+			if !maps.Equal(got, want) {
+				t.Errorf("got  %v\nwant %v", got, want)
+			}
+			lintClean(t, c)
+		})
 	}
 }

@@ -26,7 +26,11 @@ var injected = []struct {
 	fault  string
 	alerts []string
 }{
-	{`{kind: pcie_width, gpu: 0, width: 8}`, []string{"GPUPCIeLinkDowntrained gpu=0", "GPUProbeHostBandwidthLow gpu=0"}},
+	// GPU 0 runs a job (the profile's pid 4242), so its probe rounds are
+	// contended: the x8 link shows in the width read under load, and its
+	// low host copies, which a job's own traffic would explain as well,
+	// fire no GPUProbeHostBandwidthLow (the test fails on one that does).
+	{`{kind: pcie_width, gpu: 0, width: 8}`, []string{"GPUPCIeLinkDowntrained gpu=0"}},
 	{`{kind: pcie_generation, gpu: 1, generation: 3}`, []string{"GPUPCIeLinkDowntrained gpu=1", "GPUProbeHostBandwidthLow gpu=1"}},
 	{`{kind: nvlink_down, gpu: 2, link: 5}`, []string{"GPUNVLinkDown gpu=2"}},
 	{`{kind: nvlink_errors, gpu: 3, link: 2, per_second: 50}`, []string{"GPUNVLinkErrors gpu=3"}},

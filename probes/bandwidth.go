@@ -9,26 +9,26 @@ import (
 )
 
 // HostToDevice, DeviceToHost and HostBidirectional are hostCopy's kinds.
-func (p *gpuProbe) HostToDevice(node int, readLink bool) (float64, *LinkUnderLoad, error) {
+func (p *gpuProbe) HostToDevice(node int, readLink bool) (Measured, *LinkUnderLoad, error) {
 	rates, link, err := p.hostCopy(HostToDevice, node, readLink)
 	if err != nil {
-		return 0, nil, err
+		return Measured{}, nil, err
 	}
 	return rates[0], link, nil
 }
 
-func (p *gpuProbe) DeviceToHost(node int) (float64, error) {
+func (p *gpuProbe) DeviceToHost(node int) (Measured, error) {
 	rates, _, err := p.hostCopy(DeviceToHost, node, false)
 	if err != nil {
-		return 0, err
+		return Measured{}, err
 	}
 	return rates[0], nil
 }
 
-func (p *gpuProbe) HostBidirectional(node int) (float64, float64, error) {
+func (p *gpuProbe) HostBidirectional(node int) (Measured, Measured, error) {
 	rates, _, err := p.hostCopy(HostBidirectional, node, false)
 	if err != nil {
-		return 0, 0, err
+		return Measured{}, Measured{}, err
 	}
 	return rates[0], rates[1], nil
 }
@@ -37,7 +37,7 @@ func (p *gpuProbe) HostBidirectional(node int) (float64, float64, error) {
 // one rate, or for HostBidirectional the host-to-device and device-to-host
 // rates. With readLink, a host-to-device copy reads the link under load
 // too.
-func (p *gpuProbe) hostCopy(kind Kind, node int, readLink bool) ([]float64, *LinkUnderLoad, error) {
+func (p *gpuProbe) hostCopy(kind Kind, node int, readLink bool) ([]Measured, *LinkUnderLoad, error) {
 	size := p.opts.SizeBytes
 	// Both directions at once need a host and a device buffer each.
 	pairs := 1
@@ -87,19 +87,19 @@ func (p *gpuProbe) hostCopy(kind Kind, node int, readLink bool) ([]float64, *Lin
 	}
 	var link *LinkUnderLoad
 	if kind == HostToDevice && readLink {
-		link = p.readLinkUnderLoad(lanes[0], rates[0])
+		link = p.readLinkUnderLoad(lanes[0], rates[0].Median)
 	}
 	return rates, link, nil
 }
 
 // measure runs one lane alone or two at once.
-func (p *gpuProbe) measure(lanes []*lane) ([]float64, error) {
+func (p *gpuProbe) measure(lanes []*lane) ([]Measured, error) {
 	if len(lanes) == 2 {
 		r, err := p.bidirectional([2]*lane{lanes[0], lanes[1]}, p.opts.Samples)
 		return r[:], err
 	}
 	r, _, err := p.bandwidth(lanes[0], p.opts.Samples)
-	return []float64{r}, err
+	return []Measured{r}, err
 }
 
 // linkReadTime is how long the under-load sample's copies run: several
@@ -136,51 +136,51 @@ func (p *gpuProbe) readLinkUnderLoad(l *lane, rate float64) *LinkUnderLoad {
 // LocalCopy copies within the GPU's memory. Every byte copied is read once
 // and written once, and both are counted, so the result compares with the
 // HBM's peak bandwidth.
-func (p *gpuProbe) LocalCopy() (float64, error) {
+func (p *gpuProbe) LocalCopy() (Measured, error) {
 	size := p.opts.SizeBytes
 	src, err := p.alloc(p.w, size)
 	if err != nil {
-		return 0, err
+		return Measured{}, err
 	}
 	defer p.free(p.w, src, size)
 	dst, err := p.alloc(p.w, size)
 	if err != nil {
-		return 0, err
+		return Measured{}, err
 	}
 	defer p.free(p.w, dst, size)
 	p.noteMemory()
 	l, err := p.newLane(p.w, dst, src, size)
 	if err != nil {
-		return 0, err
+		return Measured{}, err
 	}
 	defer l.close()
 	rate, _, err := p.bandwidth(l, p.opts.Samples)
 	if err != nil {
-		return 0, err
+		return Measured{}, err
 	}
-	return 2 * rate, nil
+	return rate.Scaled(2), nil
 }
 
 // PeerCopy and PeerBidirectional are peerCopy's kinds.
-func (p *gpuProbe) PeerCopy(addr string) (float64, error) {
+func (p *gpuProbe) PeerCopy(addr string) (Measured, error) {
 	rates, err := p.peerCopy(PeerCopy, addr)
 	if err != nil {
-		return 0, err
+		return Measured{}, err
 	}
 	return rates[0], nil
 }
 
-func (p *gpuProbe) PeerBidirectional(addr string) (float64, float64, error) {
+func (p *gpuProbe) PeerBidirectional(addr string) (Measured, Measured, error) {
 	rates, err := p.peerCopy(PeerBidirectional, addr)
 	if err != nil {
-		return 0, 0, err
+		return Measured{}, Measured{}, err
 	}
 	return rates[0], rates[1], nil
 }
 
 // peerCopy measures one peer copy probe against the GPU at addr: the rate
 // to the peer, and for PeerBidirectional the rate from it.
-func (p *gpuProbe) peerCopy(kind Kind, addr string) ([]float64, error) {
+func (p *gpuProbe) peerCopy(kind Kind, addr string) ([]Measured, error) {
 	size := p.opts.SizeBytes
 	pw, err := p.peer(addr)
 	if err != nil {
@@ -251,7 +251,7 @@ const (
 
 // LaunchLatency is the time from launching an empty kernel to the host
 // seeing it finish: the floor under every small GPU operation.
-func (p *gpuProbe) LaunchLatency() (float64, int, error) {
+func (p *gpuProbe) LaunchLatency() (Measured, int, error) {
 	var d []float64
 	err := p.w.do(func(c *cuda.Context) error {
 		s, err := c.NewStream()
@@ -276,7 +276,7 @@ func (p *gpuProbe) LaunchLatency() (float64, int, error) {
 		return nil
 	})
 	if err != nil {
-		return 0, LaunchCount, err
+		return Measured{}, LaunchCount, err
 	}
-	return median(d), len(d), nil
+	return Sampled(d), len(d), nil
 }

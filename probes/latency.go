@@ -98,7 +98,7 @@ func ChaseHops(kind Kind, samples int) int {
 // chaseLatency runs the chase kernel on this GPU over c and returns the
 // median time of one hop. lap warms up with the whole cycle, else with the
 // page tour.
-func (p *gpuProbe) chaseLatency(c *chain, lap bool) (float64, error) {
+func (p *gpuProbe) chaseLatency(c *chain, lap bool) (Measured, error) {
 	var out []float64
 	err := p.w.do(func(ctx *cuda.Context) error {
 		s, err := ctx.NewStream()
@@ -148,17 +148,17 @@ func (p *gpuProbe) chaseLatency(c *chain, lap bool) (float64, error) {
 		return nil
 	})
 	if err != nil {
-		return 0, err
+		return Measured{}, err
 	}
-	return median(out), nil
+	return Sampled(out), nil
 }
 
 // HostLatency chases pointers through pinned host memory on one node: each
 // hop is a round trip over PCIe to that node's memory.
-func (p *gpuProbe) HostLatency(node int) (float64, error) {
+func (p *gpuProbe) HostLatency(node int) (Measured, error) {
 	h, err := p.pin(ChaseBytes, node)
 	if err != nil {
-		return 0, err
+		return Measured{}, err
 	}
 	defer p.unpin(h)
 	c := newChain(uint64(h.dev), ChaseBytes, chaseStride)
@@ -168,19 +168,19 @@ func (p *gpuProbe) HostLatency(node int) (float64, error) {
 
 // PeerLatency chases pointers through the peer's memory: each hop is a
 // round trip over the link between the two GPUs.
-func (p *gpuProbe) PeerLatency(addr string) (float64, error) {
+func (p *gpuProbe) PeerLatency(addr string) (Measured, error) {
 	pw, err := p.peer(addr)
 	if err != nil {
-		return 0, err
+		return Measured{}, err
 	}
 	ptr, err := p.alloc(pw, ChaseBytes)
 	if err != nil {
-		return 0, err
+		return Measured{}, err
 	}
 	defer p.free(pw, ptr, ChaseBytes)
 	c := newChain(uint64(ptr), ChaseBytes, chaseStride)
 	if err := pw.do(func(ctx *cuda.Context) error { return ctx.CopyHtoD(ptr, c.bytes) }); err != nil {
-		return 0, err
+		return Measured{}, err
 	}
 	return p.chaseLatency(c, false)
 }

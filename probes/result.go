@@ -75,6 +75,12 @@ type Result struct {
 
 	BytesPerSecond float64 `json:"bytes_per_second,omitempty"`
 	Seconds        float64 `json:"seconds,omitempty"`
+	// SampleMin and SampleMax are the lowest and highest of the timed
+	// samples the median was taken over, in the unit of the value; absent
+	// where not known. Their spread says whether something shared the GPU
+	// or the link while the samples ran (see Spread).
+	SampleMin float64 `json:"sample_min,omitempty"`
+	SampleMax float64 `json:"sample_max,omitempty"`
 	// ExpectedBytesPerSecond is what the path should give at most (see
 	// Expect); 0 when the path is not known.
 	ExpectedBytesPerSecond float64 `json:"expected_bytes_per_second,omitempty"`
@@ -123,12 +129,21 @@ type GPURound struct {
 	// Error is set when the GPU could not be probed at all (no context);
 	// single probes that fail carry their own Error.
 	Error string `json:"error,omitempty"`
+
+	// Contention is what the daemon saw share the GPU, or a peer it
+	// measured against, while the round ran (the scheduler fills it in;
+	// the child never does). nil when nothing was judged.
+	Contention *Contention `json:"contention,omitempty"`
 }
 
 // Round is what one run of the child prints on stdout.
 type Round struct {
-	Version       int        `json:"version"`
-	Started       time.Time  `json:"started"`
+	Version int       `json:"version"`
+	Started time.Time `json:"started"`
+	// PID is the process that measured, as the daemon's PID namespace
+	// sees it (the runner that started it sets it): its own contexts are
+	// on the GPUs it probes and are no contention.
+	PID           int        `json:"pid,omitempty"`
 	Seconds       float64    `json:"seconds"`
 	DriverVersion int        `json:"cuda_driver_version"` // 13000 for CUDA 13.0
 	GPUs          []GPURound `json:"gpus"`

@@ -3,6 +3,7 @@ package probes
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"time"
 
@@ -40,40 +41,59 @@ type Device struct {
 }
 
 // GPU is one opened GPU and what it can measure. Rates are bytes per
-// second and latencies seconds, each the median of the Options' samples.
-// A host node is a NUMA node to place the pinned host buffer on, -1 for
-// unbound memory. A peer is a PCI address (sysfs form) passed to OpenPeer
-// first.
+// second and latencies seconds, each the median of the Options' samples
+// with the lowest and highest sample (Measured). A host node is a NUMA
+// node to place the pinned host buffer on, -1 for unbound memory. A peer
+// is a PCI address (sysfs form) passed to OpenPeer first.
 type GPU interface {
 	// HostToDevice copies from pinned host memory on node. With readLink
 	// it also reads the GPU's PCIe link while the copies move data; link
 	// is nil when that read gave nothing.
-	HostToDevice(node int, readLink bool) (rate float64, link *LinkUnderLoad, err error)
-	DeviceToHost(node int) (float64, error)
+	HostToDevice(node int, readLink bool) (rate Measured, link *LinkUnderLoad, err error)
+	DeviceToHost(node int) (Measured, error)
 	// HostBidirectional copies both ways at once.
-	HostBidirectional(node int) (toDevice, toHost float64, err error)
+	HostBidirectional(node int) (toDevice, toHost Measured, err error)
 	// LocalCopy copies within the GPU's memory; the rate counts every
 	// byte read and every byte written.
-	LocalCopy() (float64, error)
+	LocalCopy() (Measured, error)
 	// OpenPeer readies the peer for the peer probes, once per peer; its
 	// error is every peer result's against it.
 	OpenPeer(peer string) error
 	// PeerCopy writes into the peer's memory.
-	PeerCopy(peer string) (float64, error)
+	PeerCopy(peer string) (Measured, error)
 	// PeerBidirectional has both GPUs write into each other at once.
-	PeerBidirectional(peer string) (toPeer, fromPeer float64, err error)
+	PeerBidirectional(peer string) (toPeer, fromPeer Measured, err error)
 	// HostLatency is one round trip to pinned host memory on node.
-	HostLatency(node int) (float64, error)
+	HostLatency(node int) (Measured, error)
 	// PeerLatency is one round trip to the peer's memory.
-	PeerLatency(peer string) (float64, error)
+	PeerLatency(peer string) (Measured, error)
 	// LaunchLatency is an empty kernel's launch to completion as the host
 	// sees it, over samples launches.
-	LaunchLatency() (seconds float64, samples int, err error)
+	LaunchLatency() (seconds Measured, samples int, err error)
 	// Cost is what the measurements so far cost the GPU.
 	Cost() Cost
 	// Close gives back the GPU and the peers it opened; it returns how
 	// long it held a context on the GPU, in seconds.
 	Close() float64
+}
+
+// Measured is one measurement: the median of its samples, and the lowest
+// and highest of them (0 where not known).
+type Measured struct {
+	Median, Min, Max float64
+}
+
+// Sampled is the median and extremes of a non-empty sample.
+func Sampled(v []float64) Measured {
+	if len(v) == 0 {
+		return Measured{}
+	}
+	return Measured{Median: median(v), Min: slices.Min(v), Max: slices.Max(v)}
+}
+
+// Scaled is m with every value multiplied by f.
+func (m Measured) Scaled(f float64) Measured {
+	return Measured{Median: m.Median * f, Min: m.Min * f, Max: m.Max * f}
 }
 
 // Cost is what measuring has cost a GPU so far: the GPURound fields of the
@@ -88,7 +108,7 @@ type Cost struct {
 // MeasureRound runs a round over m: each GPU of opts in turn, in order,
 // until ctx ends. The options must be valid (Options.Validate).
 func MeasureRound(ctx context.Context, m Measurer, opts []Options) *Round {
-	round := &Round{Version: ContractVersion, Started: time.Now().UTC(), GPUs: []GPURound{}}
+	round := &Round{Version: ContractVersion, Started: time.Now().UTC(), PID: os.Getpid(), GPUs: []GPURound{}}
 	round.DriverVersion = m.DriverVersion()
 	for _, o := range opts {
 		if ctx.Err() != nil {
@@ -225,19 +245,19 @@ func (r *gpuRound) peer(kind Kind, addr string) []Result {
 	err := r.dev.OpenPeer(addr)
 	switch kind {
 	case PeerCopy:
-		var rate float64
+		var rate Measured
 		if err == nil {
 			rate, err = r.dev.PeerCopy(addr)
 		}
 		return []Result{withRate(directed(base, DirToPeer), rate, err)}
 	case PeerBidirectional:
-		var to, from float64
+		var to, from Measured
 		if err == nil {
 			to, from, err = r.dev.PeerBidirectional(addr)
 		}
 		return []Result{withRate(directed(base, DirToPeer), to, err), withRate(directed(base, DirFromPeer), from, err)}
 	}
-	var seconds float64
+	var seconds Measured
 	if err == nil {
 		seconds, err = r.dev.PeerLatency(addr)
 	}
@@ -249,20 +269,23 @@ func directed(r Result, dir string) Result {
 	return r
 }
 
-// withRate is r with its rate, or with why it has none.
-func withRate(r Result, rate float64, err error) Result {
+// withRate is r with its rate and the extremes of its samples, or with
+// why it has none.
+func withRate(r Result, rate Measured, err error) Result {
 	if err != nil {
 		return errResult(r, err)
 	}
-	r.BytesPerSecond = rate
+	r.BytesPerSecond = rate.Median
+	r.SampleMin, r.SampleMax = rate.Min, rate.Max
 	return r
 }
 
-func withSeconds(r Result, seconds float64, err error) Result {
+func withSeconds(r Result, seconds Measured, err error) Result {
 	if err != nil {
 		return errResult(r, err)
 	}
-	r.Seconds = seconds
+	r.Seconds = seconds.Median
+	r.SampleMin, r.SampleMax = seconds.Min, seconds.Max
 	return r
 }
 

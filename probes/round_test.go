@@ -38,14 +38,17 @@ func (r *recorder) record(format string, args ...any) error {
 }
 
 // measured is the next value, and a busy second, unless the call fails.
-func (r *recorder) measured(err error) (float64, error) {
+// Its samples lie a tenth either side of it.
+func (r *recorder) measured(err error) (Measured, error) {
 	if err != nil {
-		return 0, err
+		return Measured{}, err
 	}
 	r.busy++
 	r.value++
-	return r.value, nil
+	return Measured{Median: r.value, Min: 0.9 * r.value, Max: 1.1 * r.value}, nil
 }
+
+func negated(m Measured) Measured { return Measured{Median: -m.Median, Min: -m.Max, Max: -m.Min} }
 
 func (r *recorder) DriverVersion() int { return 12040 }
 
@@ -60,7 +63,7 @@ func (r *recorder) Open(ctx context.Context, o Options) (GPU, Device, error) {
 	return r, Device{CUDADevice: 3, Name: "Fake"}, nil
 }
 
-func (r *recorder) HostToDevice(node int, readLink bool) (float64, *LinkUnderLoad, error) {
+func (r *recorder) HostToDevice(node int, readLink bool) (Measured, *LinkUnderLoad, error) {
 	call := fmt.Sprintf("host_to_device %d", node)
 	if readLink {
 		call += " +link"
@@ -73,37 +76,37 @@ func (r *recorder) HostToDevice(node int, readLink bool) (float64, *LinkUnderLoa
 	return v, link, err
 }
 
-func (r *recorder) DeviceToHost(node int) (float64, error) {
+func (r *recorder) DeviceToHost(node int) (Measured, error) {
 	return r.measured(r.record("device_to_host %d", node))
 }
 
-func (r *recorder) HostBidirectional(node int) (float64, float64, error) {
+func (r *recorder) HostBidirectional(node int) (Measured, Measured, error) {
 	v, err := r.measured(r.record("host_bidirectional %d", node))
-	return v, -v, err
+	return v, negated(v), err
 }
 
-func (r *recorder) LocalCopy() (float64, error) { return r.measured(r.record("device_local_copy")) }
+func (r *recorder) LocalCopy() (Measured, error) { return r.measured(r.record("device_local_copy")) }
 
 func (r *recorder) OpenPeer(peer string) error { return r.record("open peer %s", peer) }
 
-func (r *recorder) PeerCopy(peer string) (float64, error) {
+func (r *recorder) PeerCopy(peer string) (Measured, error) {
 	return r.measured(r.record("peer_copy %s", peer))
 }
 
-func (r *recorder) PeerBidirectional(peer string) (float64, float64, error) {
+func (r *recorder) PeerBidirectional(peer string) (Measured, Measured, error) {
 	v, err := r.measured(r.record("peer_bidirectional %s", peer))
-	return v, -v, err
+	return v, negated(v), err
 }
 
-func (r *recorder) HostLatency(node int) (float64, error) {
+func (r *recorder) HostLatency(node int) (Measured, error) {
 	return r.measured(r.record("host_latency %d", node))
 }
 
-func (r *recorder) PeerLatency(peer string) (float64, error) {
+func (r *recorder) PeerLatency(peer string) (Measured, error) {
 	return r.measured(r.record("peer_latency %s", peer))
 }
 
-func (r *recorder) LaunchLatency() (float64, int, error) {
+func (r *recorder) LaunchLatency() (Measured, int, error) {
 	v, err := r.measured(r.record("launch_latency"))
 	return v, 42, err
 }
@@ -345,5 +348,25 @@ func TestMeasureRoundStopsWithItsContext(t *testing.T) {
 	})
 	if len(round.GPUs) != 1 {
 		t.Errorf("%d GPUs in a cancelled round", len(round.GPUs))
+	}
+}
+
+// Each result carries its samples' extremes beside the median, in the
+// result's own direction and unit.
+func TestMeasureRoundSampleExtremes(t *testing.T) {
+	round := MeasureRound(context.Background(), &recorder{}, []Options{{
+		GPU: "0000:2a:00.0", Probes: []Kind{HostBidirectional, HostLatency}, SizeBytes: 4 << 20, Samples: 3,
+	}})
+	var got []string
+	for _, r := range round.GPUs[0].Results {
+		got = append(got, fmt.Sprintf("%s %s %.2g..%.2g", r.Probe, r.Direction, r.SampleMin, r.SampleMax))
+	}
+	checkLines(t, "extremes", got, []string{
+		"host_bidirectional host_to_device 0.9..1.1",
+		"host_bidirectional device_to_host -1.1..-0.9",
+		"host_latency  1.8..2.2",
+	})
+	if round.PID == 0 {
+		t.Error("the round does not say which process measured it")
 	}
 }

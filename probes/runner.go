@@ -262,6 +262,9 @@ func (r *ChildRunner) Run(ctx context.Context, o Options) (*Round, error) {
 		// Even with a valid round: a child that dies of a signal is a bug
 		// to be counted, and its measurements are returned for what they
 		// are worth.
+		if round != nil {
+			round.PID = pid
+		}
 		return round, &RunFailure{GPU: o.GPU, Result: RunCrash, Err: fmt.Errorf("child %s", state), Stderr: stderr.String()}
 	case perr != nil && state.Success():
 		return fail(RunCrash, perr, stderr.String())
@@ -270,6 +273,7 @@ func (r *ChildRunner) Run(ctx context.Context, o Options) (*Round, error) {
 	case !state.Success():
 		logger.Debug("probe child exited non-zero with a round", "gpu", o.GPU, "status", state.String(), "stderr", stderrLine(stderr.String()))
 	}
+	round.PID = pid // as this process's PID namespace, and NVML's with hostPID, sees it
 	return round, nil
 }
 

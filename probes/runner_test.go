@@ -62,6 +62,11 @@ func TestRunnerArgsRoundTrip(t *testing.T) {
 	if round.Version != ContractVersion || len(round.GPUs) != 1 {
 		t.Fatalf("round = %+v", round)
 	}
+	// The runner says which process measured: its own probe contexts are
+	// no contention.
+	if round.PID <= 0 || round.PID == os.Getpid() {
+		t.Errorf("round PID %d, want the child's", round.PID)
+	}
 	g := round.GPUs[0]
 	wantArgv := "probe --path.sysfs=/nonexistent/sys --output=json " + strings.Join(o.Args(), " ")
 	if g.PCIBusID != testGPU || g.Name != wantArgv {

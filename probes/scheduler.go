@@ -68,9 +68,21 @@ type SchedulerConfig struct {
 	// NVML sample with a GPU: the topology's first sample, say, without
 	// which host buffers would go unbound.
 	Ready func() bool
+	// GPUsTaken, if set, is when the sample GPUs returns was taken. NVML's
+	// utilisation is an average over up to a second before it is read, so
+	// a sample taken while a GPU's own probes ran, or just after, counts
+	// their kernels; with GPUsTaken such a sample's utilisation is not
+	// taken for another's work. Without it every sample's is.
+	GPUsTaken func() time.Time
 	// Processes lists the compute processes on every GPU now. It is
-	// asked right before each GPU is probed (the idle policy only): a
-	// sample minutes old would miss a job that just started.
+	// asked right before each GPU is probed (under the idle policy, to
+	// leave a busy GPU alone: a sample minutes old would miss a job that
+	// just started), every 250 ms while the probe child runs and once
+	// after, to tell whether another process shared the GPU or a peer
+	// with the probes (a contended round). Each listing may take 2 s at
+	// most; one that hangs counts as failed and holds nothing up. Required
+	// under the idle policy; without it, contention is judged from
+	// utilisation and the samples' spread alone.
 	Processes func() ([]nvml.Process, error)
 	// HostNodes returns the NUMA nodes to bind the host buffer to in turn,
 	// the GPU's own node first; nil (or a nil func) means unbound.
@@ -91,18 +103,27 @@ type Scheduler struct {
 	logger *slog.Logger
 
 	// Seams for the tests.
-	now   func() time.Time
-	rand  func() float64 // in [0, 1)
-	sleep func(ctx context.Context, d time.Duration) bool
+	now       func() time.Time
+	rand      func() float64 // in [0, 1)
+	sleep     func(ctx context.Context, d time.Duration) bool
+	pollEvery time.Duration // how often the process list is read during a run
+
+	// lister makes the process listings, one at a time, each bounded;
+	// nil without cfg.Processes.
+	lister *processLister
 
 	// roundMu is held through a round: two rounds at once would run two
 	// children at once, and probes sharing an uplink would measure each
 	// other.
 	roundMu sync.Mutex
 
-	mu           sync.Mutex
-	gpus         map[string]*gpuEntry // by gpuKey
-	ran          bool                 // something was run or skipped
+	mu   sync.Mutex
+	gpus map[string]*gpuEntry // by gpuKey
+	// probedUntil is when the latest run that measured on each GPU, as
+	// the GPU probed or as a peer, ended (by gpuKey): NVML utilisation
+	// read until a second after it may show the probes' own work.
+	probedUntil  map[string]time.Time
+	ran          bool // something was run or skipped
 	errors       uint64
 	maxLoad      float64 // the latest round's most loaded GPU, GPU seconds
 	lastSuccess  time.Time
@@ -182,12 +203,18 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Scheduler{
-		cfg:    cfg,
-		logger: cfg.Logger.With("source", "probe"),
-		now:    time.Now,
-		rand:   rand.Float64,
-		sleep:  sleepUnlessDone,
-		gpus:   map[string]*gpuEntry{},
+		cfg:       cfg,
+		logger:    cfg.Logger.With("source", "probe"),
+		now:       time.Now,
+		rand:      rand.Float64,
+		sleep:     sleepUnlessDone,
+		pollEvery: processPoll,
+		gpus:      map[string]*gpuEntry{},
+
+		probedUntil: map[string]time.Time{},
+	}
+	if cfg.Processes != nil {
+		s.lister = newProcessLister(cfg.Processes, processListLimit)
 	}
 	s.publish() // the policy is known before any round
 	return s, nil
@@ -353,15 +380,18 @@ func (s *Scheduler) visit(ctx context.Context, rd *roundPass, g *nvml.GPUState) 
 		return
 	}
 	var procs []nvml.Process
-	procsOK := true
-	if s.cfg.Policy == PolicyIdle {
-		var err error
-		if procs, err = s.cfg.Processes(); err != nil {
-			// Not knowing who holds the GPU is not knowing it is idle.
-			s.logger.Warn("cannot list GPU processes; treating the GPU as busy", "gpu", g.Index, "err", err)
-			procsOK = false
+	var procsErr error
+	if s.lister != nil {
+		if procs, procsErr = s.lister.call(); procsErr != nil {
+			if s.cfg.Policy == PolicyIdle {
+				// Not knowing who holds the GPU is not knowing it is idle.
+				s.logger.Warn("cannot list GPU processes; treating the GPU as busy", "gpu", g.Index, "err", procsErr)
+			} else {
+				s.logger.Warn("cannot list GPU processes before probing; contention is judged without this listing", "gpu", g.Index, "err", procsErr)
+			}
 		}
 	}
+	procsOK := procsErr == nil
 	if reason := s.busy(g, procs, procsOK); reason != "" {
 		s.skip(g, reason)
 		return
@@ -372,6 +402,7 @@ func (s *Scheduler) visit(ctx context.Context, rd *roundPass, g *nvml.GPUState) 
 	o.Probes = slices.Clone(o.Probes)
 	o.Peers, o.HostNodes = nil, nil
 	peerSkips := map[string]uint64{}
+	watched := []*nvml.GPUState{g}
 	for j := range rd.snap.GPUs {
 		p := &rd.snap.GPUs[j]
 		if p == g || !peerReachable(rd.snap, g.Index, p.Index) {
@@ -386,9 +417,21 @@ func (s *Scheduler) visit(ctx context.Context, rd *roundPass, g *nvml.GPUState) 
 			continue
 		}
 		o.Peers = append(o.Peers, p.PCIBusID)
+		watched = append(watched, p)
 	}
 	if s.cfg.HostNodes != nil {
 		o.HostNodes = slices.Clone(s.cfg.HostNodes(g.PCIBusID))
+	}
+
+	// What shares the GPU and its peers while the child measures: the
+	// utilisation right before, and the processes before, during and
+	// after.
+	busyUtil := s.busyUtilization(watched)
+	var watch *runWatch
+	if s.lister != nil {
+		watch = newRunWatch(watched)
+		watch.note(procs, procsErr)
+		go watch.poll(s.lister, s.pollEvery)
 	}
 
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
@@ -396,6 +439,12 @@ func (s *Scheduler) visit(ctx context.Context, rd *roundPass, g *nvml.GPUState) 
 	rnd, err := s.cfg.Runner.Run(rctx, o)
 	took := s.now().Sub(start)
 	cancel()
+	if watch != nil {
+		watch.stop()
+		if ctx.Err() == nil {
+			watch.note(s.lister.call())
+		}
+	}
 	if ctx.Err() != nil {
 		return // shutting down: says nothing of the GPU
 	}
@@ -403,6 +452,17 @@ func (s *Scheduler) visit(ctx context.Context, rd *roundPass, g *nvml.GPUState) 
 	result, gr, why := classifyRun(rnd, err, g.PCIBusID)
 	if gr != nil && s.cfg.Annotate != nil {
 		s.cfg.Annotate(gr)
+	}
+	if gr != nil {
+		own := 0
+		if rnd != nil {
+			own = rnd.PID
+		}
+		gr.Contention = judge(gr, watch, own, busyUtil)
+		if c := gr.Contention; c.Contended() {
+			s.logger.Info("probe round shared the GPU with other work; its results are marked contended",
+				"gpu", g.Index, "pci_bus_id", g.PCIBusID, "reasons", c.Reasons, "peers", c.Peers, "processes", c.Processes)
+		}
 	}
 	switch result {
 	case RunSuccess:
@@ -414,6 +474,10 @@ func (s *Scheduler) visit(ctx context.Context, rd *roundPass, g *nvml.GPUState) 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.entry(g)
+	ended := s.now()
+	for _, w := range watched {
+		s.probedUntil[gpuKey(w)] = ended
+	}
 	for r, n := range peerSkips {
 		e.st.Skips[r] += n
 	}
@@ -432,6 +496,9 @@ func (s *Scheduler) visit(ctx context.Context, rd *roundPass, g *nvml.GPUState) 
 		e.st.ContextSeconds += gr.ContextSeconds
 		if len(gr.Results) > 0 {
 			e.st.Last = gr
+			if r := gr.Contention.First(); r != "" {
+				e.st.Contended[r]++
+			}
 		}
 	}
 	e.down = result == RunTimeout || result == RunCrash
@@ -440,6 +507,41 @@ func (s *Scheduler) visit(ctx context.Context, rd *roundPass, g *nvml.GPUState) 
 		rd.failed = true
 	}
 	s.ran = true
+}
+
+// utilizationWindow is the longest NVML averages utilisation over (a
+// sixth of a second to a second, by product).
+const utilizationWindow = time.Second
+
+// busyUtilization is, by address, which of the GPUs NVML's latest sample
+// shows busier than the idle threshold: work of others, unless the sample
+// may have been taken while probes measured on that GPU (its own round, or
+// another's with it as the peer) or within utilizationWindow after.
+func (s *Scheduler) busyUtilization(gpus []*nvml.GPUState) map[string]bool {
+	snap := s.cfg.GPUs()
+	if snap == nil {
+		return nil
+	}
+	var taken time.Time
+	if s.cfg.GPUsTaken != nil {
+		taken = s.cfg.GPUsTaken()
+	}
+	out := map[string]bool{}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range gpus {
+		for i := range snap.GPUs {
+			cur := &snap.GPUs[i]
+			if gpuKey(cur) != gpuKey(w) || !cur.Utilization.Valid || cur.Utilization.V <= s.cfg.UtilizationThreshold {
+				continue
+			}
+			if until, ok := s.probedUntil[gpuKey(w)]; ok && !taken.IsZero() && taken.Before(until.Add(utilizationWindow)) {
+				continue // the probes' own work may be in it
+			}
+			out[nvml.NormalizeBusID(w.PCIBusID)] = true
+		}
+	}
+	return out
 }
 
 // staticSkip is why a GPU cannot be probed whatever the policy: it is
@@ -473,7 +575,7 @@ func (s *Scheduler) busy(g *nvml.GPUState, procs []nvml.Process, procsOK bool) s
 		return SkipBusyProcess
 	}
 	for _, p := range procs {
-		if (p.PCIBusID != "" && strings.EqualFold(p.PCIBusID, g.PCIBusID)) || (p.UUID != "" && p.UUID == g.UUID) {
+		if onGPU(p, g) {
 			return SkipBusyProcess
 		}
 	}
@@ -578,7 +680,7 @@ func (s *Scheduler) entry(g *nvml.GPUState) *gpuEntry {
 	if e == nil {
 		// Every run result and own skip reason starts at zero, so the
 		// first of each is an increase a rate() can see.
-		e = &gpuEntry{st: GPUStatus{Runs: map[string]uint64{}, Skips: map[string]uint64{}}}
+		e = &gpuEntry{st: GPUStatus{Runs: map[string]uint64{}, Skips: map[string]uint64{}, Contended: map[string]uint64{}}}
 		for _, r := range []string{RunSuccess, RunPartial, RunError, RunTimeout, RunCrash} {
 			e.st.Runs[r] = 0
 		}
@@ -599,7 +701,7 @@ func (s *Scheduler) publish() {
 	st := &Status{Policy: s.cfg.Policy, GPUs: make([]GPUStatus, 0, len(s.gpus))}
 	for _, e := range s.gpus {
 		g := e.st
-		g.Runs, g.Skips = maps.Clone(g.Runs), maps.Clone(g.Skips)
+		g.Runs, g.Skips, g.Contended = maps.Clone(g.Runs), maps.Clone(g.Skips), maps.Clone(g.Contended)
 		st.GPUs = append(st.GPUs, g)
 	}
 	slices.SortFunc(st.GPUs, func(a, b GPUStatus) int {

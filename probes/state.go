@@ -29,7 +29,8 @@ type GPUStatus struct {
 	PCIBusID string
 
 	// Last is the GPU's part of its latest round that produced results;
-	// nil before the first.
+	// nil before the first. Its Contention says what shared the GPU
+	// while it measured.
 	Last *GPURound
 	// LastSuccess is when a round last gave every probe a value.
 	LastSuccess time.Time
@@ -41,6 +42,9 @@ type GPUStatus struct {
 
 	Runs  map[string]uint64 // by Run* result
 	Skips map[string]uint64 // by Skip* reason
+	// Contended counts rounds with results that shared the GPU or a peer
+	// with other work, each under its first reason (Contention.First).
+	Contended map[string]uint64
 	// BusySeconds and ContextSeconds accumulate GPURound's over all rounds.
 	BusySeconds, ContextSeconds float64
 }

@@ -25,13 +25,13 @@ func WriteTable(w io.Writer, round *Round) {
 			continue
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  probe\tdirection\tpeer\thost node\tsize\tresult\texpected\tratio")
+		fmt.Fprintln(tw, "  probe\tdirection\tpeer\thost node\tsize\tresult\tspread\texpected\tratio")
 		for _, r := range g.Results {
 			node := ""
 			if r.HostNUMANode != nil {
 				node = strconv.Itoa(*r.HostNUMANode)
 			}
-			value, expected, ratio := "", "", ""
+			value, spread, expected, ratio := "", "", "", ""
 			switch {
 			case r.Error != "":
 				value = "error: " + r.Error
@@ -44,11 +44,19 @@ func WriteTable(w io.Writer, round *Round) {
 			default:
 				value = fmt.Sprintf("%.3f us", r.Seconds*1e6)
 			}
+			if sp := r.Spread(); r.Error == "" && sp > 0 {
+				// (max - min) / median of the samples; noisy ones are
+				// what another process sharing the GPU does.
+				spread = fmt.Sprintf("%.1f%%", 100*sp)
+				if r.Noisy() {
+					spread += " noisy"
+				}
+			}
 			size := ""
 			if r.SizeBytes > 0 {
 				size = sizeString(r.SizeBytes)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Probe, r.Direction, r.Peer, node, size, value, expected, ratio)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Probe, r.Direction, r.Peer, node, size, value, spread, expected, ratio)
 		}
 		tw.Flush()
 		if l := g.LinkUnderLoad; l != nil {

@@ -169,28 +169,29 @@ func same(k, n int) []int {
 
 // bandwidth measures one lane: a warm-up sample that also sets the loop
 // count, then samples timed samples. It returns the median bytes per
-// second (of bytes copied) and the loop count used.
-func (p *gpuProbe) bandwidth(l *lane, samples int) (float64, int, error) {
+// second (of bytes copied) with the slowest and fastest sample, and the
+// loop count used.
+func (p *gpuProbe) bandwidth(l *lane, samples int) (Measured, int, error) {
 	warm, err := p.timed([]*lane{l}, []int{minLoops}, nil)
 	if err != nil {
-		return 0, 0, err
+		return Measured{}, 0, err
 	}
 	loops := loopsFor(warm[0], minLoops)
 	var rates []float64
 	for range samples {
 		if err := p.ctx.Err(); err != nil {
-			return 0, 0, err
+			return Measured{}, 0, err
 		}
 		d, err := p.timed([]*lane{l}, []int{loops}, nil)
 		if err != nil {
-			return 0, 0, err
+			return Measured{}, 0, err
 		}
 		if d[0] <= 0 {
-			return 0, 0, fmt.Errorf("a sample of %d copies took no measurable time", loops)
+			return Measured{}, 0, fmt.Errorf("a sample of %d copies took no measurable time", loops)
 		}
 		rates = append(rates, float64(l.n)*float64(loops)/d[0].Seconds())
 	}
-	return median(rates), loops, nil
+	return Sampled(rates), loops, nil
 }
 
 // bidirectional measures two lanes that run at once, each in samples of
@@ -198,9 +199,10 @@ func (p *gpuProbe) bandwidth(l *lane, samples int) (float64, int, error) {
 // many again and one more, so the other direction is running for the whole
 // of the measured one. Timing both lanes of one sample instead counts the
 // end of whichever finishes last running alone, and drifted by 3% between
-// runs on an H200. It returns each lane's median bytes per second.
-func (p *gpuProbe) bidirectional(lanes [2]*lane, samples int) ([2]float64, error) {
-	var out [2]float64
+// runs on an H200. It returns each lane's median bytes per second, with
+// its extremes.
+func (p *gpuProbe) bidirectional(lanes [2]*lane, samples int) ([2]Measured, error) {
+	var out [2]Measured
 	warm, err := p.timed(lanes[:], same(2, minLoops), nil)
 	if err != nil {
 		return out, err
@@ -224,7 +226,7 @@ func (p *gpuProbe) bidirectional(lanes [2]*lane, samples int) ([2]float64, error
 			}
 			rates = append(rates, float64(lanes[measured].n)*float64(loops)/d[measured].Seconds())
 		}
-		out[measured] = median(rates)
+		out[measured] = Sampled(rates)
 	}
 	return out, nil
 }

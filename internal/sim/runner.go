@@ -127,7 +127,7 @@ type model struct {
 // errPathUnknown is a copy whose path the model does not know.
 var errPathUnknown = errors.New("simulated path unknown: the simulated sysfs tree could not be read")
 
-func (m *model) HostToDevice(node int, readLink bool) (float64, *probes.LinkUnderLoad, error) {
+func (m *model) HostToDevice(node int, readLink bool) (probes.Measured, *probes.LinkUnderLoad, error) {
 	v, err := m.hostCopy(probes.HostToDevice, node)
 	if err != nil || !readLink {
 		return v, nil, err
@@ -136,40 +136,40 @@ func (m *model) HostToDevice(node int, readLink bool) (float64, *probes.LinkUnde
 	return v, m.r.linkUnderLoad(m.self.PCIBusID), nil
 }
 
-func (m *model) DeviceToHost(node int) (float64, error) {
+func (m *model) DeviceToHost(node int) (probes.Measured, error) {
 	return m.hostCopy(probes.DeviceToHost, node)
 }
 
 // hostCopy is one direction between the GPU and host memory on node.
-func (m *model) hostCopy(kind probes.Kind, node int) (float64, error) {
+func (m *model) hostCopy(kind probes.Kind, node int) (probes.Measured, error) {
 	m.hold(1, 1)
 	v := m.bandwidth(kind, "", m.hostFrom(node))
-	if v <= 0 {
-		return 0, errPathUnknown
+	if v.Median <= 0 {
+		return probes.Measured{}, errPathUnknown
 	}
-	m.busy += m.timed(v)
+	m.busy += m.timed(v.Median)
 	return v, nil
 }
 
-func (m *model) HostBidirectional(node int) (float64, float64, error) {
+func (m *model) HostBidirectional(node int) (probes.Measured, probes.Measured, error) {
 	m.hold(2, 2)
 	rate := m.hostFrom(node) * hostBidirectionalShare
 	in := m.bandwidth(probes.HostBidirectional, "", rate)
 	out := m.bandwidth(probes.HostBidirectional, "", rate)
-	if in <= 0 || out <= 0 {
-		return 0, 0, errPathUnknown
+	if in.Median <= 0 || out.Median <= 0 {
+		return probes.Measured{}, probes.Measured{}, errPathUnknown
 	}
-	m.busy += m.timed(min(in, out))
+	m.busy += m.timed(min(in.Median, out.Median))
 	return in, out, nil
 }
 
-func (m *model) LocalCopy() (float64, error) {
+func (m *model) LocalCopy() (probes.Measured, error) {
 	m.hold(0, 2)
 	if m.path.HBMBytesPerSecond <= 0 {
-		return 0, errors.New("simulated GPU reports no memory clock or bus width")
+		return probes.Measured{}, errors.New("simulated GPU reports no memory clock or bus width")
 	}
 	v := m.bandwidth(probes.DeviceLocalCopy, "", m.path.HBMBytesPerSecond*hbmEfficiency)
-	m.busy += m.timed(v / 2) // each byte read and written
+	m.busy += m.timed(v.Median / 2) // each byte read and written
 	return v, nil
 }
 
@@ -181,50 +181,50 @@ func (m *model) OpenPeer(addr string) error {
 	return nil
 }
 
-func (m *model) PeerCopy(addr string) (float64, error) {
+func (m *model) PeerCopy(addr string) (probes.Measured, error) {
 	m.hold(0, 1)
 	v := m.bandwidth(probes.PeerCopy, addr, m.peerRate(addr))
-	if v <= 0 {
-		return 0, errPathUnknown
+	if v.Median <= 0 {
+		return probes.Measured{}, errPathUnknown
 	}
-	m.busy += m.timed(v)
+	m.busy += m.timed(v.Median)
 	return v, nil
 }
 
-func (m *model) PeerBidirectional(addr string) (float64, float64, error) {
+func (m *model) PeerBidirectional(addr string) (probes.Measured, probes.Measured, error) {
 	m.hold(0, 2)
 	rate := m.peerRate(addr) * peerBidirectionalShare
 	to := m.bandwidth(probes.PeerBidirectional, addr, rate)
 	from := m.bandwidth(probes.PeerBidirectional, addr, rate)
-	if to <= 0 || from <= 0 {
-		return 0, 0, errPathUnknown
+	if to.Median <= 0 || from.Median <= 0 {
+		return probes.Measured{}, probes.Measured{}, errPathUnknown
 	}
-	m.busy += m.timed(min(to, from))
+	m.busy += m.timed(min(to.Median, from.Median))
 	return to, from, nil
 }
 
-func (m *model) HostLatency(node int) (float64, error) {
+func (m *model) HostLatency(node int) (probes.Measured, error) {
 	m.hostMem = max(m.hostMem, probes.ChaseBytes)
 	lat := hostLatencySeconds
 	if node >= 0 && m.ownNode >= 0 && node != m.ownNode {
 		lat += remoteNodeLatencyAdd
 	}
 	v := m.latency(probes.HostLatency, "", lat)
-	m.busy += v * float64(probes.ChaseHops(probes.HostLatency, m.o.Samples))
+	m.busy += v.Median * float64(probes.ChaseHops(probes.HostLatency, m.o.Samples))
 	return v, nil
 }
 
-func (m *model) PeerLatency(addr string) (float64, error) {
+func (m *model) PeerLatency(addr string) (probes.Measured, error) {
 	v := m.latency(probes.PeerLatency, addr, peerLatencySeconds)
-	m.busy += v * float64(probes.ChaseHops(probes.PeerLatency, m.o.Samples))
+	m.busy += v.Median * float64(probes.ChaseHops(probes.PeerLatency, m.o.Samples))
 	return v, nil
 }
 
 // LaunchLatency: on an idle GPU every launch runs, none waiting for a
 // time slice.
-func (m *model) LaunchLatency() (float64, int, error) {
+func (m *model) LaunchLatency() (probes.Measured, int, error) {
 	v := m.latency(probes.LaunchLatency, "", launchLatencySeconds)
-	m.busy += v * (probes.LaunchWarmup + probes.LaunchCount)
+	m.busy += v.Median * (probes.LaunchWarmup + probes.LaunchCount)
 	return v, probes.LaunchCount, nil
 }
 
@@ -301,30 +301,28 @@ func (m *model) peerRate(addr string) float64 {
 }
 
 // bandwidth is rate as measured by a probe of kind (against peer, if
-// any): a little noise, and the probe faults in force on it. 0 means the
-// path is not known (a tree that could not be read); the caller reports
-// the probe as failed.
-func (m *model) bandwidth(kind probes.Kind, peer string, rate float64) float64 {
+// any): the round's samples, each with a little noise, and the probe
+// faults in force on it. 0 means the path is not known (a tree that could
+// not be read); the caller reports the probe as failed.
+func (m *model) bandwidth(kind probes.Kind, peer string, rate float64) probes.Measured {
 	if rate <= 0 {
-		return 0
+		return probes.Measured{}
 	}
-	v := rate * m.r.noise()
 	for _, f := range m.faults {
 		if f.Kind == ProbeBandwidth && m.matches(f, kind, peer) {
-			v *= f.Fraction
+			rate *= f.Fraction
 		}
 	}
-	return v
+	return m.r.sampled(rate, m.o.Samples)
 }
 
-func (m *model) latency(kind probes.Kind, peer string, seconds float64) float64 {
-	v := seconds * m.r.noise()
+func (m *model) latency(kind probes.Kind, peer string, seconds float64) probes.Measured {
 	for _, f := range m.faults {
 		if f.Kind == ProbeLatency && m.matches(f, kind, peer) {
-			v *= f.Factor
+			seconds *= f.Factor
 		}
 	}
-	return v
+	return m.r.sampled(seconds, m.o.Samples)
 }
 
 // matches reports whether probe fault f applies to a measurement of this
@@ -346,6 +344,17 @@ func (m *model) matches(f Fault, kind probes.Kind, peerAddr string) bool {
 		return hasPeer && peer == f.GPU && (f.PeerGPU < 0 || f.PeerGPU == self)
 	}
 	return false
+}
+
+// sampled is n samples of v, each with its noise: their median and
+// extremes. On a healthy link samples agree to under 1%, as they do on
+// real ones.
+func (r *Runner) sampled(v float64, n int) probes.Measured {
+	s := make([]float64, max(n, 1))
+	for i := range s {
+		s[i] = v * r.noise()
+	}
+	return probes.Sampled(s)
 }
 
 // noise is a measurement's scatter: under 1% either way.

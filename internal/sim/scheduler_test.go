@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -59,5 +60,67 @@ func TestFirstRoundWaitsForTheFirstSample(t *testing.T) {
 	first := sched.Latest().Data.GPUs[0].LastRound
 	if first.Before(at) || first.Sub(at) > 3*time.Second {
 		t.Errorf("first round started %s after the sample, want within the scheduler's poll of it", first.Sub(at))
+	}
+}
+
+// The simulated node's jobs make the rounds they share contended: under
+// policy always, the DGX's GPU 0 runs pid 4242, so every result of its
+// round is contended, and an idle GPU's results against it are too, while
+// that GPU's own results are not. Under idle the busy GPU is skipped and
+// left out of the peers, and nothing is contended.
+func TestSimulatedJobsMakeRoundsContended(t *testing.T) {
+	n, err := sim.Start(sim.Config{Profile: "dgx-h100", Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	reader := nvml.NewReader(n.NVML(), n.FS().Sys, nil)
+	t.Cleanup(reader.Shutdown)
+	if err := reader.Init(); err != nil {
+		t.Fatal(err)
+	}
+	nvmlSampler := sampler.New[*nvml.Snapshot]("nvml", reader, sampler.Options{Interval: time.Hour, Timeout: 10 * time.Second})
+	nvmlSampler.SampleOnce(context.Background())
+	const busy, idle = "0000:18:00.0", "0000:2a:00.0" // GPUs 0 and 1
+	for _, policy := range []string{probes.PolicyAlways, probes.PolicyIdle} {
+		t.Run(policy, func(t *testing.T) {
+			sched, err := probes.NewScheduler(probes.SchedulerConfig{
+				Policy: policy, Runner: n.Runner(), GPUs: nvmlSampler.LatestData, Processes: reader.ComputeProcesses,
+				Options: probes.Options{SizeBytes: probes.MinSizeBytes, Samples: 3, Probes: []probes.Kind{probes.HostToDevice, probes.PeerCopy}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sched.RunRound(context.Background())
+			rounds := map[string]*probes.GPURound{}
+			for _, g := range sched.Latest().Data.GPUs {
+				rounds[g.PCIBusID] = g.Last
+			}
+			b, i := rounds[busy], rounds[idle]
+			if i == nil {
+				t.Fatal("the idle GPU was not probed")
+			}
+			if len(i.Contention.For("")) != 0 {
+				t.Errorf("idle GPU's own results contended: %+v", i.Contention)
+			}
+			if policy == probes.PolicyIdle {
+				if b != nil || i.Contention.Contended() {
+					t.Errorf("idle policy: busy GPU probed (%v) or idle GPU contended (%+v)", b != nil, i.Contention)
+				}
+				return
+			}
+			if b == nil || !slices.Equal(b.Contention.For(""), []string{probes.ContendedOtherProcess, probes.ContendedUtilization}) ||
+				!slices.Equal(b.Contention.Processes[busy], []int{4242}) {
+				t.Errorf("busy GPU: %+v", b)
+			}
+			if got := i.Contention.For(busy); !slices.Contains(got, probes.ContendedOtherProcess) {
+				t.Errorf("idle GPU's results against the busy one: %v", got)
+			}
+			for _, r := range i.Results {
+				if r.Noisy() {
+					t.Errorf("a healthy simulated result is noisy: %+v", r)
+				}
+			}
+		})
 	}
 }

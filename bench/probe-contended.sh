@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Probe results another process disturbed (issue 12, item 4), on a GPU
+# machine with the real daemon:
+#   1. a pinned host->device copy loop runs in another process on GPU 0
+#      (PyTorch); the daemon, under policy always, probes GPU 0 beside it:
+#      the round must be marked contended (gpulink_probe_contended 1,
+#      counted under other_process), and on a machine with a second GPU
+#      GPU 1's results against GPU 0 must be too;
+#   2. the loop stops; the next round of GPU 0 has the GPU to itself and
+#      must not be contended.
+# The host copy bandwidths of both rounds are printed beside each other.
+# Needs no Go: carry .device (make device-build) and run
+#   .device/probe-contended.sh OUTDIR
+# Exits non-zero when a check fails. Only read-only nvidia-smi queries are
+# used; no GPU setting is changed.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:-$(mktemp -d)}
+mkdir -p "$out"
+bin=$here/gpulink_exporter
+addr=127.0.0.1:9849
+url=http://$addr/metrics
+[ -x "$here/promtool" ] || { gunzip -kf "$here/promtool.gz" && chmod +x "$here/promtool"; }
+ngpu=$(nvidia-smi -L | grep -c '^GPU')
+# GPU 0's PCI address as the exporter writes it (sysfs form, lower case).
+bus0=$(nvidia-smi -i 0 --query-gpu=pci.bus_id --format=csv,noheader | tr 'A-F' 'a-f' | sed 's/^0000//')
+fail=0
+check() { # check DESCRIPTION CONDITION...
+  local what=$1; shift
+  if "$@"; then echo "PASS $what"; else echo "FAIL $what"; fail=1; fi
+}
+metric() { # metric REGEX: sum of matching series in the last scrape
+  awk -v re="$1" '$0 ~ "^"re {s += $NF} END {print s + 0}' "$out/scrape.txt"
+}
+scrape() { curl -sf $url >"$out/scrape.txt"; }
+gpu_pids() { # compute processes on GPU 0, by PID
+  nvidia-smi -i 0 --query-compute-apps=pid --format=csv,noheader 2>/dev/null | tr -d ' ' | grep -E '^[0-9]+$'
+}
+# GPU 0's latest round start in seconds, all digits (metric prints six).
+last_round() {
+  awk '$0 ~ /^gpulink_probe_last_round_timestamp_seconds\{gpu="0",/ {printf "%.3f\n", $NF}' "$out/scrape.txt"
+}
+# The host copies of GPU 0 from a saved scrape, one "probe/node/what
+# value" line each, GB/s or the ratio to expected (labels come sorted by
+# name).
+host_copies() {
+  grep -E '^gpulink_probe_(bandwidth_bytes_per_second|bandwidth_ratio)\{.*,gpu="0",' "$1" |
+    grep -E 'probe="(host_to_device|device_to_host)"' |
+    sed -E 's/^gpulink_probe_([a-z_]+)\{.*host_numa_node="([0-9]*)".*probe="([a-z_]+)".*\} (.*)$/\3\/node\2 \1 \4/' |
+    awk '$2 == "bandwidth_ratio" {printf "%s/ratio %.3f\n", $1, $3; next} {printf "%s/GB_per_s %.2f\n", $1, $3 / 1e9}' | sort
+}
+epid= load=
+stop_exporter() { [ -n "$epid" ] && kill "$epid" 2>/dev/null; wait "$epid" 2>/dev/null; epid=; }
+stop_load() { [ -n "$load" ] && kill "$load" 2>/dev/null; wait "$load" 2>/dev/null; load=; }
+trap 'stop_exporter; stop_load' EXIT
+
+echo "== 0. $ngpu GPU(s); GPU 0 at $bus0"
+nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version --format=csv,noheader | tee "$out/gpus.txt"
+if [ -n "$(gpu_pids)" ]; then
+  echo "FAIL GPU 0 already has compute processes: $(gpu_pids | tr '\n' ' ')"
+  exit 1
+fi
+
+echo "== 1. a pinned host->device copy loop on GPU 0 in another process"
+# Copies until killed; says "copying" once the first copies are done, and
+# every 5 s the rate it gets.
+python3 - >"$out/load.log" 2>&1 <<'EOF' &
+import time, torch
+n = 256 << 20
+src = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+dst = torch.empty(n, dtype=torch.uint8, device='cuda:0')
+stream = torch.cuda.Stream(device=0)
+copies, t0, said = 0, time.perf_counter(), False
+with torch.cuda.stream(stream):
+    while True:
+        for _ in range(8):
+            dst.copy_(src, non_blocking=True)
+        stream.synchronize()
+        copies += 8
+        now = time.perf_counter()
+        if not said:
+            print("copying", flush=True)
+            said = True
+        if now - t0 >= 5:
+            print("GB/s %.1f" % (copies * n / (now - t0) / 1e9), flush=True)
+            copies, t0 = 0, now
+EOF
+load=$!
+for _ in $(seq 120); do grep -q '^copying' "$out/load.log" && break; sleep 0.5; done
+check "the copy loop runs (pid $load)" grep -q '^copying' "$out/load.log"
+loadpid=$load
+check "NVML lists the copy loop on GPU 0" sh -c "nvidia-smi -i 0 --query-compute-apps=pid --format=csv,noheader | tr -d ' ' | grep -qx $loadpid"
+
+"$bin" --web.listen-address=$addr --nvml.interval=1s --probe.policy=always --probe.interval=10s --probe.max-duty=1 \
+  --probe.first-delay=1s --log.level=debug >"$out/exporter.log" 2>&1 &
+epid=$!
+t0=$(date +%s)
+for _ in $(seq 240); do
+  scrape 2>/dev/null
+  [ "$(metric 'gpulink_probe_runs_total\{gpu="0",')" -ge 1 ] &&
+    { [ "$ngpu" -lt 2 ] || [ "$(metric 'gpulink_probe_runs_total\{gpu="1",')" -ge 1 ]; } && break
+  sleep 0.5
+done
+echo "first round of every GPU after $(( $(date +%s) - t0 )) s"
+cp "$out/scrape.txt" "$out/metrics-contended.txt"
+grep -E '^gpulink_probe_(contended|runs_total)' "$out/metrics-contended.txt" | grep -v ' 0$'
+check "GPU 0 was probed beside the loop" test "$(metric 'gpulink_probe_runs_total\{gpu="0",.*result="(success|partial)"')" -ge 1
+check "GPU 0's round is contended" test "$(metric 'gpulink_probe_contended\{gpu="0",.*peer="",')" = 1
+check "counted as contended by another process" test "$(metric 'gpulink_probe_contended_rounds_total\{gpu="0",.*reason="other_process"')" -ge 1
+if [ "$ngpu" -ge 2 ]; then
+  check "GPU 1's results against GPU 0 are contended" test "$(metric 'gpulink_probe_contended\{gpu="1",.*peer="'"$bus0"'",')" = 1
+  # Not a check: GPU 1's own copies share the host's memory with the loop.
+  echo "NOTE GPU 1's own results contended: $(metric 'gpulink_probe_contended\{gpu="1",.*peer="",')"
+fi
+check "promtool check metrics on the scrape" sh -c "'$here/promtool' check metrics <'$out/metrics-contended.txt' >'$out/promtool.txt' 2>&1"
+cat "$out/promtool.txt"
+grep 'shared the GPU' "$out/exporter.log" | head -4
+host_copies "$out/metrics-contended.txt" >"$out/host-contended.txt"
+
+echo "== 2. the loop stops; the next round of GPU 0 is alone"
+stop_load
+cat "$out/load.log"
+# The probe child may be listed too, while a round runs.
+for _ in $(seq 60); do gpu_pids | grep -qx "$loadpid" || break; sleep 0.5; done
+check "NVML no longer lists the copy loop" sh -c "! nvidia-smi -i 0 --query-compute-apps=pid --format=csv,noheader | tr -d ' ' | grep -qx $loadpid"
+# A round that starts once NVML no longer lists the loop.
+sleep 2
+stopped=$(date +%s)
+for _ in $(seq 180); do
+  scrape
+  awk -v l="$(last_round)" -v s="$stopped" 'BEGIN {exit !(l > s)}' && break
+  sleep 0.5
+done
+cp "$out/scrape.txt" "$out/metrics-alone.txt"
+grep -E '^gpulink_probe_(contended|runs_total)' "$out/metrics-alone.txt" | grep -v ' 0$'
+check "GPU 0 probed again after the loop stopped" awk -v l="$(last_round)" -v s="$stopped" 'BEGIN {exit !(l > s)}'
+check "GPU 0's round alone is not contended" test "$(metric 'gpulink_probe_contended\{gpu="0",')" = 0
+if [ "$ngpu" -ge 2 ]; then
+  echo "NOTE GPU 1's results against GPU 0 contended now: $(metric 'gpulink_probe_contended\{gpu="1",.*peer="'"$bus0"'",') (GPU 1's round may predate the stop)"
+fi
+host_copies "$out/metrics-alone.txt" >"$out/host-alone.txt"
+
+echo "== host copies of GPU 0: beside the loop (contended) and alone"
+join -a1 -a2 -e - -o 0,1.2,2.2 "$out/host-contended.txt" "$out/host-alone.txt" |
+  awk 'BEGIN {printf "%-36s %10s %10s\n", "result", "contended", "alone"} {printf "%-36s %10s %10s\n", $1, $2, $3}' |
+  tee "$out/host-copies.txt"
+exit $fail
