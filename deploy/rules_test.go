@@ -16,8 +16,8 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// The alert names CONTRACT.md fixes: the e2e test and the README's runbook
-// sections use them.
+// The alert names CONTRACT.md fixes: the e2e test and the runbook sections of
+// prometheus/README.md use them.
 var contractAlerts = []string{
 	"GPUPCIeLinkDowntrained", "GPUProbeHostBandwidthLow", "GPUProbePeerBandwidthLow", "GPUNVLinkDown",
 	"GPUNVLinkErrors", "NICPortRateDegraded", "NICPortDown", "NICPortFlapping", "NICPortErrors",
@@ -26,7 +26,7 @@ var contractAlerts = []string{
 	"GPUProbeFailing", "GPULinkExporterDown", "GPULinkSourceDown", "GPULinkSourceStale", "NetInterfaceDown",
 }
 
-const runbookBase = "https://github.com/gpulink/gpulink_exporter#alert-"
+const runbookBase = "https://github.com/gpulink/gpulink_exporter/blob/main/deploy/prometheus/README.md#alert-"
 
 // Alerts may compare time() with literal seconds only where the contract
 // allows it: everything else must scale with the e2e test's factor.
@@ -184,8 +184,12 @@ func TestPromtoolRules(t *testing.T) {
 
 // TestAlertConventions: every alert the contract names exists, and every
 // alert has a severity, a summary and a description naming its node, and a
-// runbook link to its README section.
+// runbook link to its section of prometheus/README.md, which exists.
 func TestAlertConventions(t *testing.T) {
+	readme, err := os.ReadFile("prometheus/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
 	seen := map[string]bool{}
 	for _, r := range loadRules(t) {
 		if r.Alert == "" {
@@ -207,6 +211,9 @@ func TestAlertConventions(t *testing.T) {
 		}
 		if want := runbookBase + strings.ToLower(r.Alert); r.Annotations["runbook"] != want {
 			t.Errorf("%s: runbook %q, want %q", r, r.Annotations["runbook"], want)
+		}
+		if !strings.Contains(string(readme), "\n### Alert: "+r.Alert+"\n") {
+			t.Errorf("%s: prometheus/README.md has no runbook section \"### Alert: %s\"", r, r.Alert)
 		}
 		for a := range r.Annotations {
 			if a != "summary" && a != "description" && a != "runbook" {
