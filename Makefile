@@ -7,7 +7,6 @@ TOOLS_BIN := $(CURDIR)/.tools/bin
 PROMTOOL  := $(TOOLS_BIN)/promtool
 PROMETHEUS   := $(TOOLS_BIN)/prometheus
 ALERTMANAGER := $(TOOLS_BIN)/alertmanager
-DEVICE    := .device
 ARGS      ?=
 
 # Version stamping, as promu does for Prometheus projects. git may have no
@@ -33,12 +32,14 @@ export CGO_ENABLED := 1
 # this every cgo compile of it prints screens of warnings.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build run tools test e2e fuzz vet fmt-check lint bench scrapebench device-build device-dashboards ptx-check helm-check chart-sync demo clean
+.PHONY: all build run tools test e2e fuzz vet fmt-check lint bench scrapebench ptx-check helm-check chart-sync demo clean
 
 all: build
 
+# EXTRA_LDFLAGS: e.g. '-s -w' (bench/device-build.sh strips what it carries).
+EXTRA_LDFLAGS ?=
 build:
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BINARY) .
+	$(GO) build -ldflags '$(LDFLAGS) $(EXTRA_LDFLAGS)' -o $(BINARY) .
 
 run: build
 	./$(BINARY) $(ARGS)
@@ -108,32 +109,8 @@ scrapebench:
 bench: build scrapebench
 	bench/scrape.sh -b ./$(BINARY) -s $(TOOLS_BIN)/scrapebench $(if $(BENCH_OUT),-o $(BENCH_OUT)) -- $(ARGS)
 
-# Everything to carry to a GPU machine (which has no Go): there, run
-# .device/scrape.sh [-o DIR] [-- EXPORTER_ARGS]. promtool goes in gzipped
-# (48 MB -> 13 MB) to keep the carried tree under its 64 MiB limit; unpack
-# it there with `gunzip -k .device/promtool.gz`.
-device-build: tools
-	@mkdir -p $(DEVICE)
-	$(GO) build -ldflags '$(LDFLAGS) -s -w' -o $(DEVICE)/$(BINARY) .
-	CGO_ENABLED=0 $(GO) build -ldflags '-s -w' -o $(DEVICE)/scrapebench ./bench/scrapebench
-	$(GO) test -c -tags gpu -ldflags '-s -w' -o $(DEVICE)/gpu.test ./internal/nvml
-	$(GO) test -c -ldflags '-s -w' -o $(DEVICE)/collector.test ./collector
-	cp bench/*.sh bench/*.py $(DEVICE)/
-	@mkdir -p $(DEVICE)/ref $(DEVICE)/dashboards $(DEVICE)/rules
-	cp bench/ref/*.py bench/ref/*.cu $(DEVICE)/ref/
-	cp dashboards/*.json $(DEVICE)/dashboards/
-	cp deploy/prometheus/gpulink.rules.yml $(DEVICE)/rules/
-	gzip -9 -c $(PROMTOOL) >$(DEVICE)/promtool.gz
-	@du -sh $(DEVICE)
-	@[ $$(du -sb $(DEVICE) | cut -f1) -le 67108864 ] || { echo "$(DEVICE) is over the 64 MiB a device call carries: remove what the run does not need (collector.test, scrapebench)"; exit 1; }
-
-# For .device/dashboards-gpu.sh, Prometheus itself (14 MB gzipped). With
-# everything device-build puts there the tree passes the 64 MiB a device
-# call carries, so this drops the two test binaries.
-device-dashboards: device-build
-	rm -f $(DEVICE)/gpu.test $(DEVICE)/collector.test
-	gzip -9 -c $(PROMETHEUS) >$(DEVICE)/prometheus.gz
-	@du -sh $(DEVICE)
+# What is carried to a GPU machine (which has no Go) is built by
+# bench/device-build.sh, outside this Makefile.
 
 # The probe kernels are hand-written PTX (one text for every driver from
 # CUDA 11.0 and every GPU from Volta); this checks them with ptxas on a
@@ -144,5 +121,5 @@ ptx-check:
 	$(PTXAS) -arch=sm_90 probes/cuda/kernels.ptx -o /dev/null
 
 clean:
-	rm -rf $(BINARY) $(DEVICE) dist
+	rm -rf $(BINARY) .device dist
 	rm -f $(TOOLS_BIN)/scrapebench

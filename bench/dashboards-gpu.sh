@@ -5,7 +5,7 @@
 # rules; after WAIT seconds (default 75: three probe rounds and a full 1m
 # rate window) every dashboard query runs (ref/dashboard_queries.py) and
 # the script prints which return data.
-# Needs no Go: carry .device (make device-build) and run
+# Needs no Go: carry .device (bench/device-build.sh --dashboards) and run
 #   .device/dashboards-gpu.sh OUTDIR        (default $OUT/dashboards-gpu)
 # Exits as dashboard_queries.py does (1: a query erred or returned nothing).
 # Only read-only nvidia-smi queries; no GPU setting is changed.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the real exporter on a GPU machine and check it against nvidia-smi and
 # against bytes PyTorch moves, all in one go. Needs no Go: carry .device
-# (make device-build) and run  .device/gpu-check.sh OUTDIR
+# (bench/device-build.sh) and run  .device/gpu-check.sh OUTDIR
 # Only read-only nvidia-smi queries are used; no GPU setting is changed.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

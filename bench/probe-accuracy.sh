@@ -21,7 +21,7 @@
 # Host buffers: the probe gets --host-node for every NUMA node with memory
 # (HOST_NODES="" passes none), the references run once per node under
 # numactl --membind.
-# Needs no Go: carry .device (make device-build) and run
+# Needs no Go: carry .device (bench/device-build.sh) and run
 #   .device/probe-accuracy.sh OUTDIR        (default $OUT/probe-accuracy)
 # Writes every log, the JSON of each run and compare.txt/compare.json to
 # OUTDIR, then exits 1 if any comparison failed (2: no usable probe round).

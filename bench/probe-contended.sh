@@ -9,7 +9,7 @@
 #   2. the loop stops; the next round of GPU 0 has the GPU to itself and
 #      must not be contended.
 # The host copy bandwidths of both rounds are printed beside each other.
-# Needs no Go: carry .device (make device-build) and run
+# Needs no Go: carry .device (bench/device-build.sh) and run
 #   .device/probe-contended.sh OUTDIR
 # Exits non-zero when a check fails. Only read-only nvidia-smi queries are
 # used; no GPU setting is changed.

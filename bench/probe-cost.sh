@@ -18,7 +18,7 @@
 # device and context memory, round duration and runs by result
 # (ref/cost_summary.py). nvidia-smi logs SM clock, power and temperature
 # every second beside it.
-# Needs no Go: carry .device (make device-build) and run
+# Needs no Go: carry .device (bench/device-build.sh) and run
 #   .device/probe-cost.sh OUTDIR            (default $OUT/probe-cost)
 # Writes everything to OUTDIR first, then exits 1 if the loss is over 1%
 # (MAX_LOSS) or the daemon ran no round. About 3.5 minutes.

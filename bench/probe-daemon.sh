@@ -6,7 +6,7 @@
 #      serving, counts a crash, and the next round succeeds;
 #   3. policy idle with a PyTorch process holding GPU 0: GPU 0 is skipped
 #      as busy, and its peers' peer probes leave it out.
-# Needs no Go: carry .device (make device-build) and run
+# Needs no Go: carry .device (bench/device-build.sh) and run
 #   .device/probe-daemon.sh OUTDIR
 # Only read-only nvidia-smi queries are used; no GPU setting is changed.
 set -uo pipefail

@@ -21,7 +21,7 @@
 #                answers.
 #
 # Needs only bash and the two binaries (no Go), so it runs as is on a GPU
-# machine from the bundle that `make device-build` puts into .device/.
+# machine from the bundle that `bench/device-build.sh` puts into .device/.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

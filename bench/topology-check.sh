@@ -6,7 +6,7 @@
 #     taskset on part of the CPUs, six plain) against /proc read by Python;
 #   - how long the process source takes to sample them;
 #   - scrape cost with every source on, and promtool on the real scrape.
-# Needs no Go: carry .device (make device-build) and run
+# Needs no Go: carry .device (bench/device-build.sh) and run
 #   .device/topology-check.sh OUTDIR
 # Only read-only nvidia-smi queries are used; no GPU setting is changed.
 set -uo pipefail

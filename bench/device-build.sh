@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Puts everything a GPU machine (which has no Go) needs for the checks in
+# bench/ into .device/, the tree a device call carries: the exporter, the
+# Go benchmark binary, the GPU test binary (-tags gpu), the collector test
+# binary, the scripts and references of bench/, the dashboards, the rules
+# and promtool. There, run .device/scrape.sh, .device/gpu-check.sh OUTDIR
+# and the others (see each script's header).
+#
+# Usage: bench/device-build.sh [--dashboards]
+#
+# --dashboards: for .device/dashboards-gpu.sh, add Prometheus itself (14 MB
+# gzipped) and leave out the two test binaries, which that run does not
+# need: with everything the tree would pass the 64 MiB a device call
+# carries.
+#
+# promtool goes in gzipped (48 MB -> 13 MB) to keep the tree under that
+# limit; unpack it there with `gunzip -k .device/promtool.gz`. The build
+# fails when the tree is over the limit anyway. GO and MAKE name the tools
+# to use, DEVICE the directory (default .device).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+GO=${GO:-go}
+MAKE=${MAKE:-make}
+DEVICE=${DEVICE:-.device}
+limit=$((64 << 20))
+
+dashboards=false
+case "${1:-}" in
+"") ;;
+--dashboards) dashboards=true ;;
+*)
+	echo "usage: $0 [--dashboards]" >&2
+	exit 2
+	;;
+esac
+
+tools=$PWD/.tools/bin
+scripts/fetch-prom-tools.sh "$tools"
+
+export CGO_ENABLED=1
+mkdir -p "$DEVICE"
+# The Makefile's build, so the binary is version-stamped as `make build`
+# stamps it; stripped, to carry less.
+"$MAKE" --no-print-directory build GO="$GO" BINARY="$DEVICE/gpulink_exporter" EXTRA_LDFLAGS='-s -w'
+CGO_ENABLED=0 "$GO" build -ldflags '-s -w' -o "$DEVICE/scrapebench" ./bench/scrapebench
+if ! $dashboards; then
+	"$GO" test -c -tags gpu -ldflags '-s -w' -o "$DEVICE/gpu.test" ./internal/nvml
+	"$GO" test -c -ldflags '-s -w' -o "$DEVICE/collector.test" ./collector
+else
+	rm -f "$DEVICE/gpu.test" "$DEVICE/collector.test"
+fi
+for f in bench/*.sh bench/*.py; do
+	[ "$f" = bench/device-build.sh ] || cp "$f" "$DEVICE/"
+done
+mkdir -p "$DEVICE/ref" "$DEVICE/dashboards" "$DEVICE/rules"
+cp bench/ref/*.py bench/ref/*.cu "$DEVICE/ref/"
+cp dashboards/*.json "$DEVICE/dashboards/"
+cp deploy/prometheus/gpulink.rules.yml "$DEVICE/rules/"
+gzip -9 -c "$tools/promtool" >"$DEVICE/promtool.gz"
+if $dashboards; then
+	gzip -9 -c "$tools/prometheus" >"$DEVICE/prometheus.gz"
+else
+	rm -f "$DEVICE/prometheus.gz"
+fi
+
+du -sh "$DEVICE"
+size=$(du -sb "$DEVICE" | cut -f1)
+if [ "$size" -gt "$limit" ]; then
+	echo "$DEVICE is over the 64 MiB a device call carries ($size bytes): remove what the run does not need (collector.test, scrapebench)" >&2
+	exit 1
+fi
