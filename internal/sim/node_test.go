@@ -862,7 +862,9 @@ func TestStartErrors(t *testing.T) {
 		t.Errorf("unknown profile: %v", err)
 	}
 	file := filepath.Join(t.TempDir(), "f.yaml")
-	os.WriteFile(file, []byte("faults:\n- {kind: pcie_width, gpu: 0, width: 8}\n- {kind: xid, gpu: 12, code: 79}\n"), 0o644)
+	if err := os.WriteFile(file, []byte("faults:\n- {kind: pcie_width, gpu: 0, width: 8}\n- {kind: xid, gpu: 12, code: 79}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	before, _ := filepath.Glob("/dev/shm/gpulink-sim-*")
 	_, err := Start(Config{Profile: "dgx-h100", FaultsFile: file})
 	if err == nil || err.Error() != file+": faults[1] (xid): gpu: GPU 12: this node has GPUs 0-7" {

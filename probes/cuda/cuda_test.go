@@ -101,7 +101,9 @@ func TestKernelsLoadAndBadPTXCarriesTheLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Release()
-	c.SetCurrent()
+	if err := c.SetCurrent(); err != nil {
+		t.Fatal(err)
+	}
 	m, err := c.LoadModule(Kernels)
 	if err != nil {
 		t.Fatalf("loading the embedded kernels: %v", err)
