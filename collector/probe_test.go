@@ -341,7 +341,8 @@ func TestProbeDescribe(t *testing.T) {
 	}
 	var rendered []string
 	for key := range gathered(t, c) {
-		rendered = append(rendered, key[:strings.Index(key, "{")])
+		name, _, _ := strings.Cut(key, "{")
+		rendered = append(rendered, name)
 	}
 	sort.Strings(rendered)
 	for _, name := range rendered {
