@@ -51,6 +51,10 @@ var gzipWriters = sync.Pool{New: func() any {
 	return w
 }}
 
+// The formats a scrape may ask for, OpenMetrics included, in the order
+// expfmt prefers them; made once, not per scrape.
+var acceptedFormats = expfmt.DefaultOpenMetricsAcceptedFormats()
+
 type cacheKey struct {
 	format expfmt.Format
 	gzip   bool
@@ -88,7 +92,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	key := cacheKey{format: expfmt.NegotiateIncludingOpenMetrics(r.Header), gzip: acceptsGzip(r.Header)}
+	key := cacheKey{format: expfmt.NegotiateAccept(r.Header, acceptedFormats...), gzip: acceptsGzip(r.Header)}
 	body, err := h.body(key)
 	if err != nil {
 		http.Error(w, "error encoding metrics: "+err.Error(), http.StatusInternalServerError)
