@@ -42,7 +42,7 @@ func metricNames(t *testing.T) map[string]bool {
 		if l == "" || strings.HasPrefix(l, "#") {
 			continue
 		}
-		if !model.IsValidLegacyMetricName(l) {
+		if !model.LegacyValidation.IsValidMetricName(l) {
 			t.Fatalf("%s:%d: %q is not a metric name", metricNamesPath, i+1, l)
 		}
 		names[l] = true
@@ -110,7 +110,7 @@ func (c *checker) check(expr string) []string {
 			return nil
 		}
 		for _, m := range vs.LabelMatchers {
-			if m.Name != labels.MetricName {
+			if m.Name != model.MetricNameLabel {
 				continue
 			}
 			switch m.Type {
@@ -170,7 +170,7 @@ func unitTestExpressions(t *testing.T) []expression {
 					out = append(out, expression{where + " input series", s.Series})
 					continue
 				}
-				out = append(out, expression{where + " input series", lbls.Get(labels.MetricName)})
+				out = append(out, expression{where + " input series", lbls.Get(model.MetricNameLabel)})
 			}
 		}
 	}

@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -43,11 +42,9 @@ var (
 // headers finds go-dcgm's pkg/dcgm directory in the module cache.
 func headers() (string, error) {
 	headersOnce.Do(func() {
-		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(goBin); err != nil {
-			goBin = "go"
-		}
-		out, err := exec.Command(goBin, "list", "-m", "-f", "{{.Dir}}", GoDCGMModule).Output()
+		// go test puts its own GOROOT/bin first in the test's PATH, so
+		// this is the go that runs the test.
+		out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", GoDCGMModule).Output()
 		if err != nil {
 			headersErr = fmt.Errorf("finding %s with go list -m: %w", GoDCGMModule, err)
 			return
