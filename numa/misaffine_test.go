@@ -24,7 +24,7 @@ func TestJudge(t *testing.T) {
 	}}
 	one := &numa.Topology{Nodes: []numa.NUMANode{{ID: 0, CPUs: cpus(t, "0-31")}}}
 	some := func(s string) sampler.Opt[numa.CPUSet] { return sampler.Some(cpus(t, s)) }
-	mem := func(m map[int]uint64) sampler.Opt[map[int]uint64] { return sampler.Some(m) }
+	mem := sampler.Some[map[int]uint64]
 	none := sampler.Opt[bool]{}
 	for _, tc := range []struct {
 		name    string
