@@ -398,12 +398,12 @@ func (s *numaMapsScratch) line1(b []byte) error {
 		return nil
 	}
 	if pageKB == 0 {
-		return errors.New("N fields without kernelpagesize_kB")
+		return errors.New("node page counts (N<node>=) without kernelpagesize_kB")
 	}
 	pageBytes := pageKB << 10
 	for _, np := range s.line {
 		if np.pages > math.MaxUint64/pageBytes {
-			return fmt.Errorf("N%d=%d pages of %d kB overflows", np.node, np.pages, pageKB)
+			return fmt.Errorf("node %d: %d pages of %d kB overflows", np.node, np.pages, pageKB)
 		}
 		for len(s.byNode) <= np.node {
 			s.byNode = append(s.byNode, 0)
