@@ -169,7 +169,7 @@ func (p *gpuProbe) teardown() {
 		w.stop()
 	}
 	if p.ctl != nil {
-		p.w.do(func(c *cuda.Context) error { return c.UnregisterHost(p.ctl.mem) })
+		_ = p.w.do(func(c *cuda.Context) error { return c.UnregisterHost(p.ctl.mem) })
 		p.ctl.free()
 	}
 }
@@ -266,7 +266,7 @@ func (p *gpuProbe) unpin(h *pinned) {
 	if h == nil {
 		return
 	}
-	p.w.do(func(c *cuda.Context) error { return c.UnregisterHost(h.buf.mem) })
+	_ = p.w.do(func(c *cuda.Context) error { return c.UnregisterHost(h.buf.mem) })
 	p.host -= int64(len(h.buf.mem))
 	h.buf.free()
 }
@@ -274,7 +274,7 @@ func (p *gpuProbe) unpin(h *pinned) {
 // noteMemory records what the GPU's memory use is with the probe's
 // buffers in place.
 func (p *gpuProbe) noteMemory() {
-	p.w.do(func(c *cuda.Context) error {
+	_ = p.w.do(func(c *cuda.Context) error { // a failed read leaves the last peak
 		free, total, err := c.MemInfo()
 		if err == nil && total > free {
 			p.cost.ContextMemoryBytes = max(p.cost.ContextMemoryBytes, int64(total-free))

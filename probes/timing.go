@@ -40,14 +40,14 @@ func (p *gpuProbe) newLane(w *worker, dst, src cuda.DevicePtr, n int64) (*lane, 
 }
 
 func (l *lane) close() {
-	l.w.do(func(*cuda.Context) error {
+	_ = l.w.do(func(*cuda.Context) error { // releasing: nothing to do with an error
 		for _, e := range []*cuda.Event{l.start, l.end} {
 			if e != nil {
 				e.Destroy()
 			}
 		}
 		if l.s != nil {
-			l.s.Synchronize()
+			_ = l.s.Synchronize()
 			l.s.Destroy()
 		}
 		return nil
@@ -87,7 +87,7 @@ func (p *gpuProbe) timed(lanes []*lane, loops []int, whileRunning func()) ([]tim
 		return gone.Record(first.s)
 	})
 	if gone != nil {
-		defer first.w.do(func(*cuda.Context) error { return gone.Destroy() })
+		defer func() { _ = first.w.do(func(*cuda.Context) error { return gone.Destroy() }) }()
 	}
 	if err != nil {
 		atomic.StoreUint32(p.gateWord(), 1)
