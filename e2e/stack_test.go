@@ -68,7 +68,7 @@ func start(t *testing.T, dir, name, bin string, args ...string) {
 		t.Fatalf("starting %s: %v", name, err)
 	}
 	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
+	go func() { _ = cmd.Wait(); close(done) }()
 	t.Cleanup(func() {
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 		select {

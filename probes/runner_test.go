@@ -357,7 +357,7 @@ func TestRunnerParseRound(t *testing.T) {
 func TestRunnerTailBuffer(t *testing.T) {
 	b := &tailBuffer{max: 8}
 	for _, s := range []string{"abc", "defgh", "ij", "0123456789ABC", "Z"} {
-		b.Write([]byte(s))
+		_, _ = b.Write([]byte(s))
 	}
 	if got := b.String(); got != "6789ABCZ" {
 		t.Errorf("tail = %q", got)

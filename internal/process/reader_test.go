@@ -520,7 +520,7 @@ func BenchmarkPlacementSampleLive(b *testing.B) {
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(func() { stdin.Close(); cmd.Wait() })
+		b.Cleanup(func() { stdin.Close(); _ = cmd.Wait() })
 		if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
 			b.Fatalf("helper: %q, %v", line, err)
 		}

@@ -291,7 +291,7 @@ func (n *Node) Run(ctx context.Context) {
 			return
 		case now := <-t.C:
 			if !now.Before(nextPoll) {
-				n.Reload()
+				_ = n.Reload() // Reload logs and counts a file it cannot use
 				nextPoll = now.Add(n.cfg.Poll)
 			}
 			if err := n.Advance(now); err != nil {

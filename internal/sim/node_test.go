@@ -972,7 +972,7 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	testwait.Until(t, func() bool {
-		n.Runner().Run(context.Background(), probes.Options{GPU: "0000:18:00.0", Probes: []probes.Kind{probes.HostToDevice},
+		_, _ = n.Runner().Run(context.Background(), probes.Options{GPU: "0000:18:00.0", Probes: []probes.Kind{probes.HostToDevice},
 			SizeBytes: probes.DefaultSizeBytes, Samples: probes.DefaultSamples})
 		s, err := (&nic.Reader{FS: n.FS()}).Sample(context.Background())
 		if err != nil {
