@@ -25,14 +25,12 @@ func tiered(m *nvmlmodel.Library, c *fakeClock) *nvml.Reader {
 	return nvml.NewReader(m, "", nil, nvml.WithSlowInterval(time.Minute), nvml.WithClock(c.now))
 }
 
-// Calls that read what never changes, and the slow tier's calls.
+// Calls that read what never changes.
 var (
 	staticCalls = []string{"DeviceGetCount", "DeviceGetHandleByIndex", "GetUUID", "GetPciInfo", "GetName", "GetSerial",
 		"GetVbiosVersion", "GetCudaComputeCapability", "GetNumaNodeId", "GetMemoryBusWidth", "GetSupportedClocksEventReasons",
 		"GetMaxClockInfo", "GetMaxPcieLinkGeneration", "GetMaxPcieLinkWidth", "GetGpuMaxPcieLinkGeneration",
 		"GetTopologyCommonAncestor", "GetP2PStatus", "GetNvLinkVersion", "GetNvLinkRemotePciInfo", "GetNvLinkRemoteDeviceType"}
-	slowCalls = []string{"GetTotalEccErrors", "GetRemappedRows", "GetRetiredPages", "GetRetiredPagesPendingStatus",
-		"GetPcieReplayCounter", "GetNvLinkErrorCounter", "GetComputeMode", "GetMigMode"}
 	// fallbackCalls stand in for fields; with every field supported they
 	// are never made.
 	fallbackCalls = []string{"GetPowerUsage", "GetEnforcedPowerLimit", "GetTotalEnergyConsumption", "GetViolationStatus",
@@ -347,9 +345,8 @@ func itoa(v uint32) string {
 }
 
 func equal(a, b any) bool {
-	switch a := a.(type) {
-	case map[string]float64:
-		return maps.Equal(a, b.(map[string]float64))
+	if m, ok := a.(map[string]float64); ok {
+		return maps.Equal(m, b.(map[string]float64))
 	}
 	return a == b
 }
