@@ -95,12 +95,12 @@ func TestRealCallCost(t *testing.T) {
 		f    func()
 	}{
 		{"statics (max clocks, PCIe max)", func() { readStatics(rd, h) }},
-		{"fast calls (P-state..PCIe link)", func() { h.GetPerformanceState(); readFastCalls(rd, h, g) }},
+		{"fast calls (P-state..PCIe link)", func() { _, _ = h.GetPerformanceState(); readFastCalls(rd, h, g) }},
 		{"fast: NVLink states, calls", func() { readNVLinkStates(rd, h, g.NVLinks) }},
 		{"fast: fields", func() { readFieldTier(rd, h, g, fastFields) }},
 		{"fast: fields with NVLink states", func() { readFieldTier(rd, h, g, fastFieldsWithState) }},
 		{"slow: fields and their fallbacks", func() { readFieldTier(rd, h, g, slowFields) }},
-		{"slow: compute and MIG mode", func() { h.GetComputeMode(); h.GetMigMode() }},
+		{"slow: compute and MIG mode", func() { _, _ = h.GetComputeMode(); _, _, _ = h.GetMigMode() }},
 		{"link statics, all links", func() { d.links = nil; readLinkStatics(rd, h, g.NVLinks) }},
 	}
 	for _, grp := range groups {
@@ -144,9 +144,10 @@ func TestRealSampleTiers(t *testing.T) {
 	run("fast only, NVLink states as fields", true, WithSlowInterval(time.Hour))
 	// At --nvml.interval=5s and the default slow interval one sample in 12
 	// reads the slow tier.
-	k := time.Duration(DefaultSlowInterval / (5 * time.Second))
+	k := float64(DefaultSlowInterval / (5 * time.Second))
+	ms := func(fast, slow time.Duration) float64 { return ((k-1)*float64(fast) + float64(slow)) / k / 1e6 }
 	t.Logf("amortised at 5 s / %v: wall %.2f ms, CPU %.2f ms per sample", DefaultSlowInterval,
-		float64(((k-1)*fastWall+slowWall)/k)/1e6, float64(((k-1)*fastCPU+slowCPU)/k)/1e6)
+		ms(fastWall, slowWall), ms(fastCPU, slowCPU))
 }
 
 // TestRealFieldAgreement compares each batched field with the single call
@@ -260,31 +261,31 @@ func TestRealFieldCost(t *testing.T) {
 		sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
 		return float64(took[3].Microseconds()) / 1000
 	}
-	one := median(func() { h.GetFieldValues([]nvml.FieldValue{{FieldId: nvml.FI_DEV_MEMORY_TEMP}}) })
+	one := median(func() { _ = h.GetFieldValues([]nvml.FieldValue{{FieldId: nvml.FI_DEV_MEMORY_TEMP}}) })
 	var batch []nvml.FieldValue
 	for l := 0; l < n; l++ {
 		for _, f := range nvlinkErrorFields {
 			batch = append(batch, nvml.FieldValue{FieldId: f.id, ScopeId: uint32(l)})
 		}
 	}
-	many := median(func() { h.GetFieldValues(batch) })
+	many := median(func() { _ = h.GetFieldValues(batch) })
 	calls := median(func() {
 		for l := 0; l < n; l++ {
 			for _, c := range nvlinkErrorFields {
-				h.GetNvLinkErrorCounter(l, c.counter)
+				_, _ = h.GetNvLinkErrorCounter(l, c.counter)
 			}
 		}
 	})
 	state := median(func() {
 		for l := 0; l < n; l++ {
-			h.GetNvLinkState(l)
+			_, _ = h.GetNvLinkState(l)
 		}
 	})
 	var states []nvml.FieldValue
 	for l := 0; l < n; l++ {
 		states = append(states, nvml.FieldValue{FieldId: nvml.FI_DEV_NVLINK_GET_STATE, ScopeId: uint32(l)})
 	}
-	stateFields := median(func() { h.GetFieldValues(states) })
+	stateFields := median(func() { _ = h.GetFieldValues(states) })
 	agree := 0
 	for l := 0; l < n; l++ {
 		st, _ := h.GetNvLinkState(l)
