@@ -12,6 +12,12 @@
 # Environment:
 #   ADDR         listen address (default 127.0.0.1:9849)
 #   N            number of scrapes (default 1000)
+#   EVERY        start a scrape every EVERY (a Go duration, e.g. 200ms);
+#                default 0: back to back. Set it to the exporter's
+#                --nvml.interval for the pattern a real Prometheus makes,
+#                every scrape meeting a new snapshot (scrapebench reports
+#                how many did as "fresh"), e.g.
+#                  EVERY=200ms N=300 bench/scrape.sh -- --sim=dgx-h100 --nvml.interval=200ms
 #   IDLE         idle baseline window (default 10s)
 #   WAIT_METRIC  substring to wait for (up to 60 s) before measuring.
 #                Default: where an NVIDIA driver is loaded (/dev/nvidiactl),
@@ -28,7 +34,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
 
 usage() {
-	sed -n '3,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	sed -n '3,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
 
@@ -105,7 +111,7 @@ pid=$!
 
 # scrapebench runs in the background and we wait for it, so that a signal
 # to this script runs the traps at once instead of after scrapebench ends.
-"$sb" -url "http://$addr/metrics" -pid "$pid" -n "${N:-1000}" -idle "${IDLE:-10s}" \
+"$sb" -url "http://$addr/metrics" -pid "$pid" -n "${N:-1000}" -every "${EVERY:-0}" -idle "${IDLE:-10s}" \
 	-wait-metric "$wait_metric" -json "$out/result.json" -save-body "$out/metrics.txt" \
 	>"$out/result.txt" &
 sbpid=$!
