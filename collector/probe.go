@@ -82,7 +82,7 @@ func NewProbeCollector(src latester[*probes.Status]) *ProbeCollector {
 			"Most pinned host memory the probes held at once in the GPU's latest round."),
 		policy: newDesc("probe", "policy_info", "The policy that decides when a GPU is probed; value 1.", "policy"),
 	}}
-	c.snapshotMetrics = snapshotMetrics[*probes.Status]{src: src, render: c.render}
+	c.init(src, c.render)
 	return c
 }
 
@@ -103,7 +103,7 @@ func (c *ProbeCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 // Results come from a child process; one duplicate in them must cost that
 // series, not fail every scrape of the registry.
 type probeOut struct {
-	out
+	*out
 	seen map[string]bool
 }
 
@@ -116,9 +116,9 @@ func (o *probeOut) once(d *prometheus.Desc, t prometheus.ValueType, v float64, e
 	o.add(d, t, v, extra...)
 }
 
-func (c *ProbeCollector) render(s *probes.Status) []prometheus.Metric {
+func (c *ProbeCollector) render(out *out, s *probes.Status) {
 	d := &c.d
-	o := &probeOut{seen: map[string]bool{}}
+	o := &probeOut{out: out, seen: map[string]bool{}}
 	o.gauge(d.policy, 1, s.Policy)
 	for i := range s.GPUs {
 		g := &s.GPUs[i]
@@ -137,7 +137,6 @@ func (c *ProbeCollector) render(s *probes.Status) []prometheus.Metric {
 			c.renderRound(o, g.Last)
 		}
 	}
-	return o.ms
 }
 
 func (c *ProbeCollector) renderCounters(o *probeOut, g *probes.GPUStatus) {

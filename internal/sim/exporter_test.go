@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -84,7 +83,7 @@ func newExporter(t *testing.T, profile string) *exporter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewPedanticRegistry()
+	reg := scrape.NewPedanticRegistry()
 	reg.MustRegister(collector.NewNVMLCollector(e.nvml), collector.NewXIDCollector(e.xid, reader),
 		collector.NewTopologyCollector(e.topo, reader), collector.NewNICCollector(e.nic),
 		collector.NewProcessCollector(e.place, true), collector.NewProbeCollector(e.sched),
