@@ -13,9 +13,9 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/collector"
 	"github.com/gpulink/gpulink_exporter/internal/dcgm"
+	"github.com/gpulink/gpulink_exporter/internal/kubelet"
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
-	"github.com/gpulink/gpulink_exporter/internal/kubelet"
 	"github.com/gpulink/gpulink_exporter/internal/process"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/scrape"

@@ -11,9 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpulink/gpulink_exporter/collector"
-	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/kubelet"
 	"github.com/gpulink/gpulink_exporter/internal/kubelet/kubelettest"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
