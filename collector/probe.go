@@ -104,11 +104,16 @@ func (c *ProbeCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 // series, not fail every scrape of the registry.
 type probeOut struct {
 	*out
-	seen map[string]bool
+	seen map[seriesKey]bool
+}
+
+type seriesKey struct {
+	desc   *prometheus.Desc
+	labels string
 }
 
 func (o *probeOut) once(d *prometheus.Desc, t prometheus.ValueType, v float64, extra ...string) {
-	key := d.String() + "\xff" + strings.Join(o.labels, "\xff") + "\xff" + strings.Join(extra, "\xff")
+	key := seriesKey{d, strings.Join(o.labels, "\xff") + "\xff" + strings.Join(extra, "\xff")}
 	if o.seen[key] {
 		return
 	}
@@ -118,7 +123,7 @@ func (o *probeOut) once(d *prometheus.Desc, t prometheus.ValueType, v float64, e
 
 func (c *ProbeCollector) render(out *out, s *probes.Status) {
 	d := &c.d
-	o := &probeOut{out: out, seen: map[string]bool{}}
+	o := &probeOut{out: out, seen: map[seriesKey]bool{}}
 	o.gauge(d.policy, 1, s.Policy)
 	for i := range s.GPUs {
 		g := &s.GPUs[i]
