@@ -6,8 +6,9 @@
 #   -b  exporter binary   (default: gpulink_exporter next to this script, in
 #                          <repo>/.device, in the current directory, in <repo>)
 #   -s  scrapebench binary (looked up the same way)
-#   -o  output directory for exporter.log, result.txt, result.json and
-#       metrics.txt (default: a new directory under ${TMPDIR:-/tmp})
+#   -o  output directory for exporter.log, result.txt, result.json,
+#       latencies.txt (one line a scrape) and metrics.txt (default: a new
+#       directory under ${TMPDIR:-/tmp})
 #
 # Environment:
 #   ADDR         listen address (default 127.0.0.1:9849)
@@ -34,7 +35,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
 
 usage() {
-	sed -n '3,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	sed -n '3,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
 
@@ -112,7 +113,7 @@ pid=$!
 # scrapebench runs in the background and we wait for it, so that a signal
 # to this script runs the traps at once instead of after scrapebench ends.
 "$sb" -url "http://$addr/metrics" -pid "$pid" -n "${N:-1000}" -every "${EVERY:-0}" -idle "${IDLE:-10s}" \
-	-wait-metric "$wait_metric" -json "$out/result.json" -save-body "$out/metrics.txt" \
+	-wait-metric "$wait_metric" -json "$out/result.json" -latencies "$out/latencies.txt" -save-body "$out/metrics.txt" \
 	>"$out/result.txt" &
 sbpid=$!
 rc=0

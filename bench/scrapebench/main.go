@@ -92,18 +92,19 @@ func main() {
 	idle := flag.Duration("idle", 10*time.Second, "idle window (no scrapes) for the baseline CPU rate")
 	waitMetric := flag.String("wait-metric", "", "substring to wait for in the scrape output before measuring (empty: only wait until reachable)")
 	jsonOut := flag.String("json", "", "also write the result as JSON to this file")
+	latFile := flag.String("latencies", "", "write every measured scrape to this file, one line each: seconds since the first, latency in ms, 1 if it met a new body")
 	saveBody := flag.String("save-body", "", "write one uncompressed text-format scrape, taken after the measured ones, to this file")
 	timeout := flag.Duration("timeout", 10*time.Second, "per-scrape timeout")
 	waitLimit := flag.Duration("wait-timeout", 60*time.Second, "how long to wait for the exporter (and -wait-metric)")
 	flag.Parse()
 
-	if err := run(*url, *pid, *n, *every, *idle, *waitMetric, *waitLimit, *jsonOut, *saveBody, *timeout); err != nil {
+	if err := run(*url, *pid, *n, *every, *idle, *waitMetric, *waitLimit, *jsonOut, *saveBody, *latFile, *timeout); err != nil {
 		fmt.Fprintln(os.Stderr, "scrapebench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(url string, pid, n int, every, idle time.Duration, waitMetric string, waitLimit time.Duration, jsonOut, saveBody string, timeout time.Duration) error {
+func run(url string, pid, n int, every, idle time.Duration, waitMetric string, waitLimit time.Duration, jsonOut, saveBody, latFile string, timeout time.Duration) error {
 	if n < 1 {
 		return errors.New("-n must be at least 1")
 	}
@@ -144,11 +145,13 @@ func run(url string, pid, n int, every, idle time.Duration, waitMetric string, w
 	var lastErr error
 	var prev uint32
 	var buf bytes.Buffer
+	var lines bytes.Buffer // for -latencies
 	scrStart := time.Now()
 	for i := 0; i < n; i++ {
 		if every > 0 {
 			time.Sleep(time.Until(scrStart.Add(time.Duration(i) * every)))
 		}
+		at := time.Since(scrStart)
 		d, body, wire, ctype, sum, err := scrape(client, url, acceptScrape, true, &buf)
 		if err != nil {
 			res.Errors++
@@ -156,9 +159,11 @@ func run(url string, pid, n int, every, idle time.Duration, waitMetric string, w
 			continue
 		}
 		lat = append(lat, d)
-		if i > 0 && sum != prev {
+		isFresh := i > 0 && sum != prev
+		if isFresh {
 			fresh = append(fresh, d)
 		}
+		fmt.Fprintf(&lines, "%.3f %.3f %d\n", at.Seconds(), ms(d), b2i(isFresh))
 		prev = sum
 		res.ScrapeBodyBytes, res.ScrapeWireBytes, res.ContentType = body, wire, ctype
 	}
@@ -177,6 +182,11 @@ func run(url string, pid, n int, every, idle time.Duration, waitMetric string, w
 		}
 	}
 
+	if latFile != "" {
+		if err := os.WriteFile(latFile, lines.Bytes(), 0o644); err != nil {
+			return err
+		}
+	}
 	// The exporter as it was measured, not as it was when it came up:
 	// sources that sample slowly may not have been in yet.
 	if text, err = scrapeBody(client, url, acceptText); err != nil {
@@ -404,6 +414,13 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 		i = 0
 	}
 	return sorted[i]
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
