@@ -15,7 +15,6 @@ import (
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/alecthomas/kingpin/v2"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	"github.com/prometheus/common/promslog"
@@ -76,7 +75,7 @@ func run(l *cli, command string, logger *slog.Logger) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	reg := prometheus.NewRegistry()
+	reg := scrape.NewRegistry()
 	reg.MustRegister(versioncollector.NewCollector("gpulink_exporter"))
 	if !c.noExporterMetrics {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -15,8 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
+	"github.com/gpulink/gpulink_exporter/internal/scrape"
 	"github.com/gpulink/gpulink_exporter/internal/sim"
 )
 
@@ -261,7 +260,7 @@ func TestWiring(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		w := &wiring{ctx: ctx, cfg: l.cfg, logger: quiet, reg: prometheus.NewRegistry(), fsys: node.FS(), newNVML: node.NVML, sim: node}
+		w := &wiring{ctx: ctx, cfg: l.cfg, logger: quiet, reg: scrape.NewRegistry(), fsys: node.FS(), newNVML: node.NVML, sim: node}
 		if err := w.startSources(); err != nil {
 			t.Fatal(err)
 		}

@@ -184,7 +184,7 @@ type wiring struct {
 	ctx     context.Context
 	cfg     *config
 	logger  *slog.Logger
-	reg     *prometheus.Registry
+	reg     *scrape.Registry
 	fsys    numa.FS
 	newNVML func() gonvml.Interface
 	sim     *sim.Node // nil unless --sim

@@ -6,12 +6,19 @@
 #   -b  exporter binary   (default: gpulink_exporter next to this script, in
 #                          <repo>/.device, in the current directory, in <repo>)
 #   -s  scrapebench binary (looked up the same way)
-#   -o  output directory for exporter.log, result.txt, result.json and
-#       metrics.txt (default: a new directory under ${TMPDIR:-/tmp})
+#   -o  output directory for exporter.log, result.txt, result.json,
+#       latencies.txt (one line a scrape) and metrics.txt (default: a new
+#       directory under ${TMPDIR:-/tmp})
 #
 # Environment:
 #   ADDR         listen address (default 127.0.0.1:9849)
 #   N            number of scrapes (default 1000)
+#   EVERY        start a scrape every EVERY (a Go duration, e.g. 200ms);
+#                default 0: back to back. Set it to the exporter's
+#                --nvml.interval for the pattern a real Prometheus makes,
+#                every scrape meeting a new snapshot (scrapebench reports
+#                how many did as "fresh"), e.g.
+#                  EVERY=200ms N=300 bench/scrape.sh -- --sim=dgx-h100 --nvml.interval=200ms
 #   IDLE         idle baseline window (default 10s)
 #   WAIT_METRIC  substring to wait for (up to 60 s) before measuring.
 #                Default: where an NVIDIA driver is loaded (/dev/nvidiactl),
@@ -28,7 +35,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
 
 usage() {
-	sed -n '3,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	sed -n '3,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
 
@@ -105,8 +112,8 @@ pid=$!
 
 # scrapebench runs in the background and we wait for it, so that a signal
 # to this script runs the traps at once instead of after scrapebench ends.
-"$sb" -url "http://$addr/metrics" -pid "$pid" -n "${N:-1000}" -idle "${IDLE:-10s}" \
-	-wait-metric "$wait_metric" -json "$out/result.json" -save-body "$out/metrics.txt" \
+"$sb" -url "http://$addr/metrics" -pid "$pid" -n "${N:-1000}" -every "${EVERY:-0}" -idle "${IDLE:-10s}" \
+	-wait-metric "$wait_metric" -json "$out/result.json" -latencies "$out/latencies.txt" -save-body "$out/metrics.txt" \
 	>"$out/result.txt" &
 sbpid=$!
 rc=0

@@ -11,8 +11,13 @@ import (
 // Namespace prefixes every metric the exporter exports.
 const Namespace = "gpulink"
 
+// newDesc makes every Desc of the package, and keeps what the text formats
+// need of it (see expose.go).
 func newDesc(subsystem, name, help string, labels ...string) *prometheus.Desc {
-	return prometheus.NewDesc(prometheus.BuildFQName(Namespace, subsystem, name), help, labels, nil)
+	fqName := prometheus.BuildFQName(Namespace, subsystem, name)
+	d := prometheus.NewDesc(fqName, help, labels, nil)
+	families.Store(d, newFamily(fqName, help, labels))
+	return d
 }
 
 func boolFloat(b bool) float64 {

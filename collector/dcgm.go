@@ -46,7 +46,7 @@ func NewDCGMCollector(src latester[*dcgm.Snapshot]) *DCGMCollector {
 		nvlinkRX: gpuDesc("dcgm", "nvlink_receive_bytes_per_second",
 			"NVLink traffic into the GPU over all its links, averaged over DCGM's update interval (DCGM_FI_PROF_NVLINK_RX_BYTES)."),
 	}
-	c.snapshotMetrics = snapshotMetrics[*dcgm.Snapshot]{src: src, render: c.render}
+	c.init(src, c.render)
 	return c
 }
 
@@ -61,8 +61,7 @@ func (c *DCGMCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *DCGMCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 
-func (c *DCGMCollector) render(s *dcgm.Snapshot) []prometheus.Metric {
-	o := &out{}
+func (c *DCGMCollector) render(o *out, s *dcgm.Snapshot) {
 	o.gauge(c.info, 1, s.Version, s.LibraryVersion, s.Mode)
 	for i := range s.GPUs {
 		g := &s.GPUs[i]
@@ -84,5 +83,4 @@ func (c *DCGMCollector) render(s *dcgm.Snapshot) []prometheus.Metric {
 			o.gauge(c.healthIncidents, float64(h.Incidents), h.System)
 		}
 	}
-	return o.ms
 }

@@ -122,7 +122,7 @@ func NewNICCollector(src latester[*nic.Snapshot]) *NICCollector {
 				func(n *nic.NetInterface) sampler.Opt[uint64] { return n.Stats.TransmitDropped }),
 		},
 	}}
-	c.snapshotMetrics = snapshotMetrics[*nic.Snapshot]{src: src, render: c.render}
+	c.init(src, c.render)
 	return c
 }
 
@@ -144,9 +144,8 @@ func (c *NICCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *NICCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 
-func (c *NICCollector) render(s *nic.Snapshot) []prometheus.Metric {
+func (c *NICCollector) render(o *out, s *nic.Snapshot) {
 	d := &c.d
-	o := &out{}
 	for i := range s.Ports {
 		p := &s.Ports[i]
 		o.labels = []string{p.Device, itoa(p.Port)}
@@ -169,5 +168,4 @@ func (c *NICCollector) render(s *nic.Snapshot) []prometheus.Metric {
 			o.optUint(nc.desc, prometheus.CounterValue, nc.get(n))
 		}
 	}
-	return o.ms
 }

@@ -98,6 +98,7 @@ func nicRegistry(t *testing.T, fs numa.FS) (*prometheus.Registry, *collector.NIC
 		t.Fatal("no NIC snapshot")
 	}
 	c := collector.NewNICCollector(s)
+	collector.CheckText(t, c)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
 	return reg, c

@@ -96,7 +96,7 @@ func NewNVMLCollector(src latester[*nvml.Snapshot]) *NVMLCollector {
 		pairP2P: newDesc("gpu", "pair_p2p_supported", "1 if peer-to-peer access of this kind is supported between the GPUs.",
 			"gpu", "peer_gpu", "capability"),
 	}}
-	c.snapshotMetrics = snapshotMetrics[*nvml.Snapshot]{src: src, render: c.render}
+	c.init(src, c.render)
 	return c
 }
 
@@ -119,17 +119,6 @@ func (d *nvmlDescs) all() []*prometheus.Desc {
 
 // Collect implements prometheus.Collector.
 func (c *NVMLCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
-
-// out collects rendered metrics for one GPU.
-type out struct {
-	ms     []prometheus.Metric
-	labels []string
-}
-
-func (o *out) add(d *prometheus.Desc, t prometheus.ValueType, v float64, extra ...string) {
-	lv := append(append(make([]string, 0, len(o.labels)+len(extra)), o.labels...), extra...)
-	o.ms = append(o.ms, prometheus.MustNewConstMetric(d, t, v, lv...))
-}
 
 func (o *out) gauge(d *prometheus.Desc, v float64, extra ...string) {
 	o.add(d, prometheus.GaugeValue, v, extra...)
@@ -173,9 +162,8 @@ func numaLabel(n int) string {
 	return itoa(n)
 }
 
-func (c *NVMLCollector) render(s *nvml.Snapshot) []prometheus.Metric {
+func (c *NVMLCollector) render(o *out, s *nvml.Snapshot) {
 	d := &c.d
-	o := &out{}
 	o.gauge(d.driverInfo, 1, s.DriverVersion, s.CUDADriverVersion, s.NVMLVersion)
 	for i := range s.GPUs {
 		g := &s.GPUs[i]
@@ -201,7 +189,6 @@ func (c *NVMLCollector) render(s *nvml.Snapshot) []prometheus.Metric {
 			}
 		}
 	}
-	return o.ms
 }
 
 func (c *NVMLCollector) renderGPU(o *out, g *nvml.GPUState) {

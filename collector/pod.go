@@ -22,7 +22,7 @@ func NewPodCollector(src latester[*kubelet.Snapshot]) *PodCollector {
 			"The kubelet has assigned the GPU to this container; value 1. gpu and pci_bus_id are empty where NVML does not know the device (a MIG instance: uuid is then the instance's).",
 			"namespace", "pod", "container"),
 	}
-	c.snapshotMetrics = snapshotMetrics[*kubelet.Snapshot]{src: src, render: c.render}
+	c.init(src, c.render)
 	return c
 }
 
@@ -32,8 +32,7 @@ func (c *PodCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.info }
 // Collect implements prometheus.Collector.
 func (c *PodCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 
-func (c *PodCollector) render(s *kubelet.Snapshot) []prometheus.Metric {
-	o := &out{}
+func (c *PodCollector) render(o *out, s *kubelet.Snapshot) {
 	for _, a := range s.Assignments {
 		index := ""
 		if a.GPU >= 0 {
@@ -41,5 +40,4 @@ func (c *PodCollector) render(s *kubelet.Snapshot) []prometheus.Metric {
 		}
 		o.gauge(c.info, 1, index, a.UUID, a.PCIBusID, a.Namespace, a.Pod, a.Container)
 	}
-	return o.ms
 }

@@ -92,7 +92,7 @@ func NewProbeCollector(src latester[*probes.Status]) *ProbeCollector {
 			"Probe rounds of the GPU with contended results, by the first reason: other_process, utilization or sample_spread, the "+
 				"GPU's own before a peer's. A reason appears when first counted.", "reason"),
 	}}
-	c.snapshotMetrics = snapshotMetrics[*probes.Status]{src: src, render: c.render}
+	c.init(src, c.render)
 	return c
 }
 
@@ -113,12 +113,17 @@ func (c *ProbeCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 // Results come from a child process; one duplicate in them must cost that
 // series, not fail every scrape of the registry.
 type probeOut struct {
-	out
-	seen map[string]bool
+	*out
+	seen map[seriesKey]bool
+}
+
+type seriesKey struct {
+	desc   *prometheus.Desc
+	labels string
 }
 
 func (o *probeOut) once(d *prometheus.Desc, t prometheus.ValueType, v float64, extra ...string) {
-	key := d.String() + "\xff" + strings.Join(o.labels, "\xff") + "\xff" + strings.Join(extra, "\xff")
+	key := seriesKey{d, strings.Join(o.labels, "\xff") + "\xff" + strings.Join(extra, "\xff")}
 	if o.seen[key] {
 		return
 	}
@@ -126,9 +131,9 @@ func (o *probeOut) once(d *prometheus.Desc, t prometheus.ValueType, v float64, e
 	o.add(d, t, v, extra...)
 }
 
-func (c *ProbeCollector) render(s *probes.Status) []prometheus.Metric {
+func (c *ProbeCollector) render(out *out, s *probes.Status) {
 	d := &c.d
-	o := &probeOut{seen: map[string]bool{}}
+	o := &probeOut{out: out, seen: map[seriesKey]bool{}}
 	o.gauge(d.policy, 1, s.Policy)
 	for i := range s.GPUs {
 		g := &s.GPUs[i]
@@ -147,7 +152,6 @@ func (c *ProbeCollector) render(s *probes.Status) []prometheus.Metric {
 			c.renderRound(o, g.Last)
 		}
 	}
-	return o.ms
 }
 
 func (c *ProbeCollector) renderCounters(o *probeOut, g *probes.GPUStatus) {

@@ -130,6 +130,7 @@ func bwLabels(k probes.Kind, dir, peer, node string, size int) string {
 
 func TestProbeMetrics(t *testing.T) {
 	c := collector.NewProbeCollector(fixed(probeStatus()))
+	collector.CheckText(t, c)
 	// Exact exposition of the families whose every series is fixed here.
 	success := func(k probes.Kind, dir, peer, node, v string) string {
 		return "gpulink_probe_success" + g0("probe", string(k), "direction", dir, "peer", peer, "host_numa_node", node) + " " + v + "\n"

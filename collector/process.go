@@ -56,7 +56,7 @@ func NewProcessCollector(src latester[*process.Snapshot], perProcess bool) *Proc
 		gpuMemoryUsed: processDesc("gpu_memory_used_bytes",
 			"Device memory the process holds on the GPU (NVML)."),
 	}
-	c.snapshotMetrics = snapshotMetrics[*process.Snapshot]{src: src, render: c.render}
+	c.init(src, c.render)
 	return c
 }
 
@@ -78,8 +78,7 @@ func (c *ProcessCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *ProcessCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 
-func (c *ProcessCollector) render(s *process.Snapshot) []prometheus.Metric {
-	o := &out{}
+func (c *ProcessCollector) render(o *out, s *process.Snapshot) {
 	for i := range s.GPUs {
 		g := &s.GPUs[i]
 		gpuLabels := []string{itoa(g.GPU), g.UUID, g.PCIBusID}
@@ -116,5 +115,4 @@ func (c *ProcessCollector) render(s *process.Snapshot) []prometheus.Metric {
 			o.optGauge(c.gpuMemoryUsed, p.UsedGPUMemory)
 		}
 	}
-	return o.ms
 }

@@ -120,6 +120,7 @@ var placementPerProcessNames = []string{"gpulink_process_allowed_cpus", "gpulink
 
 func TestProcessMetrics(t *testing.T) {
 	c := collector.NewProcessCollector(fixed(placementSnapshot()), true)
+	collector.CheckText(t, c)
 	want := placementPerGPUText + placementPerProcessText
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
 		t.Error(err)

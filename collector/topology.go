@@ -76,7 +76,7 @@ func NewTopologyCollector(src latester[*numa.Topology], ids interface{ Identitie
 		c.d.nodeStat[name] = newDesc("numa_node", numaStatMetric(name),
 			"numastat "+name+": pages allocated, by the kernel's accounting.", node...)
 	}
-	c.snapshotMetrics = snapshotMetrics[*numa.Topology]{src: src, render: c.render}
+	c.init(src, c.render)
 	return c
 }
 
@@ -104,8 +104,7 @@ func (c *TopologyCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *TopologyCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 
-func (c *TopologyCollector) render(t *numa.Topology) []prometheus.Metric {
-	var o out
+func (c *TopologyCollector) render(o *out, t *numa.Topology) {
 	for _, n := range t.Nodes {
 		id := strconv.Itoa(n.ID)
 		o.labels = nil
@@ -122,9 +121,8 @@ func (c *TopologyCollector) render(t *numa.Topology) []prometheus.Metric {
 			}
 		}
 	}
-	c.renderLinks(&o, t)
-	c.renderGPUs(&o, t)
-	return o.ms
+	c.renderLinks(o, t)
+	c.renderGPUs(o, t)
 }
 
 // renderLinks exports every device once and every link once, by its lower

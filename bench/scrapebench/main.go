@@ -1,11 +1,23 @@
 // Command scrapebench measures what a Prometheus exporter costs per scrape.
 //
 // It waits for the exporter to come up (optionally for a given metric line),
-// measures the exporter's idle CPU use, then scrapes it n times back to back
-// the way Prometheus does (OpenMetrics preferred, gzip) and reports latency
+// measures the exporter's idle CPU use, then scrapes it n times the way
+// Prometheus does (OpenMetrics preferred, gzip) and reports latency
 // percentiles, CPU time per scrape (net of the idle rate), memory and the
 // size of one scrape. CPU and memory are read from /proc/PID, so -pid must
 // name the exporter process and it must run on the same Linux host.
+//
+// Latency is from sending a request to the last byte of the answer; the
+// body is gunzipped and checked after that, outside the time.
+//
+// Scrapes go back to back unless -every paces them. Back to back, most
+// scrapes find the response the previous one left; a real Prometheus
+// scrapes every 15-30 s and every scrape finds new snapshots. Paced at the
+// exporter's sample interval (-every equal to --nvml.interval), nearly every
+// scrape meets a new snapshot: that is the pattern whose tail matters.
+// Each scrape's body is compared with the one before it: a scrape whose
+// body changed is "fresh", and the fresh scrapes get percentiles of their
+// own.
 //
 // It uses the standard library only, so it builds into a static binary that
 // can be carried to a machine without Go (see bench/scrape.sh).
@@ -19,11 +31,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math"
 	"net/http"
 	"os"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -45,12 +58,18 @@ type Result struct {
 	PID               int     `json:"pid,omitempty"`
 	Scrapes           int     `json:"scrapes"`
 	Errors            int     `json:"errors"`
+	EveryMs           float64 `json:"every_ms"`      // pacing; 0: back to back
+	Fresh             int     `json:"fresh_scrapes"` // scrapes whose body differed from the one before
+	FreshP50Ms        float64 `json:"fresh_p50_ms"`
+	FreshP99Ms        float64 `json:"fresh_p99_ms"`
+	FreshMaxMs        float64 `json:"fresh_max_ms"`
 	P50Ms             float64 `json:"p50_ms"`
 	P90Ms             float64 `json:"p90_ms"`
 	P99Ms             float64 `json:"p99_ms"`
 	MaxMs             float64 `json:"max_ms"`
 	MeanMs            float64 `json:"mean_ms"`
 	ScrapeWindowS     float64 `json:"scrape_window_s"`
+	ScrapeCPURate     float64 `json:"scrape_cpu_rate"` // CPU seconds per wall second while scraped
 	IdleWindowS       float64 `json:"idle_window_s"`
 	IdleCPURate       float64 `json:"idle_cpu_rate"`         // CPU seconds per wall second while idle
 	CPUMsPerScrape    float64 `json:"cpu_ms_per_scrape"`     // net of the idle rate
@@ -69,21 +88,23 @@ func main() {
 	url := flag.String("url", "http://127.0.0.1:9849/metrics", "exporter metrics URL")
 	pid := flag.Int("pid", 0, "exporter PID, for CPU and memory from /proc (0: skip)")
 	n := flag.Int("n", 1000, "number of sequential scrapes to measure")
+	every := flag.Duration("every", 0, "start a scrape every this long (0: back to back); set it to the exporter's sample interval for the pattern a real Prometheus makes, each scrape meeting a new snapshot")
 	idle := flag.Duration("idle", 10*time.Second, "idle window (no scrapes) for the baseline CPU rate")
 	waitMetric := flag.String("wait-metric", "", "substring to wait for in the scrape output before measuring (empty: only wait until reachable)")
 	jsonOut := flag.String("json", "", "also write the result as JSON to this file")
-	saveBody := flag.String("save-body", "", "write one uncompressed text-format scrape to this file")
+	latFile := flag.String("latencies", "", "write every measured scrape to this file, one line each: seconds since the first, latency in ms, 1 if it met a new body")
+	saveBody := flag.String("save-body", "", "write one uncompressed text-format scrape, taken after the measured ones, to this file")
 	timeout := flag.Duration("timeout", 10*time.Second, "per-scrape timeout")
 	waitLimit := flag.Duration("wait-timeout", 60*time.Second, "how long to wait for the exporter (and -wait-metric)")
 	flag.Parse()
 
-	if err := run(*url, *pid, *n, *idle, *waitMetric, *waitLimit, *jsonOut, *saveBody, *timeout); err != nil {
+	if err := run(*url, *pid, *n, *every, *idle, *waitMetric, *waitLimit, *jsonOut, *saveBody, *latFile, *timeout); err != nil {
 		fmt.Fprintln(os.Stderr, "scrapebench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(url string, pid, n int, idle time.Duration, waitMetric string, waitLimit time.Duration, jsonOut, saveBody string, timeout time.Duration) error {
+func run(url string, pid, n int, every, idle time.Duration, waitMetric string, waitLimit time.Duration, jsonOut, saveBody, latFile string, timeout time.Duration) error {
 	if n < 1 {
 		return errors.New("-n must be at least 1")
 	}
@@ -94,20 +115,13 @@ func run(url string, pid, n int, idle time.Duration, waitMetric string, waitLimi
 		Timeout:   timeout,
 		Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 1},
 	}
-	res := Result{URL: url, PID: pid, Scrapes: n}
+	res := Result{URL: url, PID: pid, Scrapes: n, EveryMs: ms(every)}
 
 	text, err := waitReady(client, url, pid, waitMetric, waitLimit)
 	if err != nil {
 		return err
 	}
-	res.TextBodyBytes = int64(len(text))
-	res.Series = countSeries(text)
 	res.WaitedFor = matchingLine(text, waitMetric)
-	if saveBody != "" {
-		if err := os.WriteFile(saveBody, text, 0o644); err != nil {
-			return err
-		}
-	}
 
 	var cpuIdle0, cpuIdle1, cpuScr0, cpuScr1 float64
 	if pid > 0 {
@@ -127,26 +141,40 @@ func run(url string, pid, n int, idle time.Duration, waitMetric string, waitLimi
 	}
 
 	lat := make([]time.Duration, 0, n)
+	var fresh []time.Duration
 	var lastErr error
+	var prev uint32
+	var buf bytes.Buffer
+	var lines bytes.Buffer // for -latencies
 	scrStart := time.Now()
 	for i := 0; i < n; i++ {
-		t0 := time.Now()
-		body, wire, ctype, err := scrape(client, url, acceptScrape, true)
-		d := time.Since(t0)
+		if every > 0 {
+			time.Sleep(time.Until(scrStart.Add(time.Duration(i) * every)))
+		}
+		at := time.Since(scrStart)
+		d, body, wire, ctype, sum, err := scrape(client, url, acceptScrape, true, &buf)
 		if err != nil {
 			res.Errors++
 			lastErr = err
 			continue
 		}
 		lat = append(lat, d)
+		isFresh := i > 0 && sum != prev
+		if isFresh {
+			fresh = append(fresh, d)
+		}
+		fmt.Fprintf(&lines, "%.3f %.3f %d\n", at.Seconds(), ms(d), b2i(isFresh))
+		prev = sum
 		res.ScrapeBodyBytes, res.ScrapeWireBytes, res.ContentType = body, wire, ctype
 	}
 	res.ScrapeWindowS = time.Since(scrStart).Seconds()
+	res.Fresh = len(fresh)
 	if pid > 0 {
 		if cpuScr1, err = procCPU(pid); err != nil {
 			return err
 		}
 		raw := cpuScr1 - cpuScr0
+		res.ScrapeCPURate = raw / res.ScrapeWindowS
 		res.RawCPUMsPerScrape = raw / float64(n) * 1e3
 		res.CPUMsPerScrape = (raw - res.IdleCPURate*res.ScrapeWindowS) / float64(n) * 1e3
 		if res.RSSMiB, res.HWMMiB, err = procMem(pid); err != nil {
@@ -154,8 +182,31 @@ func run(url string, pid, n int, idle time.Duration, waitMetric string, waitLimi
 		}
 	}
 
+	if latFile != "" {
+		if err := os.WriteFile(latFile, lines.Bytes(), 0o644); err != nil {
+			return err
+		}
+	}
+	// The exporter as it was measured, not as it was when it came up:
+	// sources that sample slowly may not have been in yet.
+	if text, err = scrapeBody(client, url, acceptText); err != nil {
+		return err
+	}
+	res.TextBodyBytes = int64(len(text))
+	res.Series = countSeries(text)
+	if saveBody != "" {
+		if err := os.WriteFile(saveBody, text, 0o644); err != nil {
+			return err
+		}
+	}
+	if len(fresh) > 0 {
+		slices.Sort(fresh)
+		res.FreshP50Ms = ms(percentile(fresh, 0.50))
+		res.FreshP99Ms = ms(percentile(fresh, 0.99))
+		res.FreshMaxMs = ms(fresh[len(fresh)-1])
+	}
 	if len(lat) > 0 {
-		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		slices.Sort(lat)
 		var sum time.Duration
 		for _, d := range lat {
 			sum += d
@@ -213,41 +264,48 @@ func alive(pid int) bool {
 	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
 }
 
-// scrape does one GET, reads (and if needed gunzips) the whole body and
-// returns its decompressed and wire sizes and content type.
-func scrape(client *http.Client, url, accept string, gz bool) (body, wire int64, ctype string, err error) {
+// scrape does one GET and reads the whole body into buf; it returns the
+// time from sending the request to the last byte, which is what the
+// exporter costs its scraper, then gunzips the body where needed (outside
+// that time) for its decompressed size and hash.
+func scrape(client *http.Client, url, accept string, gz bool, buf *bytes.Buffer) (took time.Duration, body, wire int64, ctype string, sum uint32, err error) {
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
-		return 0, 0, "", err
+		return 0, 0, 0, "", 0, err
 	}
 	req.Header.Set("Accept", accept)
 	if gz {
 		req.Header.Set("Accept-Encoding", "gzip")
 	}
+	t0 := time.Now()
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, 0, "", err
+		return 0, 0, 0, "", 0, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		io.Copy(io.Discard, resp.Body)
-		return 0, 0, "", fmt.Errorf("HTTP %s", resp.Status)
+	buf.Reset()
+	_, err = buf.ReadFrom(resp.Body)
+	took = time.Since(t0)
+	if err != nil {
+		return 0, 0, 0, "", 0, err
 	}
-	cr := &countReader{r: resp.Body}
-	var r io.Reader = cr
+	if resp.StatusCode != http.StatusOK {
+		return 0, 0, 0, "", 0, fmt.Errorf("HTTP %s", resp.Status)
+	}
+	wire = int64(buf.Len())
+	var r io.Reader = buf
 	if resp.Header.Get("Content-Encoding") == "gzip" {
-		zr, err := gzip.NewReader(cr)
+		zr, err := gzip.NewReader(buf)
 		if err != nil {
-			return 0, 0, "", err
+			return 0, 0, 0, "", 0, err
 		}
 		r = zr
 	}
-	body, err = io.Copy(io.Discard, r)
-	if err != nil {
-		return 0, 0, "", err
+	h := crc32.NewIEEE()
+	if body, err = io.Copy(h, r); err != nil {
+		return 0, 0, 0, "", 0, err
 	}
-	io.Copy(io.Discard, resp.Body) // drain any trailer so the connection is reused
-	return body, cr.n, resp.Header.Get("Content-Type"), nil
+	return took, body, wire, resp.Header.Get("Content-Type"), h.Sum32(), nil
 }
 
 // scrapeBody fetches one uncompressed body.
@@ -270,17 +328,6 @@ func scrapeBody(client *http.Client, url, accept string) ([]byte, error) {
 		return nil, fmt.Errorf("HTTP %s", resp.Status)
 	}
 	return b, nil
-}
-
-type countReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
 }
 
 // countSeries counts sample lines: not empty, not a # comment.
@@ -369,6 +416,13 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[i]
 }
 
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func printTable(w io.Writer, r *Result) {
@@ -376,11 +430,18 @@ func printTable(w io.Writer, r *Result) {
 	if r.WaitedFor != "" {
 		fmt.Fprintf(w, "waited for        %s\n", r.WaitedFor)
 	}
-	fmt.Fprintf(w, "scrapes           %d (errors %d) in %.2f s\n", r.Scrapes, r.Errors, r.ScrapeWindowS)
+	pace := "back to back"
+	if r.EveryMs > 0 {
+		pace = fmt.Sprintf("one every %g ms", r.EveryMs)
+	}
+	fmt.Fprintf(w, "scrapes           %d (errors %d) in %.2f s, %s\n", r.Scrapes, r.Errors, r.ScrapeWindowS, pace)
 	fmt.Fprintf(w, "latency ms        p50 %.3f  p90 %.3f  p99 %.3f  max %.3f  mean %.3f\n",
 		r.P50Ms, r.P90Ms, r.P99Ms, r.MaxMs, r.MeanMs)
+	fmt.Fprintf(w, "fresh scrapes     %d of %d met a new body: p50 %.3f  p99 %.3f  max %.3f ms\n",
+		r.Fresh, r.Scrapes-1, r.FreshP50Ms, r.FreshP99Ms, r.FreshMaxMs)
 	if r.PID > 0 {
 		fmt.Fprintf(w, "cpu ms/scrape     %.3f net (raw %.3f)\n", r.CPUMsPerScrape, r.RawCPUMsPerScrape)
+		fmt.Fprintf(w, "cpu while scraped %.2f ms/s\n", r.ScrapeCPURate*1e3)
 		fmt.Fprintf(w, "idle cpu          %.4f cpu-s/s (%.2f ms/s over %.1f s)\n",
 			r.IdleCPURate, r.IdleCPURate*1e3, r.IdleWindowS)
 		fmt.Fprintf(w, "rss MiB           %.1f (hwm %.1f)\n", r.RSSMiB, r.HWMMiB)

@@ -132,6 +132,8 @@ type Sampler[T any] struct {
 	// passed its deadline.
 	sampled     chan struct{}
 	sampledOnce sync.Once
+	// published are called after each new snapshot.
+	published []func()
 }
 
 // Options configures a Sampler. New panics on options that Validate
@@ -222,6 +224,15 @@ func (s *Sampler[T]) LatestData() T {
 	}
 	var zero T
 	return zero
+}
+
+// OnPublish has f called after every new snapshot, on the goroutine that
+// took it: for work that would otherwise wait for the first reader of the
+// snapshot (rendering it for a scrape).
+func (s *Sampler[T]) OnPublish(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.published = append(s.published, f)
 }
 
 // Version changes whenever the snapshot or the status may have changed.
@@ -320,8 +331,6 @@ func (s *Sampler[T]) sample(ctx context.Context) {
 	late := ctx.Err() != nil
 
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	defer s.version.Add(1)
 	s.busy = nil
 	s.status.Stalled = false
 	s.status.LastDuration = took
@@ -329,6 +338,8 @@ func (s *Sampler[T]) sample(ctx context.Context) {
 	case !usable:
 		s.status.Up = false
 		s.status.Errors++
+		s.version.Add(1)
+		s.mu.Unlock()
 		s.logger.Debug("sample failed", "err", err)
 		return
 	case partial != nil:
@@ -340,4 +351,10 @@ func (s *Sampler[T]) sample(ctx context.Context) {
 	s.status.Up = !late
 	s.status.LastSuccess = start
 	s.latest.Store(&Snapshot[T]{Data: data, Taken: start})
+	s.version.Add(1)
+	published := s.published
+	s.mu.Unlock()
+	for _, f := range published {
+		f()
+	}
 }

@@ -40,6 +40,21 @@ func TestSamplePublishesSnapshot(t *testing.T) {
 	}
 }
 
+func TestOnPublishAfterEachNewSnapshot(t *testing.T) {
+	src := &scripted{next: func(context.Context) (int, error) { return 1, nil }}
+	s := New[int]("test", src, Options{Interval: time.Second})
+	var seen []int
+	s.OnPublish(func() { seen = append(seen, s.Latest().Data) })
+	s.SampleOnce(context.Background())
+	src.next = func(context.Context) (int, error) { return 0, errors.New("broken") }
+	s.SampleOnce(context.Background())
+	src.next = func(context.Context) (int, error) { return 2, nil }
+	s.SampleOnce(context.Background())
+	if len(seen) != 2 || seen[0] != 1 || seen[1] != 2 {
+		t.Fatalf("published %v, want [1 2]: after each usable sample, with it stored", seen)
+	}
+}
+
 func TestFailedSampleKeepsLastSnapshot(t *testing.T) {
 	src := &scripted{next: func(context.Context) (int, error) { return 1, nil }}
 	s := New[int]("test", src, Options{Interval: time.Second})

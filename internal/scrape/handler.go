@@ -1,16 +1,25 @@
 // Package scrape serves /metrics from a cache of encoded responses.
 //
 // Every source publishes a new snapshot at most once per sample interval,
-// so the metrics cannot change between two publishes. The handler gathers
-// and encodes (and gzips) once per change, on the first scrape that needs
-// it, and answers every other scrape with the same bytes. A response is
-// never older than MaxAge either, for values derived from the clock (a
-// watcher that has gone quiet turns stale without publishing anything).
+// so the metrics cannot change between two publishes. The handler encodes
+// (and gzips) once per change, on the first scrape that needs it, and
+// answers every other scrape with the same bytes: that serves a second
+// Prometheus of an HA pair, or anyone scraping faster than the sources
+// sample. A response is never older than MaxAge either, for values derived
+// from the clock (a watcher that has gone quiet turns stale without
+// publishing anything).
+//
+// A Prometheus scraping no faster than the sources sample meets new
+// snapshots at every scrape. For that scrape, a Registry lets the snapshot
+// collectors encode themselves (TextCollector): once per snapshot, and
+// deflated apart, so that only what changed is compressed, and a source
+// can do both when it publishes instead of when it is scraped.
 package scrape
 
 import (
 	"bytes"
 	"compress/gzip"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -43,6 +52,7 @@ type Handler struct {
 	version uint64
 	taken   time.Time
 	bodies  map[cacheKey][]byte
+	sizes   map[cacheKey]int // of the last body, to size the next
 }
 
 // A gzip writer holds about 1 MB of state: reuse them.
@@ -66,7 +76,7 @@ func NewHandler(g prometheus.Gatherer, sources []Versioned, maxInFlight int, log
 		logger = slog.New(slog.DiscardHandler)
 	}
 	h := &Handler{gatherer: g, sources: sources, logger: logger, MaxAge: time.Second, now: time.Now,
-		bodies: map[cacheKey][]byte{}}
+		bodies: map[cacheKey][]byte{}, sizes: map[cacheKey]int{}}
 	if maxInFlight > 0 {
 		h.inFlight = make(chan struct{}, maxInFlight)
 	}
@@ -119,39 +129,56 @@ func (h *Handler) body(key cacheKey) ([]byte, error) {
 	if b, ok := h.bodies[key]; ok {
 		return b, nil
 	}
-	mfs, err := h.gatherer.Gather()
-	if err != nil {
+	body, gatherErr, err := h.encode(key)
+	if gatherErr != nil {
 		// Like promhttp's ContinueOnError: serve what could be gathered.
-		h.logger.Error("error gathering metrics", "err", err)
+		h.logger.Error("error gathering metrics", "err", gatherErr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	h.bodies[key], h.sizes[key] = body, len(body)
+	return body, nil
+}
+
+func (h *Handler) encode(key cacheKey) (body []byte, gatherErr, err error) {
+	if r, ok := h.gatherer.(*Registry); ok && isText(key.format) {
+		return r.appendText(make([]byte, 0, h.sizes[key]), key.format, key.gzip)
 	}
 	var buf bytes.Buffer
-	var enc expfmt.Encoder
+	var w io.Writer = &buf
 	var zw *gzip.Writer
 	if key.gzip {
 		zw = gzipWriters.Get().(*gzip.Writer)
 		defer gzipWriters.Put(zw)
 		zw.Reset(&buf)
-		enc = expfmt.NewEncoder(zw, key.format)
-	} else {
-		enc = expfmt.NewEncoder(&buf, key.format)
+		w = zw
 	}
+	gatherErr, err = encode(w, h.gatherer, key.format)
+	if err == nil && zw != nil {
+		err = zw.Close()
+	}
+	return buf.Bytes(), gatherErr, err
+}
+
+func isText(f expfmt.Format) bool {
+	t := f.FormatType()
+	return t == expfmt.TypeTextPlain || t == expfmt.TypeOpenMetrics
+}
+
+// encode gathers g and writes it in f.
+func encode(w io.Writer, g prometheus.Gatherer, f expfmt.Format) (gatherErr, err error) {
+	mfs, gatherErr := g.Gather()
+	enc := expfmt.NewEncoder(w, f)
 	for _, mf := range mfs {
 		if err := enc.Encode(mf); err != nil {
-			return nil, err
+			return gatherErr, err
 		}
 	}
 	if c, ok := enc.(expfmt.Closer); ok {
-		if err := c.Close(); err != nil {
-			return nil, err
-		}
+		err = c.Close()
 	}
-	if zw != nil {
-		if err := zw.Close(); err != nil {
-			return nil, err
-		}
-	}
-	h.bodies[key] = buf.Bytes()
-	return buf.Bytes(), nil
+	return gatherErr, err
 }
 
 // acceptsGzip reports whether the client takes gzip with a non-zero weight.

@@ -143,3 +143,69 @@ func TestAcceptsGzip(t *testing.T) {
 		}
 	}
 }
+
+// textCollector writes itself; it counts how often.
+type textCollector struct {
+	desc   *prometheus.Desc
+	writes atomic.Int32
+}
+
+func (c *textCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *textCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, 5)
+}
+
+func (c *textCollector) EncodeText(openMetrics, deflate bool) Encoded {
+	c.writes.Add(1)
+	v := "5"
+	if openMetrics {
+		v = "5.0"
+	}
+	e := Encoded{Text: []byte("# HELP text_value Written by itself.\n# TYPE text_value gauge\ntext_value " + v + "\n")}
+	if deflate {
+		e.Deflated = Deflate(nil, e.Text)
+	}
+	return e
+}
+
+func TestRegistryWritesTextCollectors(t *testing.T) {
+	reg := NewPedanticRegistry()
+	gauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "test_value", Help: "A value."})
+	gauge.Set(3)
+	text := &textCollector{desc: prometheus.NewDesc("text_value", "Written by itself.", nil, nil)}
+	reg.MustRegister(gauge, text)
+	v := &version{}
+	h := NewHandler(reg, []Versioned{v}, 0, nil)
+
+	_, body := get(t, h, map[string]string{"Accept-Encoding": "gzip"})
+	if body != "# HELP test_value A value.\n# TYPE test_value gauge\ntest_value 3\n"+
+		"# HELP text_value Written by itself.\n# TYPE text_value gauge\ntext_value 5\n" {
+		t.Errorf("text:\n%s", body)
+	}
+	resp, body := get(t, h, map[string]string{"Accept": "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"})
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/openmetrics-text") ||
+		body != "# HELP test_value A value.\n# TYPE test_value gauge\ntest_value 3.0\n"+
+			"# HELP text_value Written by itself.\n# TYPE text_value gauge\ntext_value 5.0\n# EOF\n" {
+		t.Errorf("openmetrics %q:\n%s", resp.Header.Get("Content-Type"), body)
+	}
+	if n := text.writes.Load(); n != 2 {
+		t.Errorf("EncodeText called %d times for two formats, want 2", n)
+	}
+	// Other formats gather everything.
+	resp, body = get(t, h, map[string]string{"Accept": "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited"})
+	if !strings.Contains(resp.Header.Get("Content-Type"), "protobuf") || !strings.Contains(body, "test_value") ||
+		!strings.Contains(body, "text_value") {
+		t.Errorf("protobuf %q: %q", resp.Header.Get("Content-Type"), body)
+	}
+	if n := text.writes.Load(); n != 2 {
+		t.Errorf("EncodeText called for protobuf")
+	}
+	if mfs, err := reg.Gather(); err != nil || len(mfs) != 2 {
+		t.Errorf("Gather: %d families, %v", len(mfs), err)
+	}
+	// Registration is checked across both kinds.
+	if err := reg.Register(&textCollector{desc: prometheus.NewDesc("test_value", "Other help.", nil, nil)}); err == nil {
+		t.Error("a second test_value registered")
+	}
+}

@@ -3,6 +3,7 @@ package sim_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -42,6 +45,8 @@ type exporter struct {
 	xid      *nvml.XIDWatcher
 	sched    *probes.Scheduler
 	handler  http.Handler
+	reg      *scrape.Registry
+	sources  []namedCollector // every collector, by the source it renders
 	sampled  time.Time
 	samplers []interface{ SampleOnce(context.Context) }
 }
@@ -84,15 +89,28 @@ func newExporter(t *testing.T, profile string) *exporter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(collector.NewNVMLCollector(e.nvml), collector.NewXIDCollector(e.xid, reader),
-		collector.NewTopologyCollector(e.topo, reader), collector.NewNICCollector(e.nic),
-		collector.NewProcessCollector(e.place, true), collector.NewProbeCollector(e.sched),
-		collector.NewExporterCollector(e.nvml, e.xid, e.topo, e.place, e.nic, e.sched, n))
-	e.handler = scrape.NewHandler(reg, []scrape.Versioned{e.nvml, e.xid, e.topo, e.place, e.nic, e.sched, n}, 0, nil)
+	e.reg = scrape.NewPedanticRegistry()
+	e.sources = []namedCollector{
+		{"nvml", collector.NewNVMLCollector(e.nvml)},
+		{"xid", collector.NewXIDCollector(e.xid, reader)},
+		{"topology", collector.NewTopologyCollector(e.topo, reader)},
+		{"nic", collector.NewNICCollector(e.nic)},
+		{"process", collector.NewProcessCollector(e.place, true)},
+		{"probe", collector.NewProbeCollector(e.sched)},
+		{"exporter", collector.NewExporterCollector(e.nvml, e.xid, e.topo, e.place, e.nic, e.sched, n)},
+	}
+	for _, c := range e.sources {
+		e.reg.MustRegister(c.c)
+	}
+	e.handler = scrape.NewHandler(e.reg, []scrape.Versioned{e.nvml, e.xid, e.topo, e.place, e.nic, e.sched, n}, 0, nil)
 	testwait.Until(t, func() bool { return e.xid.Status().Up })
 	e.sampled = time.Now()
 	return e
+}
+
+type namedCollector struct {
+	name string
+	c    prometheus.Collector
 }
 
 // tick moves the node d on, reads the fault file, samples every source
@@ -293,4 +311,106 @@ func TestSimulatedExporter(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The series budget of the simulated DGX H100 (8 GPUs, 18 NVLinks each,
+// 10 RDMA ports, 2 NUMA nodes), with every default source on as the daemon
+// runs them, the exporter's own go_* and process_* series included. The
+// README's "Series budget" states it per source.
+const (
+	// seriesBudget bounds what the node serves before its first probe
+	// round: every source but the probe results.
+	seriesBudget = 3000
+	// probeBudget bounds what a probe round of every GPU adds: 128 series
+	// a GPU (host copies from each NUMA node, a copy to and from each
+	// peer, latencies, their expectations and ratios).
+	probeBudget = 1024
+)
+
+// TestSeriesBudget holds the simulated DGX H100 to its series budget.
+// -v prints the README's table: series and text-format bytes by source.
+func TestSeriesBudget(t *testing.T) {
+	e := newExporter(t, "dgx-h100")
+	// What the daemon adds to every scrape (main.go).
+	e.sources = append(e.sources, namedCollector{"go_*, process_*, build_info", selfMetrics{}})
+	e.reg.MustRegister(selfMetrics{})
+
+	// Every source sampled, no probe round yet.
+	if err := e.node.Advance(e.sampled.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range e.samplers {
+		s.SampleOnce(context.Background())
+	}
+	before := countSeries(e.scrape(t))
+	e.tick(t, time.Second)
+	e.tick(t, time.Second)
+	body := e.scrape(t)
+	total := countSeries(body)
+
+	var sum int
+	t.Logf("| source | series | bytes | families of 40 series or more |")
+	t.Logf("|---|---|---|---|")
+	for _, c := range e.sources {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(c.c)
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
+		var big []string
+		for _, mf := range mfs {
+			if err := enc.Encode(mf); err != nil {
+				t.Fatal(err)
+			}
+			if len(mf.Metric) >= 40 {
+				big = append(big, fmt.Sprintf("%s %d", strings.TrimPrefix(mf.GetName(), "gpulink_"), len(mf.Metric)))
+			}
+		}
+		n := countSeries(buf.String())
+		t.Logf("| %s | %d | %d | %s |", c.name, n, buf.Len(), strings.Join(big, ", "))
+		sum += n
+	}
+	t.Logf("| total | %d | %d | |", total, len(body))
+	t.Logf("before the first probe round: %d series", before)
+	if sum != total {
+		t.Errorf("the sources add up to %d series, the scrape has %d", sum, total)
+	}
+	if before > seriesBudget {
+		t.Errorf("the simulated DGX H100 serves %d series before its first probe round, over the budget of %d", before, seriesBudget)
+	}
+	if total-before > probeBudget {
+		t.Errorf("a probe round of every GPU adds %d series, over the budget of %d", total-before, probeBudget)
+	}
+}
+
+// selfMetrics are the collectors the daemon registers beside the sources.
+type selfMetrics struct{}
+
+var self = []prometheus.Collector{versioncollector.NewCollector("gpulink_exporter"), collectors.NewGoCollector(),
+	collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})}
+
+func (selfMetrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range self {
+		c.Describe(ch)
+	}
+}
+
+func (selfMetrics) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range self {
+		c.Collect(ch)
+	}
+}
+
+// countSeries counts the sample lines of an exposition.
+func countSeries(body string) int {
+	n := 0
+	for _, l := range strings.Split(body, "\n") {
+		if l != "" && !strings.HasPrefix(l, "#") {
+			n++
+		}
+	}
+	return n
 }
