@@ -321,10 +321,14 @@ const (
 	// seriesBudget bounds what the node serves before its first probe
 	// round: every source but the probe results.
 	seriesBudget = 3000
-	// probeBudget bounds what a probe round of every GPU adds: 128 series
+	// probeBudget bounds what a probe round of every GPU adds: 136 series
 	// a GPU (host copies from each NUMA node, a copy to and from each
-	// peer, latencies, their expectations and ratios).
-	probeBudget = 1024
+	// peer, latencies, their expectations and ratios, whether the round
+	// was contended: 1062 today). With them the node serves about 4060
+	// series, over the 3000 issue 12 asks for the whole node; that target
+	// is open (README, "Series budget"), and this test only keeps either
+	// part from growing unnoticed.
+	probeBudget = 1088
 )
 
 // TestSeriesBudget holds the simulated DGX H100 to its series budget.
