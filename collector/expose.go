@@ -224,7 +224,7 @@ func appendHeader(b []byte, f *family, t prometheus.ValueType, openMetrics bool)
 
 // appendLabelValue escapes \, " and newline as both formats do.
 func appendLabelValue(b []byte, v string) []byte {
-	if strings.IndexAny(v, "\\\"\n") < 0 {
+	if !strings.ContainsAny(v, "\\\"\n") {
 		return append(b, v...)
 	}
 	for i := 0; i < len(v); i++ {
