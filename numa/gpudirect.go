@@ -28,7 +28,7 @@ type GPUDirect struct {
 	// IOMMUTranslated is, by GPU address, whether its IOMMU group
 	// translates DMA (type DMA or DMA-FQ) rather than passing it through
 	// (identity); false where the GPU has no IOMMU group; absent where the
-	// type cannot be read.
+	// type cannot be read or sysfs has no kernel/iommu_groups.
 	IOMMUTranslated map[string]sampler.Opt[bool]
 }
 
@@ -90,6 +90,11 @@ func (f FS) readGPUDirect(t *sampler.Tally, topo *Topology) GPUDirect {
 	if _, err := os.Stat(f.sys("module")); err == nil {
 		_, err := os.Stat(f.sys("module", "nvidia_peermem"))
 		g.PeermemLoaded = sampler.Some(err == nil)
+	}
+	// Without /sys/kernel/iommu_groups (a tree that does not model it)
+	// the mode is unknown; with it, a GPU in no group has no translation.
+	if _, err := os.Stat(f.sys("kernel", "iommu_groups")); err != nil {
+		return g
 	}
 	for _, d := range topo.GPUs {
 		dir := f.sys("bus", "pci", "devices", d.Address)

@@ -49,6 +49,9 @@ func TestGPUDirect(t *testing.T) {
 	if !slices.Contains(bridges, g0.ParentAddr) {
 		t.Errorf("GPU 0's parent port %s not among %v", g0.ParentAddr, bridges)
 	}
+	if len(topo.GPUDirect.IOMMUTranslated) != 0 {
+		t.Errorf("IOMMU mode without kernel/iommu_groups: %v", topo.GPUDirect.IOMMUTranslated)
+	}
 	if got := topo.GPUDirect.ACS; len(got) != 0 {
 		t.Errorf("ACS read without config files: %v", got)
 	}
@@ -65,7 +68,7 @@ func TestGPUDirect(t *testing.T) {
 	copyFile(t, fixture("truncated.bin"), filepath.Join(dev(short), "config"))
 	copyFile(t, fixture("acs-redirect-on.bin"), filepath.Join(dev(on), "config"))
 	// peermem loaded; GPU 0 translated, GPU 1 identity, GPU 2 no group.
-	for _, d := range []string{filepath.Join(sys, "module", "nvidia_peermem"), filepath.Join(root, "groups", "1"), filepath.Join(root, "groups", "2")} {
+	for _, d := range []string{filepath.Join(sys, "module", "nvidia_peermem"), filepath.Join(sys, "kernel", "iommu_groups"), filepath.Join(root, "groups", "1"), filepath.Join(root, "groups", "2")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
