@@ -73,10 +73,16 @@ func TestGPUDirect(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	os.WriteFile(filepath.Join(root, "groups", "1", "type"), []byte("DMA-FQ\n"), 0o444)
-	os.WriteFile(filepath.Join(root, "groups", "2", "type"), []byte("identity\n"), 0o444)
-	os.Symlink(filepath.Join(root, "groups", "1"), filepath.Join(dev(dgxGPUs[0]), "iommu_group"))
-	os.Symlink(filepath.Join(root, "groups", "2"), filepath.Join(dev(dgxGPUs[1]), "iommu_group"))
+	for _, err := range []error{
+		os.WriteFile(filepath.Join(root, "groups", "1", "type"), []byte("DMA-FQ\n"), 0o444),
+		os.WriteFile(filepath.Join(root, "groups", "2", "type"), []byte("identity\n"), 0o444),
+		os.Symlink(filepath.Join(root, "groups", "1"), filepath.Join(dev(dgxGPUs[0]), "iommu_group")),
+		os.Symlink(filepath.Join(root, "groups", "2"), filepath.Join(dev(dgxGPUs[1]), "iommu_group")),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	topo, err = fsys.Topology()
 	if err != nil {
