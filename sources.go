@@ -85,7 +85,7 @@ var sources = [numSources]source{
 		timeout:  durationFlag{"4s", "Deadline of one NVML sample; past it the source is reported down and stale."},
 		flags: func(f flagFunc, c *config) {
 			f("library", "Path or name of the NVML library to load.").Default("libnvidia-ml.so.1").StringVar(&c.nvmlLib)
-			f("slow-interval", "How often to read NVML's slow counters (ECC, row remapping, retired pages, PCIe and NVLink error counters); samples in between carry the last values. At most as often as --nvml.interval.").
+			f("slow-interval", "How often to read NVML's slow counters (ECC, row remapping, retired pages, PCIe and NVLink error counters, NVLink fabric state); samples in between carry the last values. At most as often as --nvml.interval.").
 				Default(nvml.DefaultSlowInterval.String()).DurationVar(&c.nvmlSlow)
 		},
 		check: checkNVML,

@@ -1,6 +1,8 @@
 package collector
 
 import (
+	"strconv"
+
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -35,6 +37,8 @@ type nvmlDescs struct {
 	nvlinks, nvlinksActive, nvlinkUp, nvlinkVersion   *prometheus.Desc
 	nvlinkSpeed, nvlinkRemote, nvlinkErrors, nvlinkTX *prometheus.Desc
 	nvlinkRX, pairInfo, pairNVLinks, pairP2P          *prometheus.Desc
+	fabricState, fabricStatus, fabricHealth           *prometheus.Desc
+	fabricInfo, recoveryAction                        *prometheus.Desc
 }
 
 // NewNVMLCollector renders the snapshots of src.
@@ -92,6 +96,18 @@ func NewNVMLCollector(src latester[*nvml.Snapshot]) *NVMLCollector {
 		pairInfo: newDesc("gpu", "pair_info",
 			"How two GPUs reach each other, as the nvidia-smi topo -m cell (NV#, PIX, PXB, PHB, NODE, SYS); value 1.",
 			"gpu", "peer_gpu", "level"),
+		fabricState: gpuDesc("gpu", "fabric_state",
+			"NVLink fabric registration state (NVML): 1 not_started, 2 in_progress, 3 completed. Absent where the GPU has no NVSwitch fabric."),
+		fabricStatus: gpuDesc("gpu", "fabric_status",
+			"Result of the NVLink fabric registration as an NVML return code: 0 success; meaningful once the state is completed."),
+		fabricHealth: gpuDesc("gpu", "fabric_health",
+			"1 if this NVLink fabric health reason applies (degraded_bandwidth, route_recovery_in_progress, route_unhealthy, "+
+				"access_timeout_recovery_in_progress, incorrect_configuration, partition_not_assigned, fabric_manager_disconnected); "+
+				"reasons the driver does not report are absent.", "reason"),
+		fabricInfo: gpuDesc("gpu", "fabric_info", "The NVLink domain the GPU registered with; value 1.", "clique_id", "cluster_uuid"),
+		recoveryAction: gpuDesc("gpu", "recovery_action",
+			"What the driver says to do about the GPU: 0 none, 1 gpu_reset, 2 node_reboot, 3 drain_p2p, 4 drain_and_reset, "+
+				"5 recover_imex_domain, 6 bus_reset, 7 system_reboot."),
 		pairNVLinks: newDesc("gpu", "pair_nvlinks", "NVLinks joining two GPUs (through NVSwitch included).", "gpu", "peer_gpu"),
 		pairP2P: newDesc("gpu", "pair_p2p_supported", "1 if peer-to-peer access of this kind is supported between the GPUs.",
 			"gpu", "peer_gpu", "capability"),
@@ -114,7 +130,8 @@ func (d *nvmlDescs) all() []*prometheus.Desc {
 		d.remapPending, d.remapFailed, d.retired, d.retiredPending, d.pcieGen, d.pcieMaxGen, d.pcieGPUMaxGen,
 		d.pcieWidth, d.pcieMaxWidth, d.pcieReplays, d.pcieCorrectable, d.memReserved, d.nvlinks,
 		d.nvlinksActive, d.nvlinkUp, d.nvlinkVersion, d.nvlinkSpeed, d.nvlinkRemote, d.nvlinkErrors,
-		d.nvlinkTX, d.nvlinkRX, d.pairInfo, d.pairNVLinks, d.pairP2P}
+		d.nvlinkTX, d.nvlinkRX, d.pairInfo, d.pairNVLinks, d.pairP2P, d.fabricState, d.fabricStatus,
+		d.fabricHealth, d.fabricInfo, d.recoveryAction}
 }
 
 // Collect implements prometheus.Collector.
@@ -238,6 +255,19 @@ func (c *NVMLCollector) renderGPU(o *out, g *nvml.GPUState) {
 	o.optGauge(d.retired, e.RetiredSingleBit, "multiple_single_bit_ecc")
 	o.optGauge(d.retired, e.RetiredDoubleBit, "double_bit_ecc")
 	o.optBool(d.retiredPending, e.RetiredPending)
+
+	o.optInt(d.recoveryAction, g.RecoveryAction)
+	if g.Fabric.Valid {
+		f := &g.Fabric.V
+		o.gauge(d.fabricState, float64(f.State))
+		o.gauge(d.fabricStatus, float64(f.Status))
+		o.gauge(d.fabricInfo, 1, strconv.FormatUint(uint64(f.CliqueID), 10), f.ClusterUUID)
+		for _, r := range nvml.FabricHealthReasons {
+			if v, ok := f.Health[r]; ok {
+				o.gauge(d.fabricHealth, boolFloat(v), r)
+			}
+		}
+	}
 }
 
 func (c *NVMLCollector) renderPCIe(o *out, p *nvml.PCIeLink) {

@@ -1,11 +1,14 @@
 package collector
 
 import (
+	"maps"
+	"slices"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/pciconfig"
 	"github.com/gpulink/gpulink_exporter/numa"
 )
 
@@ -24,6 +27,7 @@ type topologyDescs struct {
 	deviceInfo, linkGen, linkMaxGen, linkWidth, linkMaxWidth    *prometheus.Desc
 	gpuNUMA, gpuNIC, gpuNearestNIC, gpuNearestLevel, gpuPair    *prometheus.Desc
 	gpuHostBW, gpuSlowestHop, gpuUplink, uplinkGPUs             *prometheus.Desc
+	acsCapable, acsRedirect, peermem, iommuTranslated           *prometheus.Desc
 }
 
 // NewTopologyCollector renders the topology source's snapshots. ids names
@@ -71,6 +75,17 @@ func NewTopologyCollector(src latester[*numa.Topology], ids interface{ Identitie
 		gpuUplink: gpuDesc("topology", "gpu_uplink_info",
 			"The link nearest the CPU on the GPU's path, named by its lower end; GPUs with the same uplink share its bandwidth; value 1.", "uplink_pci_bus_id"),
 		uplinkGPUs: newDesc("topology", "uplink_gpus", "GPUs behind an uplink to the CPU.", "uplink_pci_bus_id"),
+		acsCapable: newDesc("pcie", "acs_capable",
+			"1 if a bridge on a GPU-to-GPU or GPU-to-NIC path has the ACS capability; absent where its extended config space is not readable (not root).",
+			"pci_bus_id"),
+		acsRedirect: newDesc("pcie", "acs_redirect",
+			"1 if ACS on this bridge sends peer traffic up through the root complex instead of across: kind request (P2P Request Redirect), "+
+				"completion (P2P Completion Redirect), egress_control (P2P Egress Control). Peer copies and GPUDirect RDMA below the bridge slow down.",
+			"pci_bus_id", "kind"),
+		peermem: newDesc("gpudirect", "peermem_loaded",
+			"1 if the nvidia_peermem module (GPUDirect RDMA through the RDMA core) is loaded."),
+		iommuTranslated: gpuDesc("iommu", "translated",
+			"1 if the GPU's IOMMU group translates DMA (type DMA or DMA-FQ), 0 if it passes it through (identity) or the GPU has no IOMMU group."),
 	}}
 	for _, name := range numa.NUMAStatCounters {
 		c.d.nodeStat[name] = newDesc("numa_node", numaStatMetric(name),
@@ -93,7 +108,8 @@ func (c *TopologyCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.d.nodeInfo, c.d.nodeCPUs, c.d.nodeMemTotal, c.d.nodeMemFree,
 		c.d.nodeDistance, c.d.deviceInfo, c.d.linkGen, c.d.linkMaxGen, c.d.linkWidth, c.d.linkMaxWidth,
 		c.d.gpuNUMA, c.d.gpuNIC, c.d.gpuNearestNIC, c.d.gpuNearestLevel, c.d.gpuPair, c.d.gpuHostBW,
-		c.d.gpuSlowestHop, c.d.gpuUplink, c.d.uplinkGPUs} {
+		c.d.gpuSlowestHop, c.d.gpuUplink, c.d.uplinkGPUs, c.d.acsCapable, c.d.acsRedirect, c.d.peermem,
+		c.d.iommuTranslated} {
 		ch <- d
 	}
 	for _, name := range numa.NUMAStatCounters {
@@ -123,6 +139,36 @@ func (c *TopologyCollector) render(o *out, t *numa.Topology) {
 	}
 	c.renderLinks(o, t)
 	c.renderGPUs(o, t)
+	c.renderGPUDirect(o, t)
+}
+
+// acsRedirects are the ACS controls that redirect peer traffic, by kind.
+var acsRedirects = []struct {
+	kind string
+	bit  uint16
+}{
+	{"request", pciconfig.P2PRequestRedirect},
+	{"completion", pciconfig.P2PCompletionRedirect},
+	{"egress_control", pciconfig.P2PEgressControl},
+}
+
+func (c *TopologyCollector) renderGPUDirect(o *out, t *numa.Topology) {
+	g := &t.GPUDirect
+	o.labels = nil
+	for _, addr := range slices.Sorted(maps.Keys(g.ACS)) {
+		a := g.ACS[addr]
+		if !a.Known {
+			continue
+		}
+		o.gauge(c.d.acsCapable, boolFloat(a.Present), addr)
+		if !a.Present {
+			continue
+		}
+		for _, r := range acsRedirects {
+			o.gauge(c.d.acsRedirect, boolFloat(a.Enabled(r.bit)), addr, r.kind)
+		}
+	}
+	o.optBool(c.d.peermem, g.PeermemLoaded)
 }
 
 // renderLinks exports every device once and every link once, by its lower
@@ -199,6 +245,9 @@ func (c *TopologyCollector) renderGPUs(o *out, t *numa.Topology) {
 		up := t.Uplink(g).Address
 		o.gauge(c.d.gpuUplink, 1, up)
 		uplinkGPUs[up]++
+		if v, ok := t.GPUDirect.IOMMUTranslated[g.Address]; ok {
+			o.optBool(c.d.iommuTranslated, v)
+		}
 	}
 	o.labels = nil
 	for up, n := range uplinkGPUs {

@@ -2,6 +2,7 @@ package collector_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -155,3 +156,81 @@ func TestTopologyMetricsDGXFaults(t *testing.T) {
 }
 
 func itoa(i int) string { return string(rune('0' + i)) }
+
+func TestTopologyGPUDirectMetrics(t *testing.T) {
+	fs := fixtureFS(t, "dgx-h100")
+	dev := func(a string) string { return filepath.Join(fs.Sys, "bus", "pci", "devices", a) }
+	// GPU 0000:18:00.0's port: redirect on; peermem absent; IOMMU groups
+	// modelled, GPU 18 translated.
+	port, err := os.Readlink(dev("0000:18:00.0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := filepath.Base(filepath.Dir(port))
+	b, err := os.ReadFile(filepath.Join("..", "internal", "pciconfig", "testdata", "acs-redirect-on.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{filepath.Join(fs.Sys, "module", "nvidia"), filepath.Join(fs.Sys, "kernel", "iommu_groups", "7")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, err := range []error{
+		os.WriteFile(filepath.Join(dev(parent), "config"), b, 0o444),
+		os.WriteFile(filepath.Join(fs.Sys, "kernel", "iommu_groups", "7", "type"), []byte("DMA\n"), 0o444),
+		os.Symlink(filepath.Join(fs.Sys, "kernel", "iommu_groups", "7"), filepath.Join(dev("0000:18:00.0"), "iommu_group")),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := topologyCollector(t, fs, identities{{Index: 0, UUID: "GPU-a", PCIBusID: "0000:18:00.0"}})
+	want := `
+# HELP gpulink_gpudirect_peermem_loaded 1 if the nvidia_peermem module (GPUDirect RDMA through the RDMA core) is loaded.
+# TYPE gpulink_gpudirect_peermem_loaded gauge
+gpulink_gpudirect_peermem_loaded 0
+# HELP gpulink_pcie_acs_capable 1 if a bridge on a GPU-to-GPU or GPU-to-NIC path has the ACS capability; absent where its extended config space is not readable (not root).
+# TYPE gpulink_pcie_acs_capable gauge
+gpulink_pcie_acs_capable{pci_bus_id="` + parent + `"} 1
+# HELP gpulink_pcie_acs_redirect 1 if ACS on this bridge sends peer traffic up through the root complex instead of across: kind request (P2P Request Redirect), completion (P2P Completion Redirect), egress_control (P2P Egress Control). Peer copies and GPUDirect RDMA below the bridge slow down.
+# TYPE gpulink_pcie_acs_redirect gauge
+gpulink_pcie_acs_redirect{kind="completion",pci_bus_id="` + parent + `"} 1
+gpulink_pcie_acs_redirect{kind="egress_control",pci_bus_id="` + parent + `"} 0
+gpulink_pcie_acs_redirect{kind="request",pci_bus_id="` + parent + `"} 1
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
+		"gpulink_gpudirect_peermem_loaded", "gpulink_pcie_acs_capable", "gpulink_pcie_acs_redirect"); err != nil {
+		t.Error(err)
+	}
+	// Every GPU of the tree: 18 translated, the others in no group.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	translated := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "gpulink_iommu_translated" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "pci_bus_id" {
+					translated[l.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	if len(translated) != 8 || translated["0000:18:00.0"] != 1 || translated["0000:2a:00.0"] != 0 {
+		t.Errorf("gpulink_iommu_translated %v, want 8 GPUs, 0000:18:00.0 alone 1", translated)
+	}
+	problems, err := testutil.CollectAndLint(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("%s: %s", p.Metric, p.Text)
+	}
+}

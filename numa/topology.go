@@ -20,6 +20,8 @@ type Topology struct {
 	Devices map[string]*PCIDevice
 	// GPUs, NICs and NVMe are sorted by address.
 	GPUs, NICs, NVMe []*PCIDevice
+	// GPUDirect is ACS on the GPUs' paths, peermem and IOMMU mode.
+	GPUDirect GPUDirect
 }
 
 // Topology reads NUMA nodes and the PCIe tree. Values that cannot be read
@@ -83,6 +85,7 @@ func (f FS) Topology() (*Topology, error) {
 	slices.SortFunc(topo.GPUs, byAddr)
 	slices.SortFunc(topo.NICs, byAddr)
 	slices.SortFunc(topo.NVMe, byAddr)
+	topo.GPUDirect = f.readGPUDirect(&t, topo)
 	return topo, t.Err()
 }
 

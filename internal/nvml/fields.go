@@ -105,6 +105,10 @@ func init() {
 			})},
 		{id: nvml.FI_DEV_MEMORY_TEMP, what: "memory temperature", fb: -1,
 			set: func(g *GPUState, _ int, v float64) { g.MemoryTemperature = sampler.Some(v) }},
+		// Drivers before 570 do not know the field: NOT_SUPPORTED,
+		// quietly absent.
+		{id: nvml.FI_DEV_GET_GPU_RECOVERY_ACTION, what: "GPU recovery action", fb: -1,
+			set: func(g *GPUState, _ int, v float64) { g.RecoveryAction = sampler.Some(int(v)) }},
 	}
 	for _, t := range throttleFields {
 		reason, policy := t.reason, t.fallback

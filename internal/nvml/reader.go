@@ -37,12 +37,14 @@ const DefaultSlowInterval = 60 * time.Second
 //     that was lost answers again, or one that could not be opened opens.
 //     An NVLink's statics are read again when its state changes.
 //   - slow: ECC counts, row remapping, retired pages, PCIe replay and
-//     correctable error counters, NVLink error counters. Read every slow
+//     correctable error counters, NVLink error counters, NVLink fabric
+//     state and health (nvmlDeviceGetGpuFabricInfoV). Read every slow
 //     interval (DefaultSlowInterval); samples in between carry the last
 //     values, so series do not flap.
 //   - fast: everything else (clocks, power, energy, temperatures, clock
 //     event reasons and times, utilisation, memory use, PCIe and NVLink
-//     link state, NVLink traffic, compute and MIG mode), every sample.
+//     link state, NVLink traffic, compute and MIG mode, the driver's GPU
+//     recovery action), every sample.
 //
 // Values NVML offers as field values are read in one GetFieldValues call
 // per GPU and tier; a GPU that does not support a field is asked the
@@ -62,6 +64,9 @@ type Reader struct {
 	// the 18 calls took 0.012 ms together, where field values cost
 	// 0.06-0.25 ms each (bench/RESULTS.md, 2026-11-21).
 	linkStateFields bool
+	// fabricCall is which fabric info call the library has, looked up on
+	// first use.
+	fabricCall fabricCall
 
 	mu      sync.Mutex
 	ready   bool

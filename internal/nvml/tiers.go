@@ -219,6 +219,7 @@ func (r *Reader) readSlow(rd *read, h nvml.Device, g *GPUState) {
 	if rd.lost {
 		return
 	}
+	r.readFabric(rd, h, g)
 }
 
 // slowValues are the slow tier's values, carried from the sample that read
@@ -228,10 +229,11 @@ type slowValues struct {
 	ecc                  ECC
 	replays, correctable sampler.Opt[float64]
 	linkErrors           []map[string]float64
+	fabric               sampler.Opt[Fabric]
 }
 
 func slowOf(g *GPUState) slowValues {
-	s := slowValues{ecc: g.ECC, replays: g.PCIe.Replays, correctable: g.PCIe.CorrectableErrors}
+	s := slowValues{ecc: g.ECC, replays: g.PCIe.Replays, correctable: g.PCIe.CorrectableErrors, fabric: g.Fabric}
 	s.linkErrors = make([]map[string]float64, len(g.NVLinks))
 	for i := range g.NVLinks {
 		s.linkErrors[i] = g.NVLinks[i].Errors
@@ -242,6 +244,7 @@ func slowOf(g *GPUState) slowValues {
 func (s *slowValues) apply(g *GPUState) {
 	g.ECC = s.ecc
 	g.PCIe.Replays, g.PCIe.CorrectableErrors = s.replays, s.correctable
+	g.Fabric = s.fabric
 	for i := range g.NVLinks {
 		if i < len(s.linkErrors) {
 			g.NVLinks[i].Errors = s.linkErrors[i]

@@ -123,6 +123,13 @@ type GPUState struct {
 
 	ComputeMode sampler.Opt[string]
 	MIGEnabled  sampler.Opt[bool]
+
+	// Fabric is the NVLink fabric registration (slow tier); absent where
+	// the GPU or driver has none.
+	Fabric sampler.Opt[Fabric]
+	// RecoveryAction is what the driver says to do about the GPU
+	// (RecoveryActionNames; 0 none); absent on drivers without the field.
+	RecoveryAction sampler.Opt[int]
 }
 
 // ActiveNVLinks counts the GPU's links that are up.

@@ -30,6 +30,10 @@ type gpuEffects struct {
 	linkErrors map[int]float64
 	// reasons are the clock event reasons held active.
 	reasons []string
+	// fabricDown: the GPU's NVLink fabric registration not started (Fabric
+	// Manager gone); recoveryAction the driver's GPU recovery action.
+	fabricDown     bool
+	recoveryAction int
 	// newPID, when set, is a process a fault started on the GPU
 	// (newProcess), which NVML lists too.
 	newPID int
@@ -104,6 +108,10 @@ func (n *Node) effects(now time.Time) effects {
 			}
 		case Throttle:
 			g.reasons = append(g.reasons, af.Reason)
+		case FabricDown:
+			g.fabricDown = true
+		case RecoveryAction:
+			g.recoveryAction = af.Action
 		case XID:
 			if !af.fired {
 				af.fired = true

@@ -319,12 +319,14 @@ func TestSimulatedExporter(t *testing.T) {
 // README's "Series budget" states it per source.
 const (
 	// seriesBudget bounds what the node serves before its first probe
-	// round: every source but the probe results.
-	seriesBudget = 3000
+	// round: every source but the probe results. 3100 since the NVLink
+	// fabric and recovery action (9 series a GPU: state, status, info,
+	// five health reasons, recovery action) took the DGX H100 to 3070.
+	seriesBudget = 3100
 	// probeBudget bounds what a probe round of every GPU adds: 136 series
 	// a GPU (host copies from each NUMA node, a copy to and from each
 	// peer, latencies, their expectations and ratios, whether the round
-	// was contended: 1062 today). With them the node serves about 4060
+	// was contended: 1062 today). With them the node serves about 4130
 	// series, over the 3000 issue 12 asks for the whole node; that target
 	// is open (README, "Series budget"), and this test only keeps either
 	// part from growing unnoticed.

@@ -37,6 +37,8 @@ const (
 	XID              FaultKind = "xid"
 	ProbeBandwidth   FaultKind = "probe_bandwidth"
 	ProbeLatency     FaultKind = "probe_latency"
+	FabricDown       FaultKind = "fabric_down"
+	RecoveryAction   FaultKind = "recovery_action"
 )
 
 // fieldSpec says which fields a kind takes, each by its YAML name, in the
@@ -63,11 +65,13 @@ var kindFields = map[FaultKind]fieldSpec{
 	XID:              {required: []string{"gpu", "code"}},
 	ProbeBandwidth:   {required: []string{"gpu", "probe", "fraction"}, optional: []string{"peer_gpu"}},
 	ProbeLatency:     {required: []string{"gpu", "probe", "factor"}, optional: []string{"peer_gpu"}},
+	FabricDown:       {required: []string{"gpu"}},
+	RecoveryAction:   {required: []string{"gpu", "action"}},
 }
 
 // FaultKinds lists the kinds in the order the fault file documents them.
 var FaultKinds = []FaultKind{PCIeWidth, PCIeGeneration, NVLinkDown, NVLinkErrors, NICRate, NICDown,
-	NICFlapping, NICSymbolErrors, ProcessFarSocket, ProcessFarMemory, Throttle, XID, ProbeBandwidth, ProbeLatency}
+	NICFlapping, NICSymbolErrors, ProcessFarSocket, ProcessFarMemory, Throttle, XID, ProbeBandwidth, ProbeLatency, FabricDown, RecoveryAction}
 
 // ThrottleReasons are the clock event reasons a throttle fault may hold
 // active: the ones a healthy GPU never shows for long.
@@ -110,6 +114,9 @@ type Fault struct {
 	// PID is a process of the machine on the GPU that a process fault
 	// moves; 0 starts a new one.
 	PID int `yaml:"pid"`
+	// Action is an NVML GPU recovery action, 1 (gpu_reset) to 7
+	// (system_reboot).
+	Action int `yaml:"action"`
 }
 
 // faultField is the index of the Fault field each YAML key decodes into.
@@ -343,6 +350,9 @@ var fieldChecks = map[string]func(f Fault) error{
 	},
 	"probe": checkProbe,
 	"pid":   func(f Fault) error { return want(f.PID > 0, "want a process ID, got %d", f.PID) },
+	"action": func(f Fault) error {
+		return want(f.Action >= 1 && f.Action <= 7, "%d is not a recovery action other than none (1 gpu_reset ... 7 system_reboot)", f.Action)
+	},
 }
 
 // Validate checks a fault's values: every field its kind takes, in the
@@ -429,7 +439,7 @@ func checkPeer(f Fault) error {
 // valueFields say how much, not what: two faults that differ only in them
 // set the same thing, and contradict each other (two widths for one link)
 // or only repeat.
-var valueFields = []string{"width", "generation", "per_second", "fraction", "factor", "period"}
+var valueFields = []string{"width", "generation", "per_second", "fraction", "factor", "period", "action"}
 
 // conflictKey is what a fault sets: its kind (a port's state for nic_down
 // and nic_flapping alike, a process's placement for the process kinds) of

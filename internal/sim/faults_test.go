@@ -27,6 +27,8 @@ faults:
 - {kind: xid,               gpu: 5, code: 79}
 - {kind: probe_bandwidth,   gpu: 6, probe: host_to_device, fraction: 0.5}
 - {kind: probe_latency,     gpu: 7, probe: host_latency, factor: 3}
+- {kind: fabric_down,       gpu: 6}
+- {kind: recovery_action,   gpu: 7, action: 1}
 - kind: probe_bandwidth
   gpu: 6
   probe: peer_copy
@@ -55,6 +57,8 @@ func TestParseContractFile(t *testing.T) {
 		{Kind: XID, GPU: 5, Code: 79, PeerGPU: -1},
 		{Kind: ProbeBandwidth, GPU: 6, Probe: probes.HostToDevice, Fraction: 0.5, PeerGPU: -1},
 		{Kind: ProbeLatency, GPU: 7, Probe: probes.HostLatency, Factor: 3, PeerGPU: -1},
+		{Kind: FabricDown, GPU: 6, PeerGPU: -1},
+		{Kind: RecoveryAction, GPU: 7, Action: 1, PeerGPU: -1},
 		{Kind: ProbeBandwidth, GPU: 6, Probe: probes.PeerCopy, PeerGPU: 7, Fraction: 0.25},
 		{Kind: PCIeWidth, GPU: -1, Device: "0000:b8:00.0", Width: 4, PeerGPU: -1},
 	}

@@ -381,6 +381,19 @@ func (l *live) writeNVML(m *nvmlmodel.Library, dt float64, eff effects) {
 		}
 		g.MemClockMHz = g.MemMaxMHz
 
+		// A GPU with a fabric (NVSwitch profiles): registered and healthy,
+		// or, with Fabric Manager gone, not started and disconnected.
+		if g.Fabric != nil {
+			g.Fabric = nvmlmodel.HealthyFabric(g.Fabric.ClusterUuid, g.Fabric.CliqueId)
+			if e.fabricDown {
+				const gfm = nvml.GPU_FABRIC_HEALTH_MASK_WIDTH_GFM_STATE << nvml.GPU_FABRIC_HEALTH_MASK_SHIFT_GFM_STATE
+				g.Fabric.State = nvml.GPU_FABRIC_STATE_NOT_STARTED
+				g.Fabric.HealthMask = g.Fabric.HealthMask&^gfm |
+					nvml.GPU_FABRIC_HEALTH_MASK_GFM_STATE_DISCONNECTED<<nvml.GPU_FABRIC_HEALTH_MASK_SHIFT_GFM_STATE
+			}
+		}
+		g.Fields[nvmlmodel.FieldKey{ID: nvml.FI_DEV_GET_GPU_RECOVERY_ACTION}] = float64(e.recoveryAction)
+
 		g.PCIeGen, g.PCIeWidth = g.PCIeMaxGen, g.PCIeMaxWidth
 		if e.Generation > 0 {
 			g.PCIeGen = e.Generation

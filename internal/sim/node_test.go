@@ -989,3 +989,31 @@ func TestRun(t *testing.T) {
 		t.Errorf("status %+v after ticking", st)
 	}
 }
+
+func TestFabricDownAndRecoveryAction(t *testing.T) {
+	n, write := nodeWithFile(t, "dgx-h100")
+	write("faults:\n- {kind: fabric_down, gpu: 6}\n- {kind: recovery_action, gpu: 7, action: 4}\n")
+	step(t, n, time.Second)
+	snap := gpus(t, n)
+	for i, g := range snap.GPUs {
+		wantState, wantAction := 3, 0
+		if i == 6 {
+			wantState = 1
+		}
+		if i == 7 {
+			wantAction = 4
+		}
+		if !g.Fabric.Valid || g.Fabric.V.State != wantState || g.Fabric.V.Health["fabric_manager_disconnected"] != (i == 6) {
+			t.Errorf("GPU %d fabric %+v, want state %d", i, g.Fabric, wantState)
+		}
+		if !g.RecoveryAction.Valid || g.RecoveryAction.V != wantAction {
+			t.Errorf("GPU %d recovery action %+v, want %d", i, g.RecoveryAction, wantAction)
+		}
+	}
+	write("")
+	step(t, n, time.Second)
+	snap = gpus(t, n)
+	if g := snap.GPUs[6]; g.Fabric.V.State != 3 || g.Fabric.V.Health["fabric_manager_disconnected"] || snap.GPUs[7].RecoveryAction.V != 0 {
+		t.Errorf("after removal: GPU 6 fabric %+v, GPU 7 recovery %+v", g.Fabric, snap.GPUs[7].RecoveryAction)
+	}
+}

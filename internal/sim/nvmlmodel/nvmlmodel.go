@@ -84,6 +84,11 @@ type GPU struct {
 	// Processes answers GetComputeRunningProcesses, MPSProcesses
 	// GetMPSComputeRunningProcesses; nil answers an empty list.
 	Processes, MPSProcesses []gonvml.ProcessInfo
+	// Fabric answers the fabric info call (method name "GetGpuFabricInfoV"
+	// in Unsupported and Errors); nil answers NOT_SUPPORTED, as a GPU
+	// outside an NVSwitch system. Set the recovery action as the field
+	// gonvml.FI_DEV_GET_GPU_RECOVERY_ACTION in Fields.
+	Fabric *gonvml.GpuFabricInfo_v3
 }
 
 // Link is one fake NVLink.
@@ -165,6 +170,12 @@ func New(m *machine.Machine) *Library {
 		g.PCIeGen, g.PCIeWidth = d.Gen, d.Width
 		g.PCIeMaxGen, g.PCIeMaxWidth, g.PCIeGPUMaxGen = d.MaxGen, d.MaxWidth, d.MaxGen
 		g.MemBusWidth = board.memBusWidth
+		// Drivers from 570 report a recovery action; NVSwitch systems a
+		// fabric, all GPUs in one clique.
+		g.Fields[FieldKey{gonvml.FI_DEV_GET_GPU_RECOVERY_ACTION, 0}] = float64(gonvml.GPU_RECOVERY_ACTION_NONE)
+		if len(m.NVLink.Switches) > 0 {
+			g.Fabric = HealthyFabric(simClusterUUID, 1)
+		}
 		for l := range g.NVLinks {
 			k := Link{Up: true, Version: uint32(gonvml.NVLINK_VERSION_4_0), RemoteType: gonvml.NVLINK_DEVICE_TYPE_SWITCH}
 			if sw := m.NVLink.Switches; len(sw) > 0 {
@@ -237,6 +248,46 @@ func newLibrary(s *server.Server, nvlinks int) *Library {
 // nvmlBusID turns sysfs's 0000:18:00.0 into NVML's 00000000:18:00.0.
 func nvmlBusID(sysfs string) string {
 	return strings.ToUpper("0000" + sysfs)
+}
+
+// simClusterUUID is the simulated NVLink domain's cluster uuid.
+var simClusterUUID = [16]uint8{0x5a, 0x1e, 0x7d, 0x2c, 0x41, 0x0b, 0x4e, 0x9a, 0x8f, 0x31, 0x6c, 0x02, 0xd4, 0xe5, 0x77, 0x10}
+
+// GpuFabricInfo answers the fabric info call for the GPU of handle h (an
+// nvml.FabricSource: go-nvml's mock cannot carry the versioned call).
+func (m *Library) GpuFabricInfo(h gonvml.Device) (gonvml.GpuFabricInfo_v3, gonvml.Return) {
+	for _, g := range m.GPUs {
+		if gonvml.Device(g.Device) != h {
+			continue
+		}
+		var info gonvml.GpuFabricInfo_v3
+		ret := g.locked(g.call("GetGpuFabricInfoV"), func() {
+			if g.Fabric != nil {
+				info = *g.Fabric
+			}
+		})
+		if ret == gonvml.SUCCESS && g.Fabric == nil {
+			ret = gonvml.ERROR_NOT_SUPPORTED
+		}
+		return info, ret
+	}
+	return gonvml.GpuFabricInfo_v3{}, gonvml.ERROR_INVALID_ARGUMENT
+}
+
+// HealthyFabric is the fabric info of a GPU registered with a healthy
+// NVSwitch fabric, in clique clique of cluster uuid.
+func HealthyFabric(uuid [16]uint8, clique uint32) *gonvml.GpuFabricInfo_v3 {
+	const (
+		bw     = gonvml.GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE << gonvml.GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW
+		rr     = gonvml.GPU_FABRIC_HEALTH_MASK_ROUTE_RECOVERY_FALSE << gonvml.GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_RECOVERY
+		ru     = gonvml.GPU_FABRIC_HEALTH_MASK_ROUTE_UNHEALTHY_FALSE << gonvml.GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_UNHEALTHY
+		at     = gonvml.GPU_FABRIC_HEALTH_MASK_ACCESS_TIMEOUT_RECOVERY_FALSE << gonvml.GPU_FABRIC_HEALTH_MASK_SHIFT_ACCESS_TIMEOUT_RECOVERY
+		config = gonvml.GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_NONE << gonvml.GPU_FABRIC_HEALTH_MASK_SHIFT_INCORRECT_CONFIGURATION
+	)
+	return &gonvml.GpuFabricInfo_v3{Version: 3, ClusterUuid: uuid, CliqueId: clique,
+		State: gonvml.GPU_FABRIC_STATE_COMPLETED, Status: uint32(gonvml.SUCCESS),
+		HealthMask:    bw | rr | ru | at | config,
+		HealthSummary: gonvml.GPU_FABRIC_HEALTH_SUMMARY_HEALTHY}
 }
 
 // Update changes machine state under its lock, so a running sampler never
