@@ -40,9 +40,11 @@ type config struct {
 	// One per row of the table: its switch, interval and timeout.
 	src [numSources]setting
 	// The sources' other flags.
-	nvmlLib    string
-	nvmlSlow   time.Duration
-	perProcess bool
+	nvmlLib  string
+	nvmlSlow time.Duration
+	// nvlinkSpeed exports the per-link speed series.
+	nvlinkSpeed bool
+	perProcess  bool
 	// probe holds the scheduler's flags; main adds what it runs on.
 	probe      probes.SchedulerConfig
 	probeKinds []string

@@ -87,11 +87,13 @@ var sources = [numSources]source{
 			f("library", "Path or name of the NVML library to load.").Default("libnvidia-ml.so.1").StringVar(&c.nvmlLib)
 			f("slow-interval", "How often to read NVML's slow counters (ECC, row remapping, retired pages, PCIe and NVLink error counters, NVLink fabric state); samples in between carry the last values. At most as often as --nvml.interval.").
 				Default(nvml.DefaultSlowInterval.String()).DurationVar(&c.nvmlSlow)
+			f("nvlink-speed", "Export gpulink_gpu_nvlink_speed_bytes_per_second for every NVLink: a constant per link that no shipped rule or panel reads (18 series a GPU on NVLink 4).").
+				Default("false").BoolVar(&c.nvlinkSpeed)
 		},
 		check: checkNVML,
 		start: func(w *wiring, s setting) {
 			w.nvml = sample(w, s, w.reader)
-			w.reg.MustRegister(collector.NewNVMLCollector(w.nvml))
+			w.reg.MustRegister(collector.NewNVMLCollector(w.nvml, collector.WithNVLinkSpeed(w.cfg.nvlinkSpeed)))
 		},
 	},
 	xidSource: {

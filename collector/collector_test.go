@@ -48,7 +48,7 @@ func newNode(t *testing.T, m *nvmlmodel.Library) *node {
 	n.cancel = cancel
 	t.Cleanup(cancel)
 	go n.xid.Run(ctx, 10*time.Millisecond)
-	n.metrics = collector.NewNVMLCollector(n.nvml)
+	n.metrics = collector.NewNVMLCollector(n.nvml, collector.WithNVLinkSpeed(true))
 	n.reg = prometheus.NewRegistry()
 	n.reg.MustRegister(n.metrics, collector.NewXIDCollector(n.xid, n.reader),
 		collector.NewExporterCollector(n.nvml, n.xid))

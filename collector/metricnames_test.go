@@ -149,7 +149,7 @@ func simulatedDGX(t *testing.T) []prometheus.Collector {
 		versioncollector.NewCollector("gpulink_exporter"),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		collector.NewNVMLCollector(nvmlS), collector.NewXIDCollector(xid, reader),
+		collector.NewNVMLCollector(nvmlS, collector.WithNVLinkSpeed(true)), collector.NewXIDCollector(xid, reader),
 		collector.NewTopologyCollector(topo, reader), collector.NewNICCollector(nic),
 		collector.NewProcessCollector(place, true), collector.NewProbeCollector(sched),
 		// No DCGM or kubelet on the simulated node: described, not gathered.

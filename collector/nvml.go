@@ -21,7 +21,18 @@ func gpuDesc(subsystem, name, help string, extra ...string) *prometheus.Desc {
 type NVMLCollector struct {
 	snapshotMetrics[*nvml.Snapshot]
 	d nvmlDescs
+	// linkSpeed exports each NVLink's rate: a constant per link (25 GB/s
+	// on NVLink 4) repeated 18 times a GPU, which no rule or panel reads;
+	// off unless asked for (WithNVLinkSpeed, --nvml.nvlink-speed).
+	linkSpeed bool
 }
+
+// NVMLOption changes what NewNVMLCollector exports.
+type NVMLOption func(*NVMLCollector)
+
+// WithNVLinkSpeed exports gpulink_gpu_nvlink_speed_bytes_per_second per
+// link.
+func WithNVLinkSpeed(on bool) NVMLOption { return func(c *NVMLCollector) { c.linkSpeed = on } }
 
 type nvmlDescs struct {
 	driverInfo, info, lost, pstate                    *prometheus.Desc
@@ -42,7 +53,7 @@ type nvmlDescs struct {
 }
 
 // NewNVMLCollector renders the snapshots of src.
-func NewNVMLCollector(src latester[*nvml.Snapshot]) *NVMLCollector {
+func NewNVMLCollector(src latester[*nvml.Snapshot], opts ...NVMLOption) *NVMLCollector {
 	c := &NVMLCollector{d: nvmlDescs{
 		driverInfo: newDesc("", "driver_info", "NVIDIA driver, CUDA driver API and NVML versions; value 1.",
 			"driver_version", "cuda_driver_version", "nvml_version"),
@@ -112,6 +123,9 @@ func NewNVMLCollector(src latester[*nvml.Snapshot]) *NVMLCollector {
 		pairP2P: newDesc("gpu", "pair_p2p_supported", "1 if peer-to-peer access of this kind is supported between the GPUs.",
 			"gpu", "peer_gpu", "capability"),
 	}}
+	for _, o := range opts {
+		o(c)
+	}
 	c.init(src, c.render)
 	return c
 }
@@ -292,7 +306,9 @@ func (c *NVMLCollector) renderNVLinks(o *out, g *nvml.GPUState) {
 		link := itoa(l.Link)
 		o.gauge(d.nvlinkUp, boolFloat(l.Active), link)
 		o.optInt(d.nvlinkVersion, l.Version, link)
-		o.optGauge(d.nvlinkSpeed, l.SpeedBytes, link)
+		if c.linkSpeed {
+			o.optGauge(d.nvlinkSpeed, l.SpeedBytes, link)
+		}
 		if l.Active && l.RemotePCIBusID != "" {
 			o.gauge(d.nvlinkRemote, 1, link, l.RemotePCIBusID, l.RemoteType)
 		}
