@@ -25,13 +25,15 @@ type Sampled struct {
 
 	mu      sync.Mutex
 	running bool                // Run samples; else every ask gathers
+	asked   time.Time           // the last ask
+	taken   time.Time           // when mfs was gathered
 	mfs     []*dto.MetricFamily // of the last sample
 	encoded [2]Encoded          // mfs in the text format and OpenMetrics, made once
 	wanted  [2][2]bool          // formats asked for, and whether deflated
 }
 
-// NewSampled samples c every interval once Run runs; until then it
-// gathers c at every scrape.
+// NewSampled samples c every interval once Run runs, while it is being
+// scraped; until then it gathers c at every scrape.
 func NewSampled(c prometheus.Collector, interval time.Duration, logger *slog.Logger) *Sampled {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -41,11 +43,17 @@ func NewSampled(c prometheus.Collector, interval time.Duration, logger *slog.Log
 	return &Sampled{c: c, reg: reg, interval: interval, logger: logger}
 }
 
+// idleAfter is how long after the last scrape Run stops sampling: with
+// nobody scraping, sampling is only cost. The next scrape samples then.
+const idleAfter = 10 * time.Minute
+
 // Run samples every interval until ctx ends.
 func (s *Sampled) Run(ctx context.Context) {
 	t := time.NewTicker(s.interval)
 	defer t.Stop()
-	s.sample(true)
+	s.mu.Lock()
+	s.running = true
+	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		s.running = false
@@ -56,21 +64,26 @@ func (s *Sampled) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			s.sample(true)
+			s.mu.Lock()
+			scraped := !s.asked.IsZero() && time.Since(s.asked) < idleAfter
+			s.mu.Unlock()
+			if scraped {
+				s.sample()
+			}
 		}
 	}
 }
 
 // sample gathers c and encodes it in the formats asked for so far.
-func (s *Sampled) sample(running bool) {
+func (s *Sampled) sample() {
+	taken := time.Now()
 	mfs, err := s.reg.Gather()
 	if err != nil {
 		s.logger.Error("error gathering metrics", "err", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.running = running
-	s.mfs, s.encoded = mfs, [2]Encoded{}
+	s.mfs, s.encoded, s.taken = mfs, [2]Encoded{}, taken
 	for f := range s.wanted {
 		for z, w := range s.wanted[f] {
 			if w {
@@ -106,13 +119,16 @@ func (s *Sampled) Describe(ch chan<- *prometheus.Desc) { s.c.Describe(ch) }
 // Collect implements prometheus.Collector: a collection now, for Gather.
 func (s *Sampled) Collect(ch chan<- prometheus.Metric) { s.c.Collect(ch) }
 
-// EncodeText implements TextCollector: the last sample, encoded once.
+// EncodeText implements TextCollector: the last sample, encoded once; a
+// new one if Run does not run or has not sampled for two intervals.
 func (s *Sampled) EncodeText(openMetrics, deflate bool) Encoded {
+	now := time.Now()
 	s.mu.Lock()
-	running := s.running
+	s.asked = now
+	stale := !s.running || now.Sub(s.taken) > 2*s.interval
 	s.mu.Unlock()
-	if !running {
-		s.sample(false)
+	if stale {
+		s.sample()
 	}
 	f := 0
 	if openMetrics {

@@ -35,10 +35,15 @@ func TestSampledCollectsOffTheScrape(t *testing.T) {
 	if e := s.EncodeText(false, false); !strings.Contains(string(e.Text), "collects 2\n") {
 		t.Fatalf("before Run: %s", e.Text)
 	}
+	s.interval = 20 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go s.Run(ctx)
 	testwait.Until(t, func() bool { return c.n.Load() == 3 })
+	cancel()
+	testwait.Until(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return !s.running })
+	s.interval = time.Hour
+	s.running = true // as if Run were still running, without its ticks
 	for range 3 {
 		e := s.EncodeText(true, true)
 		if !bytes.Equal(e.Text, []byte("# HELP collects Collects so far.\n# TYPE collects gauge\ncollects 3.0\n")) {
@@ -53,11 +58,25 @@ func TestSampledCollectsOffTheScrape(t *testing.T) {
 		t.Errorf("%d collects, want 3: scrapes collected", n)
 	}
 	// A sample encodes the formats asked for, ahead of the scrape.
-	s.sample(true)
+	s.sample()
 	s.mu.Lock()
 	ready := s.encoded[1].Deflated != nil && s.encoded[0].Text != nil && s.encoded[0].Deflated == nil
 	s.mu.Unlock()
 	if !ready {
 		t.Error("a sample did not encode the formats scrapes asked for, or deflated one nobody asked deflated")
 	}
+}
+
+func TestSampledIdleWithoutScrapes(t *testing.T) {
+	c := &counting{desc: prometheus.NewDesc("collects", "Collects so far.", nil, nil)}
+	s := NewSampled(c, time.Millisecond, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Run(ctx)
+	time.Sleep(20 * time.Millisecond)
+	if n := c.n.Load(); n != 0 {
+		t.Errorf("%d collects with nobody scraping", n)
+	}
+	s.EncodeText(false, false)
+	testwait.Until(t, func() bool { return c.n.Load() > 3 })
 }
