@@ -12,9 +12,11 @@ import (
 	"os/signal"
 	"runtime"
 	"syscall"
+	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	"github.com/prometheus/common/promslog"
@@ -24,6 +26,10 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/sim"
 	"github.com/gpulink/gpulink_exporter/numa"
 )
+
+// selfMetricsInterval is how often the exporter's own go_* and process_*
+// metrics are collected, off the scrape path.
+const selfMetricsInterval = 5 * time.Second
 
 func main() {
 	l := newCLI()
@@ -78,7 +84,14 @@ func run(l *cli, command string, logger *slog.Logger) int {
 	reg := scrape.NewRegistry()
 	reg.MustRegister(versioncollector.NewCollector("gpulink_exporter"))
 	if !c.noExporterMetrics {
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		// Sampled on their own schedule: the process collector reads
+		// /proc at every collect, a millisecond of a scrape.
+		for _, self := range []prometheus.Collector{collectors.NewGoCollector(),
+			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+			s := scrape.NewSampled(self, selfMetricsInterval, logger)
+			go s.Run(ctx)
+			reg.MustRegister(s)
+		}
 	}
 	w := &wiring{ctx: ctx, cfg: c, logger: logger, reg: reg, fsys: fsys, newNVML: newNVML, sim: node}
 	defer w.close()

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/gpulink/gpulink_exporter/collector"
@@ -120,8 +121,14 @@ func simNode(tb testing.TB, h *hooks) benchNode {
 		collector.NewTopologyCollector(source(h, topo), reader), collector.NewNICCollector(source(h, nic)),
 		collector.NewProcessCollector(source(h, place), true), collector.NewProbeCollector(sched)}
 	reg := scrape.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		collector.NewXIDCollector(xid, reader), collector.NewExporterCollector(nv, xid, topo, place, nic, sched, node))
+	// As main.go: the exporter's own metrics sampled apart.
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		s := scrape.NewSampled(c, time.Hour, nil)
+		go s.Run(ctx)
+		reg.MustRegister(s)
+	}
+	reg.MustRegister(collector.NewXIDCollector(xid, reader), collector.NewExporterCollector(nv, xid, topo, place, nic, sched, node))
 	for _, c := range texts {
 		reg.MustRegister(c)
 	}
