@@ -108,17 +108,10 @@ func stderrLine(s string) string {
 	return line
 }
 
-// Args are the child's flags for o, in a fixed order. Sizes and sample
-// counts of 0 or less are sent as the defaults, so a zero Options asks for
-// a default round rather than an invalid one.
+// Args are the child's flags for o, in a fixed order. o is sent as it is:
+// the scheduler validated it (Options.Validate), and the child validates
+// it again, so a zero size or sample count is refused, not defaulted.
 func (o Options) Args() []string {
-	size, samples := o.SizeBytes, o.Samples
-	if size <= 0 {
-		size = DefaultSizeBytes
-	}
-	if samples <= 0 {
-		samples = DefaultSamples
-	}
 	args := make([]string, 0, 4+len(o.Peers)+len(o.HostNodes)+len(o.Probes))
 	args = append(args, "--gpu="+o.GPU)
 	for _, p := range o.Peers {
@@ -135,7 +128,7 @@ func (o Options) Args() []string {
 	for _, k := range o.Probes {
 		args = append(args, "--probe="+string(k))
 	}
-	return append(args, "--size="+strconv.FormatInt(size, 10), "--samples="+strconv.Itoa(samples))
+	return append(args, "--size="+strconv.FormatInt(o.SizeBytes, 10), "--samples="+strconv.Itoa(o.Samples))
 }
 
 var (

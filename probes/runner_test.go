@@ -21,7 +21,7 @@ func TestRunnerOptionsArgs(t *testing.T) {
 		o    Options
 		want []string
 	}{
-		{"zero asks for defaults and unbound memory", Options{GPU: testGPU},
+		{"no host nodes asks for unbound memory", Options{GPU: testGPU, SizeBytes: DefaultSizeBytes, Samples: DefaultSamples},
 			[]string{"--gpu=" + testGPU, "--no-host-node-binding", "--size=67108864", "--samples=3"}},
 		{"everything", Options{GPU: testGPU, Peers: []string{"0000:2a:00.0", "0000:3a:00.0"}, HostNodes: []int{1, 0},
 			Probes: []Kind{HostToDevice, PeerCopy}, SizeBytes: 1 << 20, Samples: 7},
