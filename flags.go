@@ -138,7 +138,7 @@ func probeFlags(f flagFunc, c *config) {
 	f("max-duty", "Most of a GPU's time the probes may take: a round that cost a GPU L seconds (its probes and its peers' against it) is followed by at least L / this. 1 turns the bound off.").Default("0.001").Float64Var(&c.probe.MaxDuty)
 	f("first-delay", "Wait before the first probe round after start-up.").Default("1m").DurationVar(&c.probe.FirstDelay)
 	f("jitter", "Spread of the probe interval, as a fraction of it, so a fleet does not probe in step.").Default("0.1").Float64Var(&c.probe.Jitter)
-	f("size", "Size of one transfer for the bandwidth probes; each probe holds at most two such buffers on the GPU and two pinned on the host.").Default("64MiB").BytesVar((*units.Base2Bytes)(&c.probe.Options.SizeBytes))
+	f("size", "Size of one transfer for the bandwidth probes; each probe holds at most two such buffers on the GPU and two pinned on the host.").Default(units.Base2Bytes(probes.DefaultSizeBytes).String()).BytesVar((*units.Base2Bytes)(&c.probe.Options.SizeBytes))
 	f("samples", "Timed samples per probe result; the median is exported.").Default(strconv.Itoa(probes.DefaultSamples)).IntVar(&c.probe.Options.Samples)
 	f("kind", "Probe to run (repeatable); default all.").EnumsVar(&c.probeKinds, probes.KindNames()...)
 	f("utilization-threshold", "Under the idle policy, skip a GPU busier than this (0..1).").Default("0.05").Float64Var(&c.probe.UtilizationThreshold)
