@@ -1,0 +1,211 @@
+package probes
+
+import (
+	"context"
+	"time"
+)
+
+// Collective probes: what NCCL builds over the links. A collective round
+// creates one communicator over GPUs that are all idle and times each
+// collective as nccl-tests times it (warm-up, then iterations between
+// CUDA events), reporting algorithm and bus bandwidth as nccl-tests
+// reports them, and the transport NCCL chose between each pair of ranks.
+// The same round structure serves a node's own GPUs (one process, every
+// rank local) and a node-to-node probe (two processes on two nodes, each
+// with its ranks, joined by an NCCL unique id handed over by the
+// exporters).
+
+// CollectiveContractVersion changes whenever the JSON of CollectiveRound
+// changes incompatibly.
+const CollectiveContractVersion = 1
+
+// Collective names one NCCL operation, as nccl-tests names its tests.
+type Collective string
+
+// The collectives, in the order a round runs them.
+const (
+	AllReduce     Collective = "all_reduce"
+	AllGather     Collective = "all_gather"
+	ReduceScatter Collective = "reduce_scatter"
+	// AllToAll is grouped send/recv, each rank sending size/n to every
+	// rank, as nccl-tests' alltoall.
+	AllToAll Collective = "all_to_all"
+	// SendRecv is one rank sending to one other: each pair of GPUs once,
+	// from the lower rank to the higher (bus factor 1).
+	SendRecv Collective = "send_recv"
+)
+
+// Collectives lists every collective in run order.
+var Collectives = []Collective{AllReduce, AllGather, ReduceScatter, AllToAll, SendRecv}
+
+// BusFactor is nccl-tests' factor from algorithm bandwidth to bus
+// bandwidth for a collective over n ranks: what each rank's link must
+// carry per byte of the operation's size. 0 for an unknown collective
+// or n < 1.
+func BusFactor(c Collective, n int) float64 {
+	if n < 1 {
+		return 0
+	}
+	f := float64(n)
+	switch c {
+	case AllReduce:
+		return 2 * (f - 1) / f
+	case AllGather, ReduceScatter, AllToAll:
+		return (f - 1) / f
+	case SendRecv:
+		return 1
+	}
+	return 0
+}
+
+// Transport kinds NCCL connects two ranks with.
+const (
+	TransportP2P     = "p2p"     // CUDA peer to peer: NVLink, or PCIe where the platform allows
+	TransportSHM     = "shm"     // through host shared memory
+	TransportNet     = "net"     // the network plugin: sockets, IB verbs, EFA...
+	TransportCollNet = "collnet" // in-network reduction
+	TransportNVLS    = "nvls"    // NVLink SHARP (multicast); off unless the operator turns it on
+	TransportUnknown = "unknown"
+)
+
+// Transport is one connection NCCL made from one rank to another on one
+// channel, as its INFO log names it ("Channel 00/0 : 0[0] -> 1[1] via
+// P2P/CUMEM/read").
+type Transport struct {
+	Channel  int `json:"channel"`
+	FromRank int `json:"from_rank"`
+	ToRank   int `json:"to_rank"`
+	// Kind is one of the Transport* kinds.
+	Kind string `json:"kind"`
+	// Detail is NCCL's own name for it: "P2P/CUMEM/read", "NET/Socket/0",
+	// "NET/IB/0/GDRDMA", "SHM/direct/direct".
+	Detail string `json:"detail,omitempty"`
+}
+
+// CollectiveOptions are what a collective round measures and how hard.
+type CollectiveOptions struct {
+	// GPUs are this process's GPUs by PCI address, in rank order from
+	// FirstRank.
+	GPUs []string
+	// Collectives to run; empty means all.
+	Collectives []Collective
+	// SizeBytes is the operation's size for the bandwidth results, as
+	// nccl-tests' -b: the buffer of an all-reduce, the gathered buffer of
+	// an all-gather, the scattered one of a reduce-scatter, each rank's
+	// whole send buffer of an all-to-all, one send of a send/recv.
+	SizeBytes int64
+	// SmallBytes is the size the latency results are taken at.
+	SmallBytes int64
+	// Warmup operations run before the timed ones, Iterations are timed
+	// between two CUDA events and averaged (nccl-tests' -w and -n), and
+	// that is repeated Samples times for the median and extremes.
+	Warmup, Iterations, Samples int
+
+	// Ranks is the communicator's size: len(GPUs) on one node, more when
+	// other processes (on other nodes) hold the other ranks.
+	Ranks int
+	// FirstRank is the rank of GPUs[0].
+	FirstRank int
+	// UniqueID is the NCCL unique id (hex) the communicator is joined
+	// with. Empty: this process makes it (it must then hold rank 0) and,
+	// when other processes take part, hands it out before initialising.
+	UniqueID string
+	// Peer names the other node in a node-to-node probe (the target as
+	// Prometheus gave it); empty inside a node.
+	Peer string
+}
+
+// CollectiveResult is one collective at one size. Seconds is the time of
+// one operation; the bandwidths follow from it and SizeBytes as nccl-tests
+// computes them. Error is set instead when it gave no value.
+type CollectiveResult struct {
+	Collective Collective `json:"collective"`
+	SizeBytes  int64      `json:"size_bytes"`
+	// Ranks took part: all the communicator's, or two for send/recv.
+	Ranks int `json:"ranks"`
+	// FromRank and ToRank are the sender and receiver of a send/recv.
+	FromRank *int `json:"from_rank,omitempty"`
+	ToRank   *int `json:"to_rank,omitempty"`
+	// Seconds is one operation's time (the median over Samples of the
+	// average over Iterations); SampleMin and SampleMax the fastest and
+	// slowest sample's.
+	Seconds   float64 `json:"seconds,omitempty"`
+	SampleMin float64 `json:"sample_min,omitempty"`
+	SampleMax float64 `json:"sample_max,omitempty"`
+	// AlgBytesPerSecond is SizeBytes / Seconds; BusBytesPerSecond that
+	// times BusFactor.
+	AlgBytesPerSecond float64 `json:"alg_bytes_per_second,omitempty"`
+	BusBytesPerSecond float64 `json:"bus_bytes_per_second,omitempty"`
+	// ExpectedBusBytesPerSecond is what the slowest link the operation
+	// crosses should carry (the daemon fills it in); 0 when not known.
+	ExpectedBusBytesPerSecond float64 `json:"expected_bus_bytes_per_second,omitempty"`
+
+	Error string `json:"error,omitempty"`
+}
+
+// CollectiveRound is what one run of the collective child prints.
+type CollectiveRound struct {
+	Version int       `json:"version"`
+	Started time.Time `json:"started"`
+	PID     int       `json:"pid,omitempty"`
+	Seconds float64   `json:"seconds"`
+	// NCCLVersion is ncclGetVersion's code: 22703 for 2.27.3.
+	NCCLVersion int `json:"nccl_version,omitempty"`
+	// GPUs are this process's GPUs, in rank order from FirstRank.
+	GPUs      []string `json:"gpus"`
+	Ranks     int      `json:"ranks"`
+	FirstRank int      `json:"first_rank"`
+	Peer      string   `json:"peer,omitempty"`
+
+	Results    []CollectiveResult `json:"results"`
+	Transports []Transport        `json:"transports,omitempty"`
+
+	// The round's cost on each of this process's GPUs (they all work at
+	// once): GPU time of the timed work and warm-up, the most device
+	// memory the buffers took, and how long a context was held.
+	BusySeconds       float64 `json:"busy_seconds"`
+	DeviceMemoryBytes int64   `json:"device_memory_bytes"`
+	ContextSeconds    float64 `json:"context_seconds"`
+
+	// Error is set when no communicator could be made (no NCCL library,
+	// a GPU that could not be opened, the other node never joined).
+	Error string `json:"error,omitempty"`
+}
+
+// CollectiveMeasurer is the collective seam: NCCL over CUDA in the
+// collective child, the link model in the simulated node.
+type CollectiveMeasurer interface {
+	// NCCLVersion is the library's version code, 0 when unknown.
+	NCCLVersion() int
+	// OpenComm makes this process's part of the communicator o describes.
+	// When o.UniqueID is empty and o.Ranks > len(o.GPUs), the new id is
+	// sent on ids (hex) before the other ranks are waited for. ctx bounds
+	// everything done through the communicator: at its end a hung
+	// communicator is aborted.
+	OpenComm(ctx context.Context, o CollectiveOptions, ids chan<- string) (Communicator, error)
+}
+
+// Communicator is this process's ranks of one communicator. Every process
+// of the communicator makes the same calls in the same order; a call
+// involving no local rank returns at once.
+type Communicator interface {
+	// Collective times c at size bytes over every rank (nccl-tests'
+	// meaning of size): seconds per operation.
+	Collective(c Collective, size int64) (Measured, error)
+	// SendRecv times rank from sending size bytes to rank to.
+	SendRecv(from, to int, size int64) (Measured, error)
+	// Transports are the connections NCCL has made so far.
+	Transports() []Transport
+	// Cost is what the round has cost each local GPU so far.
+	Cost() Cost
+	// Close destroys the communicator (aborting it when a call failed or
+	// timed out) and returns how long a context was held, in seconds.
+	Close() float64
+}
+
+// CollectiveRunner runs one collective round: in a child process for
+// real, in process for the simulated node. With o.UniqueID empty and
+// o.Ranks > len(o.GPUs) the id is sent on ids as soon as it exists.
+type CollectiveRunner interface {
+	RunCollectives(ctx context.Context, o CollectiveOptions, ids chan<- string) (*CollectiveRound, error)
+}
