@@ -2,6 +2,9 @@ package probes
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"slices"
 	"time"
 )
 
@@ -208,4 +211,92 @@ type Communicator interface {
 // o.Ranks > len(o.GPUs) the id is sent on ids as soon as it exists.
 type CollectiveRunner interface {
 	RunCollectives(ctx context.Context, o CollectiveOptions, ids chan<- string) (*CollectiveRound, error)
+}
+
+// MeasureCollectiveRound runs one collective round over m: every
+// collective asked for, in run order, at o.SizeBytes for the bandwidth and
+// o.SmallBytes for the latency; send/recv once per pair of ranks, lower
+// to higher. Every process of a communicator runs it with the same
+// options but its own GPUs, so all make the same calls in the same order.
+func MeasureCollectiveRound(ctx context.Context, m CollectiveMeasurer, o CollectiveOptions, ids chan<- string) *CollectiveRound {
+	round := &CollectiveRound{Version: CollectiveContractVersion, Started: time.Now().UTC(), PID: os.Getpid(),
+		NCCLVersion: m.NCCLVersion(), GPUs: slices.Clone(o.GPUs), Ranks: o.Ranks, FirstRank: o.FirstRank,
+		Peer: o.Peer, Results: []CollectiveResult{}}
+	defer func() { round.Seconds = time.Since(round.Started).Seconds() }()
+	if round.GPUs == nil {
+		round.GPUs = []string{}
+	}
+	comm, err := m.OpenComm(ctx, o, ids)
+	if err != nil {
+		round.Error = err.Error()
+		return round
+	}
+	defer func() {
+		c := comm.Cost()
+		round.BusySeconds, round.DeviceMemoryBytes = c.BusySeconds, c.DeviceMemoryBytes
+		round.Transports = comm.Transports()
+		round.ContextSeconds = comm.Close()
+	}()
+	for _, c := range collectivesToRun(o.Collectives) {
+		for _, size := range []int64{o.SizeBytes, o.SmallBytes} {
+			if ctx.Err() != nil {
+				return round
+			}
+			if c != SendRecv {
+				t, err := comm.Collective(c, size)
+				round.Results = append(round.Results, collectiveResult(CollectiveResult{Collective: c, SizeBytes: size, Ranks: o.Ranks}, t, err))
+				continue
+			}
+			for _, p := range sendRecvPairs(o.Ranks) {
+				if ctx.Err() != nil {
+					return round
+				}
+				from, to := p[0], p[1]
+				t, err := comm.SendRecv(from, to, size)
+				round.Results = append(round.Results, collectiveResult(CollectiveResult{Collective: c, SizeBytes: size, Ranks: 2, FromRank: &from, ToRank: &to}, t, err))
+			}
+		}
+	}
+	return round
+}
+
+func collectivesToRun(want []Collective) []Collective {
+	if len(want) == 0 {
+		return Collectives
+	}
+	var out []Collective
+	for _, c := range Collectives {
+		if slices.Contains(want, c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// sendRecvPairs is every pair of ranks once, lower to higher, in order.
+func sendRecvPairs(ranks int) [][2]int {
+	var out [][2]int
+	for a := range ranks {
+		for b := a + 1; b < ranks; b++ {
+			out = append(out, [2]int{a, b})
+		}
+	}
+	return out
+}
+
+// collectiveResult is r with its time and the bandwidths nccl-tests
+// derives from it, or with why it has none.
+func collectiveResult(r CollectiveResult, t Measured, err error) CollectiveResult {
+	switch {
+	case err != nil:
+		r.Error = err.Error()
+		return r
+	case t.Median <= 0:
+		r.Error = fmt.Sprintf("non-positive time %g s", t.Median)
+		return r
+	}
+	r.Seconds, r.SampleMin, r.SampleMax = t.Median, t.Min, t.Max
+	r.AlgBytesPerSecond = float64(r.SizeBytes) / t.Median
+	r.BusBytesPerSecond = r.AlgBytesPerSecond * BusFactor(r.Collective, r.Ranks)
+	return r
 }
