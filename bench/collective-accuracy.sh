@@ -27,7 +27,7 @@ SMALL=${SMALL:-8192}
 TRANSPORT=${TRANSPORT-p2p}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export CUDA_DEVICE_ORDER=PCI_BUS_ID
-nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null)
+nccl_dir=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null)
 lib=${NCCL_LIBRARY:-$nccl_dir/lib/libnccl.so.2}
 
 echo "== machine"
