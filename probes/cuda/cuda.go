@@ -385,6 +385,10 @@ func (c *Context) NewStream() (*Stream, error) {
 	return &Stream{d: c.d, h: h}, nil
 }
 
+// Handle is the driver's CUstream, for another library that queues work on
+// the stream (NCCL takes it as its cudaStream_t).
+func (s *Stream) Handle() unsafe.Pointer { return unsafe.Pointer(s.h) }
+
 // Destroy frees the stream once its work is done.
 func (s *Stream) Destroy() error {
 	return s.d.check("cuStreamDestroy_v2", C.gl_cuStreamDestroy(s.d.api, s.h))

@@ -23,6 +23,14 @@
 // query after opening the gate still says "not ready" (the copies are still
 // running, as on a GPU). A copy takes bytes / rate of its kind; a chase
 // takes hops x latency of the memory it reads.
+//
+// Hooks for the fake libnccl (probes/nccl/nccltest), which finds this
+// library among those loaded and calls them: fakecuda_enqueue_busy queues
+// a stretch of busy time on a stream (an NCCL operation's), optionally held
+// until a word in the caller's memory is zero (a hung operation, released
+// by ncclCommAbort); fakecuda_current_device and fakecuda_is_device_memory
+// answer what NCCL asks CUDA. A synchronisation waits, as on a GPU, while
+// a held operation stands between it and its work.
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
@@ -73,13 +81,14 @@ static int nallocs;
 static unsigned long long dev_used[MAXDEV];
 
 struct event { int recorded; int done; double t; };
-enum { OP_COPY, OP_SPIN, OP_CHASE, OP_EMPTY, OP_RECORD, OP_WAIT };
+enum { OP_COPY, OP_SPIN, OP_CHASE, OP_EMPTY, OP_RECORD, OP_WAIT, OP_BUSY };
 struct op {
 	int kind;
 	CUdeviceptr dst, src; size_t n;             // copy
 	volatile int *gate; int *timed_out;         // spin
 	CUdeviceptr start; unsigned hops; CUdeviceptr out; // chase
 	struct event *ev;                           // record, wait
+	double ns; volatile int *hold;              // busy
 };
 struct stream { struct ctx *c; double t; struct op ops[MAXOPS]; int head, tail; int empty_ran; };
 
@@ -327,7 +336,10 @@ CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
 	RETURN(NOT_FOUND);
 }
 
-static void push(struct stream *s, struct op o) { if (s->tail < MAXOPS) s->ops[s->tail++] = o; }
+static void push(struct stream *s, struct op o) {
+	if (s->head == s->tail) s->head = s->tail = 0; // drained: start the queue over
+	if (s->tail < MAXOPS) s->ops[s->tail++] = o;
+}
 
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 		unsigned shmem, void *st, void **params, void **extra) {
@@ -448,6 +460,10 @@ static CUresult run(struct stream *s, int force, int *progress) {
 			if (!o->ev->done) return OK;
 			if (s->t < o->ev->t) s->t = o->ev->t;
 			break;
+		case OP_BUSY:
+			if (o->hold && *o->hold) return OK; // never forced: only its owner lets it go
+			s->t += o->ns;
+			break;
 		}
 		s->head++;
 		*progress = 1;
@@ -486,19 +502,41 @@ static void sleep_after_empty(struct stream *s) {
 	s->empty_ran = 0;
 }
 
+// held says whether some stream is stopped at a held busy operation: a
+// synchronisation that still has work left then waits for it to be let go,
+// with the lock released so the owner can.
+static int held(void) {
+	for (int i = 0; i < nstreams; i++) {
+		struct stream *s = streams[i];
+		if (s->head < s->tail && s->ops[s->head].kind == OP_BUSY && s->ops[s->head].hold && *s->ops[s->head].hold) return 1;
+	}
+	return 0;
+}
+static void wait_held(void) { pthread_mutex_unlock(&mu); usleep(1000); pthread_mutex_lock(&mu); }
+
+static int ctx_busy(struct ctx *c) {
+	for (int i = 0; i < nstreams; i++) if (streams[i]->c == c && streams[i]->head < streams[i]->tail) return 1;
+	return 0;
+}
+
 CUresult cuStreamSynchronize(void *st) {
 	ENTER("cuStreamSynchronize");
-	CUresult r = settle(1);
+	struct stream *s = st;
+	CUresult r;
+	while ((r = settle(1)) == OK && s->head < s->tail && held()) wait_held();
 	sleep_after_empty(st);
 	RETURN(r);
 }
 CUresult cuCtxSynchronize(void) {
 	ENTER("cuCtxSynchronize"); NEED_CTX();
-	RETURN(settle(1));
+	CUresult r;
+	while ((r = settle(1)) == OK && ctx_busy(cur) && held()) wait_held();
+	RETURN(r);
 }
 CUresult cuEventSynchronize(void *e) {
 	ENTER("cuEventSynchronize");
-	CUresult r = settle(1);
+	CUresult r;
+	while ((r = settle(1)) == OK && ((struct event *)e)->recorded && !((struct event *)e)->done && held()) wait_held();
 	if (r == OK && !((struct event *)e)->recorded) r = INVALID_HANDLE;
 	for (int i = 0; i < nstreams; i++) sleep_after_empty(streams[i]);
 	RETURN(r);
@@ -513,4 +551,38 @@ CUresult cuEventElapsedTime(float *ms, void *a, void *b) {
 	if (!s->done || !e->done) RETURN(NOT_READY);
 	*ms = (float)((e->t - s->t) / 1e6);
 	RETURN(OK);
+}
+
+// The hooks for the fake libnccl (see the top of this file).
+
+// fakecuda_enqueue_busy queues ns of work on stream st; with hold set it
+// does not start while *hold is non-zero. INVALID_HANDLE: st is not a
+// stream of this library (another copy of the fake may own it).
+CUresult fakecuda_enqueue_busy(void *st, double ns, volatile int *hold) {
+	pthread_mutex_lock(&mu);
+	struct stream *s = NULL;
+	for (int i = 0; i < nstreams; i++) if (streams[i] == st) s = st;
+	if (!s) RETURN(INVALID_HANDLE);
+	if (ns < 0) RETURN(INVALID_VALUE);
+	push(s, (struct op){.kind = OP_BUSY, .ns = ns, .hold = hold});
+	RETURN(OK);
+}
+
+// fakecuda_current_device is the device of the calling thread's current
+// context, -1 with none.
+int fakecuda_current_device(void) {
+	pthread_mutex_lock(&mu);
+	int d = cur ? cur->dev : -1;
+	pthread_mutex_unlock(&mu);
+	return d;
+}
+
+// fakecuda_is_device_memory says whether n bytes at p are device memory
+// allocated through this library.
+int fakecuda_is_device_memory(unsigned long long p, size_t n) {
+	pthread_mutex_lock(&mu);
+	struct alloc *a = find((uintptr_t)p, n);
+	int ok = a && a->kind == DEVMEM;
+	pthread_mutex_unlock(&mu);
+	return ok;
 }
