@@ -108,7 +108,7 @@ func TestTransportFollowsNCCLEnvironment(t *testing.T) {
 		gbps           float64
 		lines          []string
 	}{
-		{"p2p", "0", "0", defaultP2PGBs, []string{"Channel 00/0 : 0[0] -> 1[1] via P2P/direct pointer/read", "Channel 01/0 : 1[1] -> 0[0] via P2P/direct pointer/read"}},
+		{"p2p", "0", "0", defaultP2PGBs, []string{"Channel 00/0 : 0[0] -> 1[1] via P2P/direct pointer", "Channel 01/0 : 1[1] -> 0[0] via P2P/direct pointer"}},
 		{"shm", "1", "0", defaultSHMGBs, []string{"Channel 00 : 0[0] -> 1[1] via SHM/direct/direct", "Channel 01 : 1[1] -> 0[0] via SHM/direct/direct"}},
 		{"net", "1", "1", defaultNetGBs, []string{
 			"Channel 00/0 : 0[0] -> 1[1] [send] via NET/Socket/0", "Channel 00/0 : 0[0] -> 1[1] [receive] via NET/Socket/0",
@@ -156,27 +156,44 @@ func readLog(t *testing.T, path string) string {
 }
 
 // Send/recv connections are made at the first send/recv between two
-// ranks, on connection index 1, and logged then, not before.
+// ranks, on connection index 1, and logged then, not before; over the
+// network they share their buffers ("/Shared"), as NCCL 2.28 logs them.
 func TestSendRecvConnectionsAreMadeAtFirstUse(t *testing.T) {
-	logs := t.TempDir()
-	t.Setenv("NCCL_DEBUG", "INFO")
-	t.Setenv("NCCL_DEBUG_FILE", filepath.Join(logs, "nccl.log"))
-	r := newRig(t, 2)
-	comms := r.init(t)
-	p2pLine := "Channel 00/1 : 0[0] -> 1[1] via P2P/direct pointer/read"
-	if log := readLog(t, filepath.Join(logs, "nccl.log")); strings.Contains(log, p2pLine) || strings.Contains(log, "via P2P") {
-		t.Fatalf("connections logged before any operation:\n%s", log)
-	}
-	send, recv := buffers(t, r)
-	group(t, r.lib, comms, func() error {
-		if err := comms[0].Send(send[0], testElems, 1, r.streams[0]); err != nil {
-			return err
-		}
-		return comms[1].Recv(recv[1], testElems, 0, r.streams[1])
-	})
-	log := readLog(t, filepath.Join(logs, "nccl.log"))
-	if !strings.Contains(log, p2pLine) || strings.Contains(log, "Connected all rings") {
-		t.Errorf("after one send/recv the log should have its connection and no ring's:\n%s", log)
+	for _, tc := range []struct {
+		name, disable string
+		lines         []string
+	}{
+		{"p2p", "0", []string{"Channel 00/1 : 0[0] -> 1[1] via P2P/direct pointer"}},
+		{"net", "1", []string{"Channel 00/1 : 0[0] -> 1[1] [send] via NET/Socket/0/Shared", "Channel 00/1 : 0[0] -> 1[1] [receive] via NET/Socket/0/Shared"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := t.TempDir()
+			t.Setenv("NCCL_DEBUG", "INFO")
+			t.Setenv("NCCL_DEBUG_FILE", filepath.Join(logs, "nccl.log"))
+			t.Setenv("NCCL_P2P_DISABLE", tc.disable)
+			t.Setenv("NCCL_SHM_DISABLE", tc.disable)
+			r := newRig(t, 2)
+			comms := r.init(t)
+			if log := readLog(t, filepath.Join(logs, "nccl.log")); strings.Contains(log, " via ") {
+				t.Fatalf("connections logged before any operation:\n%s", log)
+			}
+			send, recv := buffers(t, r)
+			group(t, r.lib, comms, func() error {
+				if err := comms[0].Send(send[0], testElems, 1, r.streams[0]); err != nil {
+					return err
+				}
+				return comms[1].Recv(recv[1], testElems, 0, r.streams[1])
+			})
+			log := readLog(t, filepath.Join(logs, "nccl.log"))
+			for _, l := range tc.lines {
+				if !strings.Contains(log, l) {
+					t.Errorf("log has no %q:\n%s", l, log)
+				}
+			}
+			if strings.Contains(log, "Connected all rings") || strings.Contains(log, "/0 : ") {
+				t.Errorf("a send/recv connected the rings:\n%s", log)
+			}
+		})
 	}
 }
 
@@ -367,7 +384,7 @@ func TestRingsConnectAtInitWithoutRuntimeConnect(t *testing.T) {
 	t.Setenv("NCCL_RUNTIME_CONNECT", "0")
 	r := newRig(t, 2)
 	comms := r.init(t)
-	if log := readLog(t, filepath.Join(logs, "nccl.log")); !strings.Contains(log, "Channel 00/0 : 0[0] -> 1[1] via P2P/direct pointer/read") {
+	if log := readLog(t, filepath.Join(logs, "nccl.log")); !strings.Contains(log, "Channel 00/0 : 0[0] -> 1[1] via P2P/direct pointer") {
 		t.Fatalf("no ring connection logged at init:\n%s", log)
 	}
 	send, recv := buffers(t, r)

@@ -29,7 +29,7 @@ func TestTwoProcessesMeetThroughAUniqueID(t *testing.T) {
 		{"two nodes", "node-b", 0, defaultNetGBs,
 			"Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0", "Channel 00/0 : 0[0] -> 1[0] [receive] via NET/Socket/0"},
 		{"one node", "node-a", 1, defaultP2PGBs,
-			"Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read", "Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM/read"},
+			"Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM", "Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			logs := t.TempDir()

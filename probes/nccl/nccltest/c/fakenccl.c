@@ -15,7 +15,8 @@
 //   FAKE_NCCL_P2P_GBPS=370 SHM_GBPS=20 NET_GBPS=45  bus bandwidth of each transport
 //   FAKE_NCCL_LAT_US=10              fixed time of every operation (a group's send/recvs count once)
 //   FAKE_NCCL_CHANNELS=2             ring channels; FAKE_NCCL_P2P_CHANNELS=2 channels per send/recv peer
-//   FAKE_NCCL_P2P_READ=1             P2P connections in read mode ("P2P/CUMEM/read")
+//   FAKE_NCCL_P2P_READ=0             1: P2P connections in read mode ("P2P/CUMEM/read"), as NCCL
+//                                    picks on A100 NVLink; H100s log plain "P2P/CUMEM"
 //   FAKE_NCCL_NET_NAME=Socket        the network plugin, as in "NET/Socket/0"
 //   FAKE_NCCL_CONNECT_POLLS=1        a group that had to connect ranks returns ncclInProgress and its
 //                                    communicators answer inProgress to that many
@@ -94,7 +95,7 @@ enum { T_P2P, T_SHM, T_NET };
 static int transport_kind = T_P2P;
 static double rate[3] = {370, 20, 45}; // GB/s by transport
 static double lat_ns = 10000;
-static int channels = 2, p2p_channels = 2, p2p_read = 1, connect_polls = 1, runtime_connect = 1;
+static int channels = 2, p2p_channels = 2, p2p_read = 0, connect_polls = 1, runtime_connect = 1;
 static char net_name[32] = "Socket";
 static char hang[64], nvls_mark[512];
 struct fail { char name[64]; int code, nth, calls; };
@@ -480,8 +481,9 @@ static void log_conn(struct ncclComm *c, int ch, int conn, int from, int to) {
 		info(c->dev, S_INIT | S_SHM, "Channel %02d : %d[%d] -> %d[%d] via SHM/direct/direct", ch, from, fd, to, td);
 		break;
 	case T_NET:
-		info(c->dev, S_INIT | S_NET, "Channel %02d/%d : %d[%d] -> %d[%d] [%s] via NET/%s/0", ch, conn, from, fd, to, td,
-			c->rank == from ? "send" : "receive", net_name);
+		// Send/recv connections share their buffers: "/Shared".
+		info(c->dev, S_INIT | S_NET, "Channel %02d/%d : %d[%d] -> %d[%d] [%s] via NET/%s/0%s", ch, conn, from, fd, to, td,
+			c->rank == from ? "send" : "receive", net_name, conn == 1 ? "/Shared" : "");
 		break;
 	}
 }
