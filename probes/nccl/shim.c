@@ -61,7 +61,7 @@ gn_result gn_get_version(gn_api *a, int *v) { return a->ncclGetVersion(v); }
 gn_result gn_get_unique_id(gn_api *a, gn_unique_id *id) { return a->ncclGetUniqueId(id); }
 
 gn_result gn_init_rank(gn_api *a, gn_comm *c, int nranks, const gn_unique_id *id, int rank) {
-	gn_config cfg = { sizeof cfg, GN_API_MAGIC, GN_CONFIG_VERSION, 0 };
+	gn_config cfg = { sizeof cfg, GN_API_MAGIC, GN_CONFIG_VERSION, 0, GN_CONFIG_UNDEF_INT };
 	return a->ncclCommInitRankConfig(c, nranks, *id, rank, &cfg);
 }
 

@@ -31,7 +31,14 @@ typedef struct gn_config {
 	unsigned int magic;   // NCCL_API_MAGIC
 	unsigned int version; // the NCCL_VERSION_CODE this layout is from
 	int blocking;         // 0: calls return ncclInProgress instead of waiting
+	// cgaClusterSize fills what would be padding: size is 24 either way,
+	// and a library that copies all 24 bytes and does not reset what
+	// came after 2.14 reads NCCL_CONFIG_UNDEF_INT here (its default), not
+	// a stray 0, which would turn CGA clusters off.
+	int cgaClusterSize;
 } gn_config;
+
+#define GN_CONFIG_UNDEF_INT (-2147483647 - 1) // NCCL_CONFIG_UNDEF_INT, INT_MIN
 
 #define GN_API_MAGIC 0xcafebeefu
 #define GN_CONFIG_VERSION 21400 // NCCL_VERSION(2, 14, 0)
