@@ -135,14 +135,17 @@ func (s *source) register(app *kingpin.Application, c *config, id sourceID) {
 // config; interval and timeout come from the row.
 func probeFlags(f flagFunc, c *config) {
 	f("policy", "When to run the CUDA link probes: idle (only on a GPU with no other compute process and low utilisation), always, or off. Never on a GPU in EXCLUSIVE_PROCESS or PROHIBITED compute mode, with MIG on, or lost.").Default(probes.PolicyIdle).EnumVar(&c.probe.Policy, probes.Policies...)
-	f("max-duty", "Most of a GPU's time the probes may take: a round that cost a GPU L seconds (its probes and its peers' against it) is followed by at least L / this. 1 turns the bound off.").Default("0.001").Float64Var(&c.probe.MaxDuty)
+	f("max-duty", "Most of a GPU's time the probes may take: a round that cost a GPU L seconds (its probes and its peers' against it) is followed by at least L / this. 1 turns the bound off.").Default(formatFloat(probes.DefaultMaxDuty)).Float64Var(&c.probe.MaxDuty)
 	f("first-delay", "Wait before the first probe round after start-up.").Default("1m").DurationVar(&c.probe.FirstDelay)
-	f("jitter", "Spread of the probe interval, as a fraction of it, so a fleet does not probe in step.").Default("0.1").Float64Var(&c.probe.Jitter)
+	f("jitter", "Spread of the probe interval and first delay, as a fraction of them (0 to 0.5), so a fleet does not probe in step; 0: none, rounds exactly every interval.").Default(formatFloat(probes.DefaultJitter)).Float64Var(&c.probe.Jitter)
 	f("size", "Size of one transfer for the bandwidth probes; each probe holds at most two such buffers on the GPU and two pinned on the host.").Default(units.Base2Bytes(probes.DefaultSizeBytes).String()).BytesVar((*units.Base2Bytes)(&c.probe.Options.SizeBytes))
 	f("samples", "Timed samples per probe result; the median is exported.").Default(strconv.Itoa(probes.DefaultSamples)).IntVar(&c.probe.Options.Samples)
 	f("kind", "Probe to run (repeatable); default all.").EnumsVar(&c.probeKinds, probes.KindNames()...)
-	f("utilization-threshold", "Under the idle policy, skip a GPU busier than this (0..1).").Default("0.05").Float64Var(&c.probe.UtilizationThreshold)
+	f("utilization-threshold", "NVML utilisation (0..1) above which a GPU is busy: the idle policy skips it, and a round beside it is marked contended. 0: any utilisation is busy.").Default(formatFloat(probes.DefaultUtilizationThreshold)).Float64Var(&c.probe.UtilizationThreshold)
 }
+
+// formatFloat writes a flag's default as the flag would be given.
+func formatFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 
 // collectors names the switched-on collectors, sorted, for the log.
 func (c *config) collectors() []string {

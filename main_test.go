@@ -78,9 +78,9 @@ var badValues = map[string][][]string{
 	"probe.interval":              {{"0s"}, {"-10m"}},
 	"probe.timeout":               {{"0s"}, {"-1s"}},
 	"probe.first-delay":           {{"-1s"}},
-	"probe.jitter":                {{"0"}, {"-0.1"}, {"0.6"}},
-	"probe.max-duty":              {{"0"}, {"-0.001"}, {"1.5"}},
-	"probe.utilization-threshold": {{"0"}, {"-0.5"}, {"1.01"}},
+	"probe.jitter":                {{"-0.1"}, {"0.6"}, {"NaN"}},
+	"probe.max-duty":              {{"0"}, {"-0.001"}, {"1.5"}, {"NaN"}},
+	"probe.utilization-threshold": {{"-0.5"}, {"1.01"}, {"NaN"}},
 	"probe.size":                  {{"8GiB"}, {"0"}, {"512KiB"}},
 	"probe.samples":               {{"0"}, {"-3"}, {"101"}},
 }
@@ -97,6 +97,7 @@ var goodValues = [][]string{
 	{"--dcgm.interval=1ms", "--collector.dcgm"},
 	{"--kubernetes.interval=1s", "--collector.kubernetes"}, // the kubelet's deadline follows
 	{"--probe.first-delay=0s", "--probe.jitter=0.5", "--probe.max-duty=1", "--probe.utilization-threshold=1"},
+	{"--probe.jitter=0", "--probe.utilization-threshold=0"}, // none, and any utilisation is busy
 	{"--probe.size=1MiB", "--probe.samples=1"},
 	{"--probe.size=4GiB", "--probe.samples=100"},
 	{"--probe.timeout=20m"}, // a child's deadline, not bounded by the interval between rounds

@@ -129,13 +129,13 @@ func checkProbes(c *config, st setting, warn func(string, ...any)) error {
 	switch {
 	case p.FirstDelay < 0:
 		return badDuration(name("first-delay"), p.FirstDelay, "0 (no wait) or more")
-	// The scheduler takes 0 for its default in the next three.
-	case p.Jitter <= 0 || p.Jitter > 0.5:
-		return badFloat(name("jitter"), p.Jitter, "more than 0 and at most 0.5 (the spread cannot be turned off)")
-	case p.MaxDuty <= 0 || p.MaxDuty > 1:
+	// Written so that NaN, which the flags parse, is out of every range.
+	case !(p.Jitter >= 0 && p.Jitter <= 0.5):
+		return badFloat(name("jitter"), p.Jitter, "0 (none) to 0.5")
+	case !(p.MaxDuty > 0 && p.MaxDuty <= 1):
 		return badFloat(name("max-duty"), p.MaxDuty, "more than 0 and at most 1 (no bound)")
-	case p.UtilizationThreshold <= 0 || p.UtilizationThreshold > 1:
-		return badFloat(name("utilization-threshold"), p.UtilizationThreshold, "more than 0 and at most 1")
+	case !(p.UtilizationThreshold >= 0 && p.UtilizationThreshold <= 1):
+		return badFloat(name("utilization-threshold"), p.UtilizationThreshold, "0 (any utilisation is busy) to 1")
 	}
 	// What a round measures with: probes names its flags.
 	o := p.Options

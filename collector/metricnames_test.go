@@ -121,6 +121,7 @@ func simulatedDGX(t *testing.T) []prometheus.Collector {
 	go xid.Run(ctx, 10*time.Millisecond)
 	sched, err := probes.NewScheduler(probes.SchedulerConfig{
 		Policy: probes.PolicyAlways, Runner: n.Runner(), GPUs: nvmlS.LatestData, Processes: reader.ComputeProcesses,
+		Jitter: probes.DefaultJitter, MaxDuty: probes.DefaultMaxDuty, UtilizationThreshold: probes.DefaultUtilizationThreshold,
 		Options:   probes.Options{SizeBytes: probes.DefaultSizeBytes, Samples: probes.DefaultSamples},
 		HostNodes: func(addr string) []int { return topo.LatestData().HostNodes(addr) },
 		Annotate: func(g *probes.GPURound) {

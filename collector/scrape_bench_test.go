@@ -108,6 +108,7 @@ func simNode(tb testing.TB, h *hooks) benchNode {
 	go xid.Run(ctx, time.Second)
 	sched, err := probes.NewScheduler(probes.SchedulerConfig{
 		Policy: probes.PolicyAlways, Runner: node.Runner(), GPUs: nv.LatestData, Processes: reader.ComputeProcesses,
+		Jitter: probes.DefaultJitter, MaxDuty: probes.DefaultMaxDuty, UtilizationThreshold: probes.DefaultUtilizationThreshold,
 		Options:   probes.Options{SizeBytes: probes.DefaultSizeBytes, Samples: probes.DefaultSamples},
 		HostNodes: func(addr string) []int { return topo.LatestData().HostNodes(addr) },
 		Annotate: func(g *probes.GPURound) {

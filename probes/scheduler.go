@@ -35,16 +35,20 @@ const (
 // Policies lists the valid policies, the default first.
 var Policies = []string{PolicyIdle, PolicyAlways, PolicyOff}
 
-// SchedulerConfig configures a Scheduler. Zero values mean the defaults,
-// except in Options.
+// SchedulerConfig configures a Scheduler. A zero Policy, Interval or
+// Timeout means its default; Jitter, MaxDuty, UtilizationThreshold and
+// Options have none, 0 being a setting of its own or invalid (the daemon's
+// flags default to DefaultJitter, DefaultMaxDuty and
+// DefaultUtilizationThreshold).
 type SchedulerConfig struct {
 	Policy string // default idle
 	// Interval is the time between rounds, jittered by Jitter either way
 	// (default 10m).
 	Interval time.Duration
 	// Jitter is the fraction of Interval and FirstDelay added or taken
-	// at random (default 0.1, at most 0.5), so that a fleet restarted at
-	// once does not probe in step. It cannot be set to none.
+	// at random (0 to 0.5), so that a fleet restarted at once does not
+	// probe in step. 0 is none: rounds exactly every Interval, for one
+	// node or a bench that must know when its rounds come.
 	Jitter float64
 	// FirstDelay is the wait before the first round (jittered; zero is
 	// none). The daemon's flag defaults to 1m: the NVML and process
@@ -58,7 +62,8 @@ type SchedulerConfig struct {
 	// Peers and HostNodes are filled per GPU.
 	Options Options
 	// UtilizationThreshold is the NVML utilization (0..1) above which the
-	// idle policy leaves a GPU alone (default 0.05).
+	// idle policy leaves a GPU alone and a round counts as contended: 0
+	// makes any utilisation busy, 1 none.
 	UtilizationThreshold float64
 
 	Runner RoundRunner
@@ -90,9 +95,9 @@ type SchedulerConfig struct {
 	// Annotate fills in what each result should give; may be nil.
 	Annotate func(*GPURound)
 	Logger   *slog.Logger
-	// MaxDuty bounds the share of a GPU's time the probes take (default
-	// 0.001): when a round's most loaded GPU spent L GPU seconds on probes,
-	// the next round waits at least L / MaxDuty.
+	// MaxDuty bounds the share of a GPU's time the probes take, more than
+	// 0 and at most 1 (no bound): when a round's most loaded GPU spent L
+	// GPU seconds on probes, the next round waits at least L / MaxDuty.
 	MaxDuty float64
 }
 
@@ -166,22 +171,15 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	if cfg.FirstDelay < 0 {
 		return nil, fmt.Errorf("probe first delay must be positive or zero, got %s", cfg.FirstDelay)
 	}
-	if cfg.MaxDuty == 0 {
-		cfg.MaxDuty = 0.001
-	}
-	if cfg.MaxDuty < 0 || cfg.MaxDuty > 1 {
+	// No defaults for these three: a zero MaxDuty (the next round never)
+	// is refused, a zero jitter or threshold is taken as asked.
+	if !(cfg.MaxDuty > 0 && cfg.MaxDuty <= 1) {
 		return nil, fmt.Errorf("probe max duty %g outside (0, 1]", cfg.MaxDuty)
 	}
-	if cfg.Jitter == 0 {
-		cfg.Jitter = 0.1
-	}
-	if cfg.Jitter < 0 || cfg.Jitter > 0.5 {
+	if !(cfg.Jitter >= 0 && cfg.Jitter <= 0.5) {
 		return nil, fmt.Errorf("probe jitter %g outside [0, 0.5]", cfg.Jitter)
 	}
-	if cfg.UtilizationThreshold == 0 {
-		cfg.UtilizationThreshold = 0.05
-	}
-	if cfg.UtilizationThreshold < 0 || cfg.UtilizationThreshold > 1 {
+	if !(cfg.UtilizationThreshold >= 0 && cfg.UtilizationThreshold <= 1) {
 		return nil, fmt.Errorf("probe utilization threshold %g outside [0, 1]", cfg.UtilizationThreshold)
 	}
 	// Checked whatever the policy: a flag that is wrong is wrong before

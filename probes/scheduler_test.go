@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -130,6 +131,7 @@ func newSched(t *testing.T, snap *nvml.Snapshot, edit func(*SchedulerConfig)) *s
 	cfg := SchedulerConfig{
 		Runner:  f.runner,
 		Options: defaultOptions,
+		Jitter:  DefaultJitter, MaxDuty: DefaultMaxDuty, UtilizationThreshold: DefaultUtilizationThreshold,
 		GPUs: func() *nvml.Snapshot {
 			f.mu.Lock()
 			defer f.mu.Unlock()
@@ -238,6 +240,27 @@ func TestSchedulerSkipReasons(t *testing.T) {
 					t.Errorf("not up after a round that ran or skipped: %+v", f.s.Status())
 				}
 			})
+		}
+	}
+}
+
+// A threshold of 0 makes any utilisation busy, and only that: a GPU at 0
+// is probed.
+func TestSchedulerZeroUtilizationThreshold(t *testing.T) {
+	for _, tc := range []struct {
+		util float64
+		want string // skip reason, "" for a run
+	}{{0, ""}, {0.01, SkipBusyUtilization}} {
+		g := idleGPU(0)
+		g.Utilization = sampler.Some(tc.util)
+		f := newSched(t, &nvml.Snapshot{GPUs: []nvml.GPUState{g}}, func(c *SchedulerConfig) { c.UtilizationThreshold = 0 })
+		f.s.RunRound(context.Background())
+		st := f.s.Latest().Data.GPUs[0]
+		if tc.want == "" && st.Runs[RunSuccess] != 1 {
+			t.Errorf("utilisation %g: not probed, skips %v", tc.util, nonZero(st.Skips))
+		}
+		if tc.want != "" && !reflect.DeepEqual(nonZero(st.Skips), map[string]uint64{tc.want: 1}) {
+			t.Errorf("utilisation %g: skips %v, want %s", tc.util, nonZero(st.Skips), tc.want)
 		}
 	}
 }
@@ -563,6 +586,14 @@ func TestSchedulerJitter(t *testing.T) {
 	if got := f.s.jittered(10 * time.Minute); got >= 12*time.Minute || got < 11*time.Minute+59*time.Second {
 		t.Errorf("u->1: %s, want just under 12m", got)
 	}
+	// Jitter 0 is none.
+	f = newSched(t, nil, func(c *SchedulerConfig) { c.Jitter = 0 })
+	for _, u := range []float64{0, 0.3, 0.9999999} {
+		f.s.rand = func() float64 { return u }
+		if got := f.s.jittered(10 * time.Minute); got != 10*time.Minute {
+			t.Errorf("jitter 0, u=%g: %s, want 10m", u, got)
+		}
+	}
 	// The real source stays within the bounds.
 	f = newSched(t, nil, nil)
 	for range 10000 {
@@ -683,7 +714,7 @@ func TestSchedulerWaitsForTheFirstSample(t *testing.T) {
 
 func TestSchedulerPolicyOff(t *testing.T) {
 	// Off needs neither a runner nor the samples.
-	s, err := NewScheduler(SchedulerConfig{Policy: PolicyOff, Options: defaultOptions})
+	s, err := NewScheduler(SchedulerConfig{Policy: PolicyOff, Options: defaultOptions, MaxDuty: DefaultMaxDuty})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -704,7 +735,8 @@ func TestSchedulerPolicyOff(t *testing.T) {
 
 func TestSchedulerConfig(t *testing.T) {
 	ok := SchedulerConfig{Runner: &fakeRunner{}, GPUs: func() *nvml.Snapshot { return nil },
-		Processes: func() ([]nvml.Process, error) { return nil, nil }, Options: defaultOptions}
+		Processes: func() ([]nvml.Process, error) { return nil, nil }, Options: defaultOptions,
+		Jitter: DefaultJitter, MaxDuty: DefaultMaxDuty, UtilizationThreshold: DefaultUtilizationThreshold}
 	for _, tc := range []struct {
 		name string
 		edit func(*SchedulerConfig)
@@ -717,6 +749,12 @@ func TestSchedulerConfig(t *testing.T) {
 		{"jitter too big", func(c *SchedulerConfig) { c.Jitter = 0.6 }, "probe jitter 0.6 outside [0, 0.5]"},
 		{"negative jitter", func(c *SchedulerConfig) { c.Jitter = -0.1 }, "probe jitter -0.1 outside [0, 0.5]"},
 		{"threshold", func(c *SchedulerConfig) { c.UtilizationThreshold = 5 }, "utilization threshold 5 outside [0, 1]"},
+		{"negative threshold", func(c *SchedulerConfig) { c.UtilizationThreshold = -0.1 }, "utilization threshold -0.1 outside [0, 1]"},
+		{"NaN threshold", func(c *SchedulerConfig) { c.UtilizationThreshold = math.NaN() }, "utilization threshold NaN outside [0, 1]"},
+		{"NaN jitter", func(c *SchedulerConfig) { c.Jitter = math.NaN() }, "probe jitter NaN outside [0, 0.5]"},
+		// No default: a zero duty would put the next round off for ever.
+		{"no max duty", func(c *SchedulerConfig) { c.MaxDuty = 0 }, "probe max duty 0 outside (0, 1]"},
+		{"NaN max duty", func(c *SchedulerConfig) { c.MaxDuty = math.NaN() }, "probe max duty NaN outside (0, 1]"},
 		{"unknown probe", func(c *SchedulerConfig) { c.Options.Probes = []Kind{"warp_drive"} }, "--probe.kind=warp_drive: unknown probe; known: host_to_device,"},
 		{"size too big", func(c *SchedulerConfig) { c.Options.SizeBytes = 8 << 30 }, "--probe.size=8GiB: want 1MiB to 4GiB"},
 		{"no samples", func(c *SchedulerConfig) { c.Options.Samples = 0 }, "--probe.samples=0: want 1 to 100"},
@@ -746,9 +784,18 @@ func TestSchedulerConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := s.cfg
-	if got.Policy != PolicyIdle || got.Interval != 10*time.Minute || got.Jitter != 0.1 || got.FirstDelay != 0 ||
-		got.Timeout != time.Minute || got.UtilizationThreshold != 0.05 || s.Policy() != PolicyIdle {
+	if got.Policy != PolicyIdle || got.Interval != 10*time.Minute || got.FirstDelay != 0 ||
+		got.Timeout != time.Minute || s.Policy() != PolicyIdle {
 		t.Errorf("defaults: %+v", got)
+	}
+	// Zero jitter and threshold are settings, kept as given.
+	c = ok
+	c.Jitter, c.UtilizationThreshold = 0, 0
+	if s, err = NewScheduler(c); err != nil {
+		t.Fatal(err)
+	}
+	if s.cfg.Jitter != 0 || s.cfg.UtilizationThreshold != 0 {
+		t.Errorf("zero jitter and threshold became %g and %g", s.cfg.Jitter, s.cfg.UtilizationThreshold)
 	}
 }
 

@@ -80,6 +80,7 @@ func newExporter(t *testing.T, profile string) *exporter {
 	go e.xid.Run(ctx, 10*time.Millisecond)
 	e.sched, err = probes.NewScheduler(probes.SchedulerConfig{
 		Policy: probes.PolicyAlways, Runner: n.Runner(), GPUs: e.nvml.LatestData, Processes: reader.ComputeProcesses,
+		Jitter: probes.DefaultJitter, MaxDuty: probes.DefaultMaxDuty, UtilizationThreshold: probes.DefaultUtilizationThreshold,
 		Options:   probes.Options{SizeBytes: probes.DefaultSizeBytes, Samples: probes.DefaultSamples},
 		HostNodes: func(addr string) []int { return e.topo.LatestData().HostNodes(addr) },
 		Annotate: func(g *probes.GPURound) {

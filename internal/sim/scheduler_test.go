@@ -30,6 +30,7 @@ func TestFirstRoundWaitsForTheFirstSample(t *testing.T) {
 	nvmlSampler := sampler.New[*nvml.Snapshot]("nvml", reader, sampler.Options{Interval: time.Hour, Timeout: 10 * time.Second})
 	sched, err := probes.NewScheduler(probes.SchedulerConfig{
 		Policy: probes.PolicyAlways, Interval: time.Hour, FirstDelay: 0,
+		Jitter: probes.DefaultJitter, MaxDuty: probes.DefaultMaxDuty, UtilizationThreshold: probes.DefaultUtilizationThreshold,
 		Options: probes.Options{SizeBytes: probes.MinSizeBytes, Samples: 1, Probes: []probes.Kind{probes.LaunchLatency}},
 		Runner:  n.Runner(), GPUs: nvmlSampler.LatestData,
 	})
@@ -86,6 +87,7 @@ func TestSimulatedJobsMakeRoundsContended(t *testing.T) {
 		t.Run(policy, func(t *testing.T) {
 			sched, err := probes.NewScheduler(probes.SchedulerConfig{
 				Policy: policy, Runner: n.Runner(), GPUs: nvmlSampler.LatestData, Processes: reader.ComputeProcesses,
+				Jitter: probes.DefaultJitter, MaxDuty: probes.DefaultMaxDuty, UtilizationThreshold: probes.DefaultUtilizationThreshold,
 				Options: probes.Options{SizeBytes: probes.MinSizeBytes, Samples: 3, Probes: []probes.Kind{probes.HostToDevice, probes.PeerCopy}},
 			})
 			if err != nil {
