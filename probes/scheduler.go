@@ -136,6 +136,8 @@ type Scheduler struct {
 
 	latest  atomic.Pointer[sampler.Snapshot[*Status]]
 	version atomic.Uint64
+	// published are called after each new status, under mu to add.
+	published []func()
 }
 
 type gpuEntry struct {
@@ -691,11 +693,11 @@ func (s *Scheduler) entry(g *nvml.GPUState) *gpuEntry {
 	return e
 }
 
-// publish stores a copy of the status for the collector. Last is shared
-// between copies: it is replaced, never changed.
+// publish stores a copy of the status for the collector, then calls the
+// OnPublish functions. Last is shared between copies: it is replaced,
+// never changed.
 func (s *Scheduler) publish() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	st := &Status{Policy: s.cfg.Policy, GPUs: make([]GPUStatus, 0, len(s.gpus))}
 	for _, e := range s.gpus {
 		g := e.st
@@ -707,6 +709,20 @@ func (s *Scheduler) publish() {
 	})
 	s.latest.Store(&sampler.Snapshot[*Status]{Data: st, Taken: s.now()})
 	s.version.Add(1)
+	published := s.published
+	s.mu.Unlock()
+	for _, f := range published {
+		f()
+	}
+}
+
+// OnPublish has f called after every new status, on the goroutine that
+// made it (the round's): as a sampler's, for the collector to render the
+// status then rather than on the next scrape.
+func (s *Scheduler) OnPublish(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.published = append(s.published, f)
 }
 
 // Latest is the newest status; never nil. Treat it as read-only.

@@ -845,6 +845,29 @@ func TestSchedulerPublishedSnapshotsAreImmutable(t *testing.T) {
 	}
 }
 
+// OnPublish's functions run after each new status, which Latest already
+// returns, and without the scheduler's lock: they may read it.
+func TestSchedulerOnPublish(t *testing.T) {
+	gpus := []nvml.GPUState{idleGPU(0), idleGPU(1)}
+	f := newSched(t, &nvml.Snapshot{GPUs: gpus}, nil)
+	var seen []uint64 // GPU 1's successful runs in each status published
+	f.s.OnPublish(func() {
+		_ = f.s.Status() // takes the lock: a deadlock if held
+		var runs uint64
+		for _, g := range f.s.Latest().Data.GPUs {
+			if g.Index == 1 {
+				runs = g.Runs[RunSuccess]
+			}
+		}
+		seen = append(seen, runs)
+	})
+	f.s.RunRound(context.Background())
+	// After GPU 0, after GPU 1, at the end of the round.
+	if want := []uint64{0, 1, 1}; !slices.Equal(seen, want) {
+		t.Errorf("GPU 1's runs in each published status: %v, want %v", seen, want)
+	}
+}
+
 // A round's cost to its most loaded GPU, its own probes and its peers'
 // probes against it, sets a floor under the next interval.
 func TestSchedulerKeepsTheDutyCycle(t *testing.T) {
