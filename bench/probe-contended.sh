@@ -41,13 +41,26 @@ last_round() {
   awk '$0 ~ /^gpulink_probe_last_round_timestamp_seconds\{gpu="0",/ {printf "%.3f\n", $NF}' "$out/scrape.txt"
 }
 # The host copies of GPU 0 from a saved scrape, one "probe/node/what
-# value" line each, GB/s or the ratio to expected (labels come sorted by
-# name).
+# value" line each, GB/s or the ratio to its probe's expectation (the
+# exporter exports that once per probe, not per result).
 host_copies() {
-  grep -E '^gpulink_probe_(bandwidth_bytes_per_second|bandwidth_ratio)\{.*,gpu="0",' "$1" |
-    grep -E 'probe="(host_to_device|device_to_host)"' |
-    sed -E 's/^gpulink_probe_([a-z_]+)\{.*host_numa_node="([0-9]*)".*probe="([a-z_]+)".*\} (.*)$/\3\/node\2 \1 \4/' |
-    awk '$2 == "bandwidth_ratio" {printf "%s/ratio %.3f\n", $1, $3; next} {printf "%s/GB_per_s %.2f\n", $1, $3 / 1e9}' | sort
+  awk '
+    function label(name) {
+      return match($0, name "=\"[^\"]*\"") ? substr($0, RSTART + length(name) + 2, RLENGTH - length(name) - 3) : ""
+    }
+    !/[{,]gpu="0",/ { next }
+    /^gpulink_probe_expected_bandwidth_bytes_per_second\{/ { expected[label("probe")] = $NF; next }
+    /^gpulink_probe_bandwidth_bytes_per_second\{/ {
+      p = label("probe")
+      if (p != "host_to_device" && p != "device_to_host") next
+      k = p "/node" label("host_numa_node"); bw[k] = $NF; kind[k] = p
+    }
+    END {
+      for (k in bw) {
+        printf "%s/GB_per_s %.2f\n", k, bw[k] / 1e9
+        if (expected[kind[k]] > 0) printf "%s/ratio %.3f\n", k, bw[k] / expected[kind[k]]
+      }
+    }' "$1" | sort
 }
 epid= load=
 stop_exporter() { [ -n "$epid" ] && kill "$epid" 2>/dev/null; wait "$epid" 2>/dev/null; epid=; }

@@ -44,7 +44,7 @@ done
 echo "first success on every GPU after $(( $(date +%s) - t0 )) s"
 cp "$out/scrape.txt" "$out/metrics-always.txt"
 grep -E '^gpulink_probe_' "$out/metrics-always.txt" | sed 's/{.*}//' | sort | uniq -c | tee "$out/probe-families.txt"
-for fam in bandwidth_bytes_per_second expected_bandwidth_bytes_per_second bandwidth_ratio latency_seconds success \
+for fam in bandwidth_bytes_per_second expected_bandwidth_bytes_per_second latency_seconds success \
   pcie_link_generation_under_load pcie_link_width_under_load last_success_timestamp_seconds last_round_timestamp_seconds \
   round_duration_seconds runs_total skips_total busy_seconds_total context_seconds_total device_memory_bytes \
   context_memory_bytes host_memory_bytes policy_info; do
@@ -52,7 +52,7 @@ for fam in bandwidth_bytes_per_second expected_bandwidth_bytes_per_second bandwi
 done
 check "promtool check metrics on the real scrape" sh -c "'$here/promtool' check metrics <'$out/metrics-always.txt' >'$out/promtool.txt' 2>&1"
 cat "$out/promtool.txt"
-grep -E '^gpulink_probe_(bandwidth_bytes_per_second|bandwidth_ratio|latency_seconds|pcie_link|busy_seconds|device_memory|round_duration)' "$out/metrics-always.txt"
+grep -E '^gpulink_probe_(bandwidth_bytes_per_second|expected_bandwidth|latency_seconds|pcie_link|busy_seconds|device_memory|round_duration)' "$out/metrics-always.txt"
 
 echo "== 2. a probe child killed in mid-round"
 crash0=$(metric 'gpulink_probe_runs_total\{.*result="crash"')

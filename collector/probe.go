@@ -24,7 +24,7 @@ type ProbeCollector struct {
 }
 
 type probeDescs struct {
-	bandwidth, expected, ratio, latency, success    *prometheus.Desc
+	bandwidth, expected, latency, success           *prometheus.Desc
 	linkGen, linkWidth                              *prometheus.Desc
 	lastSuccess, lastRound, duration                *prometheus.Desc
 	runs, skips, busy, context                      *prometheus.Desc
@@ -41,13 +41,19 @@ func NewProbeCollector(src latester[*probes.Status]) *ProbeCollector {
 				"are copy-engine copies with pinned host memory on host_numa_node; in host_bidirectional and peer_bidirectional each direction "+
 				"is reported on its own, measured while the other runs; local is a device_local_copy counting every byte read and every byte written; "+
 				"to_peer is written by this GPU into peer, from_peer by peer into this GPU.", bw...),
+		// One per probe and peer, not per result: every direction, host
+		// NUMA node and transfer size of a probe compares with the same
+		// path, and a value repeated per result was a third of a round's
+		// series. Measured over expected is a division in PromQL.
 		expected: gpuDesc("probe", "expected_bandwidth_bytes_per_second",
 			"What the probe's path should give at most, from the discovered hardware, never the GPU model: for host copies the slowest "+
 				"PCIe hop to the CPU at its best supported speed and width, one direction; for peer copies the NVLinks joining the pair "+
 				"(or PCIe through the host where none do), one direction; for local copies the memory's peak, max memory clock x bus width "+
-				"x 2, reads and writes together. Absent where unknown.", bw...),
-		ratio: gpuDesc("probe", "bandwidth_ratio",
-			"Measured over expected bandwidth. A link trained below its capability lowers it; compare only at the same transfer size.", bw...),
+				"x 2, reads and writes together. One series per probe and peer the latest round measured, which each of its bandwidth "+
+				"results (every direction, host NUMA node and transfer size) compares with: measured over expected is "+
+				"gpulink_probe_bandwidth_bytes_per_second / ignoring (direction, host_numa_node, transfer_size_bytes) group_left "+
+				"gpulink_probe_expected_bandwidth_bytes_per_second (recorded as gpu_probe:gpulink_probe_bandwidth:ratio). Absent where unknown.",
+			"probe", "peer"),
 		latency: gpuDesc("probe", "latency_seconds",
 			"Latency in the GPU's latest round, median of its samples. host_latency and peer_latency: one dependent load of a pointer "+
 				"chase by one GPU thread through transfer_size_bytes of pinned host memory on host_numa_node, or of peer's memory; "+
@@ -99,7 +105,7 @@ func NewProbeCollector(src latester[*probes.Status]) *ProbeCollector {
 // Describe implements prometheus.Collector.
 func (c *ProbeCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := &c.d
-	for _, desc := range []*prometheus.Desc{d.bandwidth, d.expected, d.ratio, d.latency, d.success, d.linkGen,
+	for _, desc := range []*prometheus.Desc{d.bandwidth, d.expected, d.latency, d.success, d.linkGen,
 		d.linkWidth, d.lastSuccess, d.lastRound, d.duration, d.runs, d.skips, d.busy, d.context, d.deviceMemory,
 		d.contextMemory, d.hostMemory, d.policy, d.contended, d.contendedRounds} {
 		ch <- desc
@@ -192,9 +198,9 @@ func (c *ProbeCollector) renderRound(o *probeOut, g *probes.GPURound) {
 		if r.BytesPerSecond > 0 {
 			o.once(d.bandwidth, prometheus.GaugeValue, r.BytesPerSecond, string(r.Probe), r.Direction, r.Peer, node, size)
 			if r.ExpectedBytesPerSecond > 0 {
-				o.once(d.expected, prometheus.GaugeValue, r.ExpectedBytesPerSecond, string(r.Probe), r.Direction, r.Peer, node, size)
-				o.once(d.ratio, prometheus.GaugeValue, r.BytesPerSecond/r.ExpectedBytesPerSecond,
-					string(r.Probe), r.Direction, r.Peer, node, size)
+				// Path.Expect gives every result of a probe and peer the
+				// same value; the first stands for them.
+				o.once(d.expected, prometheus.GaugeValue, r.ExpectedBytesPerSecond, string(r.Probe), r.Peer)
 			}
 			continue
 		}

@@ -191,24 +191,23 @@ gpulink_probe_pcie_link_width_under_load` + g0() + ` 16
 	got := gathered(t, c)
 	for key, v := range map[string]float64{
 		"gpulink_probe_bandwidth_bytes_per_second" + bwLabels(probes.HostToDevice, "host_to_device", "", "0", probeSize):                         55e9,
-		"gpulink_probe_expected_bandwidth_bytes_per_second" + bwLabels(probes.HostToDevice, "host_to_device", "", "0", probeSize):                63e9,
-		"gpulink_probe_bandwidth_ratio" + bwLabels(probes.HostToDevice, "host_to_device", "", "0", probeSize):                                    55e9 / 63e9,
-		"gpulink_probe_bandwidth_ratio" + bwLabels(probes.HostBidirectional, "device_to_host", "", "0", probeSize):                               52.1e9 / 63e9,
+		"gpulink_probe_expected_bandwidth_bytes_per_second" + g0("probe", "host_to_device", "peer", ""):                                          63e9,
+		"gpulink_probe_expected_bandwidth_bytes_per_second" + g0("probe", "host_bidirectional", "peer", ""):                                      63e9,
 		"gpulink_probe_bandwidth_bytes_per_second" + bwLabels(probes.DeviceLocalCopy, "local", "", "", probeSize):                                3.2e12,
-		"gpulink_probe_bandwidth_ratio" + bwLabels(probes.DeviceLocalCopy, "local", "", "", probeSize):                                           0.8,
+		"gpulink_probe_expected_bandwidth_bytes_per_second" + g0("probe", "device_local_copy", "peer", ""):                                       4e12,
 		"gpulink_probe_bandwidth_bytes_per_second" + bwLabels(probes.PeerBidirectional, "from_peer", probePeer, "", probeSize):                   383e9,
-		"gpulink_probe_expected_bandwidth_bytes_per_second" + bwLabels(probes.PeerBidirectional, "from_peer", probePeer, "", probeSize):          450e9,
+		"gpulink_probe_expected_bandwidth_bytes_per_second" + g0("probe", "peer_bidirectional", "peer", probePeer):                               450e9,
 		"gpulink_probe_bandwidth_bytes_per_second" + bwLabels(probes.PeerCopy, "to_peer", probeStranger, "", probeSize):                          50e9,
 		"gpulink_probe_latency_seconds" + g0("probe", "host_latency", "peer", "", "host_numa_node", "0", "transfer_size_bytes", "2097152"):       1.17e-6,
 		"gpulink_probe_latency_seconds" + g0("probe", "peer_latency", "peer", probePeer, "host_numa_node", "", "transfer_size_bytes", "2097152"): 0.83e-6,
 		"gpulink_probe_latency_seconds" + g0("probe", "launch_latency", "peer", "", "host_numa_node", "", "transfer_size_bytes", "0"):            10.5e-6,
-		"gpulink_probe_round_duration_seconds" + g0(): 2.5,
-		"gpulink_probe_busy_seconds_total" + g0():     1.25,
-		"gpulink_probe_context_seconds_total" + g0():  7.5,
-		"gpulink_probe_busy_seconds_total" + g1():     0,
-		"gpulink_probe_context_seconds_total" + g1():  0,
-		"gpulink_probe_device_memory_bytes" + g0():    384 << 20,
-		"gpulink_probe_host_memory_bytes" + g0():      256 << 20,
+		"gpulink_probe_round_duration_seconds" + g0():                                                                                            2.5,
+		"gpulink_probe_busy_seconds_total" + g0():    1.25,
+		"gpulink_probe_context_seconds_total" + g0(): 7.5,
+		"gpulink_probe_busy_seconds_total" + g1():    0,
+		"gpulink_probe_context_seconds_total" + g1(): 0,
+		"gpulink_probe_device_memory_bytes" + g0():   384 << 20,
+		"gpulink_probe_host_memory_bytes" + g0():     256 << 20,
 	} {
 		if g, ok := got[key]; !ok {
 			t.Errorf("missing %s", key)
@@ -229,9 +228,9 @@ gpulink_probe_pcie_link_width_under_load` + g0() + ` 16
 	for name, want := range map[string]int{
 		// 10 bandwidth results, one failed.
 		"gpulink_probe_bandwidth_bytes_per_second": 9,
-		// The stranger's path is not known: no expectation, no ratio.
-		"gpulink_probe_expected_bandwidth_bytes_per_second": 8,
-		"gpulink_probe_bandwidth_ratio":                     8,
+		// One a probe and peer, whatever the direction and host node;
+		// the stranger's path is not known: no expectation.
+		"gpulink_probe_expected_bandwidth_bytes_per_second": 6,
 		"gpulink_probe_latency_seconds":                     3,
 		"gpulink_probe_success":                             13,
 		// Neither GPU 1, never probed, nor a context memory not measured.
@@ -290,7 +289,7 @@ func TestProbeMetricsOmissions(t *testing.T) {
 	for key := range got {
 		for _, absent := range []string{"gpulink_probe_bandwidth_bytes_per_second", "gpulink_probe_latency_seconds",
 			"gpulink_probe_pcie_link_", "gpulink_probe_last_success_timestamp_seconds", "gpulink_probe_round_duration_seconds",
-			"gpulink_probe_bandwidth_ratio"} {
+			"gpulink_probe_expected_bandwidth_bytes_per_second"} {
 			if strings.HasPrefix(key, absent) {
 				t.Errorf("unexpected series %s", key)
 			}
@@ -351,8 +350,8 @@ func TestProbeDescribe(t *testing.T) {
 			t.Errorf("%s rendered but not described", name)
 		}
 	}
-	if len(described) != 20 {
-		t.Errorf("%d families described, want 20", len(described))
+	if len(described) != 19 {
+		t.Errorf("%d families described, want 19", len(described))
 	}
 }
 

@@ -149,6 +149,15 @@ func (e *exporter) scrape(t *testing.T) string {
 
 // value is the sample of family name whose labels include want; it fails
 // the test unless exactly one matches.
+// hostToDeviceRatio is GPU 0's host_to_device bandwidth from host node 0
+// over its probe's expectation, as the recording rule
+// gpu_probe:gpulink_probe_bandwidth:ratio divides them.
+func hostToDeviceRatio(t *testing.T, body string) float64 {
+	t.Helper()
+	measured := value(t, body, "gpulink_probe_bandwidth_bytes_per_second", map[string]string{"gpu": "0", "probe": "host_to_device", "host_numa_node": "0"})
+	return measured / value(t, body, "gpulink_probe_expected_bandwidth_bytes_per_second", map[string]string{"gpu": "0", "probe": "host_to_device"})
+}
+
 func value(t *testing.T, body, name string, want map[string]string) float64 {
 	t.Helper()
 	p := expfmt.NewTextParser(model.UTF8Validation)
@@ -262,7 +271,7 @@ func TestSimulatedExporter(t *testing.T) {
 			if v := value(t, body, "gpulink_probe_pcie_link_width_under_load", gpu0); v != 2 {
 				t.Errorf("GPU 0 width under load %g, want 2", v)
 			}
-			if v := value(t, body, "gpulink_probe_bandwidth_ratio", h2d); v > 0.5 {
+			if v := hostToDeviceRatio(t, body); v > 0.5 {
 				t.Errorf("GPU 0 at x2: host_to_device ratio %g", v)
 			}
 			if v := value(t, body, "gpulink_nic_port_up", map[string]string{"device": c.nic}); v != 0 {
@@ -304,7 +313,7 @@ func TestSimulatedExporter(t *testing.T) {
 			if v := value(t, body, "gpulink_gpu_misaffine_processes", map[string]string{"gpu": "3"}); v != 0 {
 				t.Errorf("GPU 3 misaffine processes %g after removal", v)
 			}
-			if v := value(t, body, "gpulink_probe_bandwidth_ratio", h2d); v < 0.85 {
+			if v := hostToDeviceRatio(t, body); v < 0.85 {
 				t.Errorf("GPU 0 host_to_device ratio %g after removal", v)
 			}
 			if v := value(t, body, "gpulink_source_errors_total", map[string]string{"source": "sim"}); v != 0 {
