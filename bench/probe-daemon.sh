@@ -44,7 +44,7 @@ done
 echo "first success on every GPU after $(( $(date +%s) - t0 )) s"
 cp "$out/scrape.txt" "$out/metrics-always.txt"
 grep -E '^gpulink_probe_' "$out/metrics-always.txt" | sed 's/{.*}//' | sort | uniq -c | tee "$out/probe-families.txt"
-for fam in bandwidth_bytes_per_second expected_bandwidth_bytes_per_second latency_seconds success \
+for fam in bandwidth_bytes_per_second expected_bandwidth_bytes_per_second latency_seconds \
   pcie_link_generation_under_load pcie_link_width_under_load last_success_timestamp_seconds last_round_timestamp_seconds \
   round_duration_seconds runs_total skips_total busy_seconds_total context_seconds_total device_memory_bytes \
   context_memory_bytes host_memory_bytes policy_info; do

@@ -24,7 +24,7 @@ type ProbeCollector struct {
 }
 
 type probeDescs struct {
-	bandwidth, expected, latency, success           *prometheus.Desc
+	bandwidth, expected, latency, failed            *prometheus.Desc
 	linkGen, linkWidth                              *prometheus.Desc
 	lastSuccess, lastRound, duration                *prometheus.Desc
 	runs, skips, busy, context                      *prometheus.Desc
@@ -59,8 +59,13 @@ func NewProbeCollector(src latester[*probes.Status]) *ProbeCollector {
 				"chase by one GPU thread through transfer_size_bytes of pinned host memory on host_numa_node, or of peer's memory; "+
 				"launch_latency: an empty kernel from launch to completion seen by the host.",
 			"probe", "peer", "host_numa_node", "transfer_size_bytes"),
-		success: gpuDesc("probe", "success",
-			"1 if the probe gave a value in the GPU's latest round, 0 if it failed.", "probe", "direction", "peer", "host_numa_node"),
+		// Only failures: a result that gave a value is its bandwidth or
+		// latency series, and a 1 beside each of those was a quarter of a
+		// round's series saying it again.
+		failed: gpuDesc("probe", "failed",
+			"Present, at 1, for each probe of the GPU's latest round that gave no value (the exporter log says why); a probe that "+
+				"gave one has its gpulink_probe_bandwidth_bytes_per_second or gpulink_probe_latency_seconds series instead. Rounds "+
+				"with failures count as partial in gpulink_probe_runs_total.", "probe", "direction", "peer", "host_numa_node"),
 		linkGen: gpuDesc("probe", "pcie_link_generation_under_load",
 			"PCIe generation of the GPU's link read while a host-to-device copy was verifiably moving data. Idle GPUs lower their generation, "+
 				"so below the maximum only this reading shows a downtrained link."),
@@ -105,7 +110,7 @@ func NewProbeCollector(src latester[*probes.Status]) *ProbeCollector {
 // Describe implements prometheus.Collector.
 func (c *ProbeCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := &c.d
-	for _, desc := range []*prometheus.Desc{d.bandwidth, d.expected, d.latency, d.success, d.linkGen,
+	for _, desc := range []*prometheus.Desc{d.bandwidth, d.expected, d.latency, d.failed, d.linkGen,
 		d.linkWidth, d.lastSuccess, d.lastRound, d.duration, d.runs, d.skips, d.busy, d.context, d.deviceMemory,
 		d.contextMemory, d.hostMemory, d.policy, d.contended, d.contendedRounds} {
 		ch <- desc
@@ -191,8 +196,8 @@ func (c *ProbeCollector) renderRound(o *probeOut, g *probes.GPURound) {
 		}
 		size := strconv.FormatInt(r.SizeBytes, 10)
 		ok := r.Error == "" && (r.BytesPerSecond > 0 || r.Seconds > 0)
-		o.once(d.success, prometheus.GaugeValue, boolFloat(ok), string(r.Probe), r.Direction, r.Peer, node)
 		if !ok {
+			o.once(d.failed, prometheus.GaugeValue, 1, string(r.Probe), r.Direction, r.Peer, node)
 			continue
 		}
 		if r.BytesPerSecond > 0 {

@@ -132,9 +132,6 @@ func TestProbeMetrics(t *testing.T) {
 	c := collector.NewProbeCollector(fixed(probeStatus()))
 	collector.CheckText(t, c)
 	// Exact exposition of the families whose every series is fixed here.
-	success := func(k probes.Kind, dir, peer, node, v string) string {
-		return "gpulink_probe_success" + g0("probe", string(k), "direction", dir, "peer", peer, "host_numa_node", node) + " " + v + "\n"
-	}
 	want := `
 # HELP gpulink_probe_policy_info The policy that decides when a GPU is probed; value 1.
 # TYPE gpulink_probe_policy_info gauge
@@ -167,23 +164,12 @@ gpulink_probe_pcie_link_generation_under_load` + g0() + ` 5
 # HELP gpulink_probe_pcie_link_width_under_load PCIe width of the GPU's link in lanes, read while a host-to-device copy was verifiably moving data.
 # TYPE gpulink_probe_pcie_link_width_under_load gauge
 gpulink_probe_pcie_link_width_under_load` + g0() + ` 16
-# HELP gpulink_probe_success 1 if the probe gave a value in the GPU's latest round, 0 if it failed.
-# TYPE gpulink_probe_success gauge
-` + success(probes.HostToDevice, "host_to_device", "", "0", "1") +
-		success(probes.DeviceToHost, "device_to_host", "", "0", "1") +
-		success(probes.DeviceToHost, "device_to_host", "", "1", "0") +
-		success(probes.HostBidirectional, "host_to_device", "", "0", "1") +
-		success(probes.HostBidirectional, "device_to_host", "", "0", "1") +
-		success(probes.DeviceLocalCopy, "local", "", "", "1") +
-		success(probes.PeerCopy, "to_peer", probePeer, "", "1") +
-		success(probes.PeerCopy, "to_peer", probeStranger, "", "1") +
-		success(probes.PeerBidirectional, "to_peer", probePeer, "", "1") +
-		success(probes.PeerBidirectional, "from_peer", probePeer, "", "1") +
-		success(probes.HostLatency, "", "", "0", "1") +
-		success(probes.PeerLatency, "", probePeer, "", "1") +
-		success(probes.LaunchLatency, "", "", "", "1")
+# HELP gpulink_probe_failed Present, at 1, for each probe of the GPU's latest round that gave no value (the exporter log says why); a probe that gave one has its gpulink_probe_bandwidth_bytes_per_second or gpulink_probe_latency_seconds series instead. Rounds with failures count as partial in gpulink_probe_runs_total.
+# TYPE gpulink_probe_failed gauge
+gpulink_probe_failed` + g0("probe", "device_to_host", "direction", "device_to_host", "peer", "", "host_numa_node", "1") + ` 1
+`
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "gpulink_probe_policy_info", "gpulink_probe_runs_total",
-		"gpulink_probe_skips_total", "gpulink_probe_last_success_timestamp_seconds", "gpulink_probe_last_round_timestamp_seconds", "gpulink_probe_success",
+		"gpulink_probe_skips_total", "gpulink_probe_last_success_timestamp_seconds", "gpulink_probe_last_round_timestamp_seconds", "gpulink_probe_failed",
 		"gpulink_probe_pcie_link_generation_under_load", "gpulink_probe_pcie_link_width_under_load"); err != nil {
 		t.Error(err)
 	}
@@ -232,7 +218,8 @@ gpulink_probe_pcie_link_width_under_load` + g0() + ` 16
 		// the stranger's path is not known: no expectation.
 		"gpulink_probe_expected_bandwidth_bytes_per_second": 6,
 		"gpulink_probe_latency_seconds":                     3,
-		"gpulink_probe_success":                             13,
+		// The one that gave no value.
+		"gpulink_probe_failed": 1,
 		// Neither GPU 1, never probed, nor a context memory not measured.
 		"gpulink_probe_device_memory_bytes":            1,
 		"gpulink_probe_context_memory_bytes":           0,
@@ -249,7 +236,7 @@ gpulink_probe_pcie_link_width_under_load` + g0() + ` 16
 		}
 	}
 	for key := range got {
-		if strings.Contains(key, `host_numa_node="1"`) && !strings.HasPrefix(key, "gpulink_probe_success{") {
+		if strings.Contains(key, `host_numa_node="1"`) && !strings.HasPrefix(key, "gpulink_probe_failed{") {
 			t.Errorf("the failed result has a value series: %s", key)
 		}
 	}
@@ -278,8 +265,8 @@ func TestProbeMetricsOmissions(t *testing.T) {
 	got := gathered(t, collector.NewProbeCollector(fixed(s)))
 	for key, v := range map[string]float64{
 		// Node -1 (no NUMA support) is an empty label, as elsewhere.
-		"gpulink_probe_success" + g0("probe", "host_to_device", "direction", "host_to_device", "peer", "", "host_numa_node", ""): 0,
-		"gpulink_probe_success" + g0("probe", "host_latency", "direction", "", "peer", "", "host_numa_node", ""):                 0,
+		"gpulink_probe_failed" + g0("probe", "host_to_device", "direction", "host_to_device", "peer", "", "host_numa_node", ""): 1,
+		"gpulink_probe_failed" + g0("probe", "host_latency", "direction", "", "peer", "", "host_numa_node", ""):                 1,
 		"gpulink_probe_context_memory_bytes" + g0(): 540 << 20,
 	} {
 		if g, ok := got[key]; !ok || g != v {
