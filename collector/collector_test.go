@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -120,10 +121,10 @@ gpulink_gpu_info` + info(g1, "1653220000001") + ` 1
 # TYPE gpulink_gpu_pcie_link_generation gauge
 gpulink_gpu_pcie_link_generation` + labels(g0...) + ` 5
 gpulink_gpu_pcie_link_generation` + labels(g1...) + ` 3
-# HELP gpulink_gpu_pair_info How two GPUs reach each other, as the nvidia-smi topo -m cell (NV#, PIX, PXB, PHB, NODE, SYS); value 1.
+# HELP gpulink_gpu_pair_info How two GPUs reach each other, as the nvidia-smi topo -m cell (NV#, PIX, PXB, PHB, NODE, SYS), and whether NVML supports peer-to-peer access of each kind between them: p2p_read, p2p_write, p2p_nvlink, p2p_atomics, 1 or 0 (empty where NVML does not say); value 1.
 # TYPE gpulink_gpu_pair_info gauge
-gpulink_gpu_pair_info{gpu="0",level="NV17",peer_gpu="1"} 1
-gpulink_gpu_pair_info{gpu="1",level="NV17",peer_gpu="0"} 1
+gpulink_gpu_pair_info{gpu="0",level="NV17",p2p_atomics="1",p2p_nvlink="1",p2p_read="1",p2p_write="1",peer_gpu="1"} 1
+gpulink_gpu_pair_info{gpu="1",level="NV17",p2p_atomics="1",p2p_nvlink="1",p2p_read="1",p2p_write="1",peer_gpu="0"} 1
 # HELP gpulink_gpu_nvlinks_active NVLinks that are up.
 # TYPE gpulink_gpu_nvlinks_active gauge
 gpulink_gpu_nvlinks_active` + labels(g0...) + ` 17
@@ -158,9 +159,9 @@ gpulink_gpu_nvlinks_active` + labels(g1...) + ` 17
 		"gpulink_gpu_pcie_link_max_generation", "gpulink_gpu_pcie_link_gpu_max_generation", "gpulink_gpu_pcie_link_width",
 		"gpulink_gpu_pcie_link_max_width", "gpulink_gpu_pcie_replays_total", "gpulink_gpu_pcie_correctable_errors_total",
 		"gpulink_gpu_memory_reserved_bytes", "gpulink_gpu_nvlinks",
-		"gpulink_gpu_nvlink_up", "gpulink_gpu_nvlink_version", "gpulink_gpu_nvlink_speed_bytes_per_second",
+		"gpulink_gpu_nvlink_up", "gpulink_gpu_nvlink_speed_bytes_per_second",
 		"gpulink_gpu_nvlink_remote_info", "gpulink_gpu_nvlink_errors_total", "gpulink_gpu_nvlink_transmit_bytes_total",
-		"gpulink_gpu_nvlink_receive_bytes_total", "gpulink_gpu_pair_nvlinks", "gpulink_gpu_pair_p2p_supported",
+		"gpulink_gpu_nvlink_receive_bytes_total", "gpulink_gpu_pair_nvlinks",
 		"gpulink_gpu_compute_mode", "gpulink_gpu_mig_enabled",
 		`gpulink_source_up{source="nvml"} 1`, `gpulink_source_last_success_timestamp_seconds{source="nvml"}`,
 	} {
@@ -177,6 +178,31 @@ gpulink_gpu_nvlinks_active` + labels(g1...) + ` 17
 	}
 	if strings.Contains(body, `link="17",remote_pci_bus_id`) {
 		t.Error("a down link reports a remote end")
+	}
+	// An active link's NVLink version is a label of its remote end.
+	if !regexp.MustCompile(`\ngpulink_gpu_nvlink_remote_info\{gpu="0",link="0",[^}]*,version="\d+"\} 1\n`).MatchString(body) {
+		t.Error("no NVLink version on link 0's remote end")
+	}
+}
+
+// The peer-to-peer capabilities NVML does not support are 0 on the pair,
+// those it does not answer for empty; a link whose version NVML does not
+// give has an empty version.
+func TestPairP2PAndLinkVersionLabels(t *testing.T) {
+	snap := &nvml.Snapshot{
+		GPUs: []nvml.GPUState{{Identity: nvml.Identity{Index: 0, UUID: "GPU-a", PCIBusID: "0000:00:06.0", NVLinkCount: 1},
+			NVLinks: []nvml.NVLink{{Link: 0, Active: true, RemotePCIBusID: "0000:00:07.0", RemoteType: "gpu"}}}},
+		Pairs: []nvml.Pair{{GPU: 0, Peer: 1, Level: "SYS", P2P: map[string]bool{"read": true, "write": false}}},
+	}
+	got := gathered(t, collector.NewNVMLCollector(fixed(snap)))
+	for _, key := range []string{
+		"gpulink_gpu_pair_info" + labels("gpu", "0", "level", "SYS", "p2p_atomics", "", "p2p_nvlink", "", "p2p_read", "1", "p2p_write", "0", "peer_gpu", "1"),
+		"gpulink_gpu_nvlink_remote_info" + labels("gpu", "0", "link", "0", "pci_bus_id", "0000:00:06.0", "remote_pci_bus_id", "0000:00:07.0",
+			"remote_type", "gpu", "uuid", "GPU-a", "version", ""),
+	} {
+		if v, ok := got[key]; !ok || v != 1 {
+			t.Errorf("%s = %g (present %v), want 1", key, v, ok)
+		}
 	}
 }
 

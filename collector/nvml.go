@@ -45,12 +45,21 @@ type nvmlDescs struct {
 	pcieGen, pcieMaxGen, pcieGPUMaxGen, pcieWidth     *prometheus.Desc
 	pcieMaxWidth, pcieReplays, pcieCorrectable        *prometheus.Desc
 	memReserved                                       *prometheus.Desc
-	nvlinks, nvlinksActive, nvlinkUp, nvlinkVersion   *prometheus.Desc
-	nvlinkSpeed, nvlinkRemote, nvlinkErrors, nvlinkTX *prometheus.Desc
-	nvlinkRX, pairInfo, pairNVLinks, pairP2P          *prometheus.Desc
+	nvlinks, nvlinksActive, nvlinkUp, nvlinkSpeed     *prometheus.Desc
+	nvlinkRemote, nvlinkErrors, nvlinkTX, nvlinkRX    *prometheus.Desc
+	pairInfo, pairNVLinks                             *prometheus.Desc
 	fabricState, fabricStatus, fabricHealth           *prometheus.Desc
 	fabricInfo, recoveryAction                        *prometheus.Desc
 }
+
+// p2pLabels name the peer-to-peer capabilities on gpulink_gpu_pair_info.
+var p2pLabels = func() []string {
+	var out []string
+	for _, cp := range nvml.P2PCapabilities {
+		out = append(out, "p2p_"+cp)
+	}
+	return out
+}()
 
 // NewNVMLCollector renders the snapshots of src.
 func NewNVMLCollector(src latester[*nvml.Snapshot], opts ...NVMLOption) *NVMLCollector {
@@ -97,16 +106,24 @@ func NewNVMLCollector(src latester[*nvml.Snapshot], opts ...NVMLOption) *NVMLCol
 		nvlinks:         gpuDesc("gpu", "nvlinks", "NVLinks the GPU has."),
 		nvlinksActive:   gpuDesc("gpu", "nvlinks_active", "NVLinks that are up."),
 		nvlinkUp:        gpuDesc("gpu", "nvlink_up", "1 if the NVLink is up.", "link"),
-		nvlinkVersion:   gpuDesc("gpu", "nvlink_version", "NVLink version as NVML reports it.", "link"),
 		nvlinkSpeed:     gpuDesc("gpu", "nvlink_speed_bytes_per_second", "NVLink rate, one direction.", "link"),
-		nvlinkRemote: gpuDesc("gpu", "nvlink_remote_info", "What an active NVLink connects to; value 1.",
-			"link", "remote_pci_bus_id", "remote_type"),
+		// The version is a label here rather than a series a link of
+		// its own: it is the same on every link of a GPU and never
+		// changes, and as a series it cost as many as the links.
+		nvlinkRemote: gpuDesc("gpu", "nvlink_remote_info",
+			"What an active NVLink connects to, and its NVLink version as NVML numbers it (empty where NVML does not say); value 1.",
+			"link", "remote_pci_bus_id", "remote_type", "version"),
 		nvlinkErrors: gpuDesc("gpu", "nvlink_errors_total", "NVLink data-link errors by type: crc_flit, crc_data, replay, recovery.", "link", "type"),
 		nvlinkTX:     gpuDesc("gpu", "nvlink_transmit_bytes_total", "Data bytes sent over the NVLink.", "link"),
 		nvlinkRX:     gpuDesc("gpu", "nvlink_receive_bytes_total", "Data bytes received over the NVLink.", "link"),
+		// The peer-to-peer capabilities are labels of the pair, not a
+		// series each: four constant series a pair were 224 on an 8-GPU
+		// node.
 		pairInfo: newDesc("gpu", "pair_info",
-			"How two GPUs reach each other, as the nvidia-smi topo -m cell (NV#, PIX, PXB, PHB, NODE, SYS); value 1.",
-			"gpu", "peer_gpu", "level"),
+			"How two GPUs reach each other, as the nvidia-smi topo -m cell (NV#, PIX, PXB, PHB, NODE, SYS), and whether NVML "+
+				"supports peer-to-peer access of each kind between them: p2p_read, p2p_write, p2p_nvlink, p2p_atomics, 1 or 0 "+
+				"(empty where NVML does not say); value 1.",
+			append([]string{"gpu", "peer_gpu", "level"}, p2pLabels...)...),
 		fabricState: gpuDesc("gpu", "fabric_state",
 			"NVLink fabric registration state (NVML): 1 not_started, 2 in_progress, 3 completed. Absent where the GPU has no NVSwitch fabric."),
 		fabricStatus: gpuDesc("gpu", "fabric_status",
@@ -120,8 +137,6 @@ func NewNVMLCollector(src latester[*nvml.Snapshot], opts ...NVMLOption) *NVMLCol
 			"What the driver says to do about the GPU: 0 none, 1 gpu_reset, 2 node_reboot, 3 drain_p2p, 4 drain_and_reset, "+
 				"5 recover_imex_domain, 6 bus_reset, 7 system_reboot."),
 		pairNVLinks: newDesc("gpu", "pair_nvlinks", "NVLinks joining two GPUs (through NVSwitch included).", "gpu", "peer_gpu"),
-		pairP2P: newDesc("gpu", "pair_p2p_supported", "1 if peer-to-peer access of this kind is supported between the GPUs.",
-			"gpu", "peer_gpu", "capability"),
 	}}
 	for _, o := range opts {
 		o(c)
@@ -143,8 +158,8 @@ func (d *nvmlDescs) all() []*prometheus.Desc {
 		d.memUsed, d.memTotal, d.computeMode, d.migEnabled, d.eccVolatile, d.eccAggregate, d.remapped,
 		d.remapPending, d.remapFailed, d.retired, d.retiredPending, d.pcieGen, d.pcieMaxGen, d.pcieGPUMaxGen,
 		d.pcieWidth, d.pcieMaxWidth, d.pcieReplays, d.pcieCorrectable, d.memReserved, d.nvlinks,
-		d.nvlinksActive, d.nvlinkUp, d.nvlinkVersion, d.nvlinkSpeed, d.nvlinkRemote, d.nvlinkErrors,
-		d.nvlinkTX, d.nvlinkRX, d.pairInfo, d.pairNVLinks, d.pairP2P, d.fabricState, d.fabricStatus,
+		d.nvlinksActive, d.nvlinkUp, d.nvlinkSpeed, d.nvlinkRemote, d.nvlinkErrors,
+		d.nvlinkTX, d.nvlinkRX, d.pairInfo, d.pairNVLinks, d.fabricState, d.fabricStatus,
 		d.fabricHealth, d.fabricInfo, d.recoveryAction}
 }
 
@@ -212,13 +227,17 @@ func (c *NVMLCollector) render(o *out, s *nvml.Snapshot) {
 	o.labels = nil
 	for _, p := range s.Pairs {
 		a, b := itoa(p.GPU), itoa(p.Peer)
-		o.gauge(d.pairInfo, 1, a, b, p.Level)
-		o.gauge(d.pairNVLinks, float64(p.NVLinks), a, b)
+		var buf [8]string // on the stack: the labels are copied in
+		vals := append(buf[:0], a, b, p.Level)
 		for _, cp := range nvml.P2PCapabilities {
+			v := ""
 			if ok, known := p.P2P[cp]; known {
-				o.gauge(d.pairP2P, boolFloat(ok), a, b, cp)
+				v = itoa(int(boolFloat(ok)))
 			}
+			vals = append(vals, v)
 		}
+		o.gauge(d.pairInfo, 1, vals...)
+		o.gauge(d.pairNVLinks, float64(p.NVLinks), a, b)
 	}
 }
 
@@ -305,12 +324,15 @@ func (c *NVMLCollector) renderNVLinks(o *out, g *nvml.GPUState) {
 	for _, l := range g.NVLinks {
 		link := itoa(l.Link)
 		o.gauge(d.nvlinkUp, boolFloat(l.Active), link)
-		o.optInt(d.nvlinkVersion, l.Version, link)
 		if c.linkSpeed {
 			o.optGauge(d.nvlinkSpeed, l.SpeedBytes, link)
 		}
 		if l.Active && l.RemotePCIBusID != "" {
-			o.gauge(d.nvlinkRemote, 1, link, l.RemotePCIBusID, l.RemoteType)
+			version := ""
+			if l.Version.Valid {
+				version = itoa(l.Version.V)
+			}
+			o.gauge(d.nvlinkRemote, 1, link, l.RemotePCIBusID, l.RemoteType, version)
 		}
 		for _, t := range nvml.NVLinkErrorTypes {
 			if v, ok := l.Errors[t]; ok {
