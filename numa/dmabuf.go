@@ -116,14 +116,14 @@ func parseKernelRelease(s string) (major, minor int, err error) {
 	s = strings.TrimSpace(s)
 	parts := strings.SplitN(s, ".", 3)
 	if len(parts) < 2 {
-		return 0, 0, fmt.Errorf("kernel release %.40q: want <major>.<minor>...", s)
+		return 0, 0, fmt.Errorf("kernel release %.40q: want <major>.<minor>[.<patch>][-<extra>]", s)
 	}
 	minorText := parts[1]
 	if i := strings.IndexFunc(minorText, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
 		minorText = minorText[:i]
 	}
 	if !isDigits(parts[0]) || !isDigits(minorText) || len(parts[0]) > 4 || len(minorText) > 4 {
-		return 0, 0, fmt.Errorf("kernel release %.40q: want <major>.<minor>...", s)
+		return 0, 0, fmt.Errorf("kernel release %.40q: want <major>.<minor>[.<patch>][-<extra>]", s)
 	}
 	major, _ = strconv.Atoi(parts[0])
 	minor, _ = strconv.Atoi(minorText)
