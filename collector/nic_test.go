@@ -62,7 +62,7 @@ func nicTree(t *testing.T) numa.FS {
 			"link_layer", p.layer,
 			"counters/port_rcv_data", "250", "counters/port_xmit_data", "500", "counters/symbol_error", "3",
 			"counters/link_downed", "1", "counters/port_xmit_wait", "77",
-			"hw_counters/out_of_sequence", "9", "hw_counters/rp_cnp_handled", "4")
+			"hw_counters/out_of_sequence", "9", "hw_counters/rp_cnp_handled", "4", "hw_counters/rnr_nak_retry_err", "2")
 	}
 	// The RoCE port's symbol_error cannot be read: a directory in its place.
 	p := filepath.Join(root, "sys", roce, "infiniband/mlx5_1/ports/1/counters/symbol_error")
@@ -76,7 +76,7 @@ func nicTree(t *testing.T) numa.FS {
 	nicWrite(t, root, "class/infiniband", "rdmap17s0@", "../../"+dir)
 	nicWrite(t, root, filepath.Join(dir, "ports/1"), "state", "4: ACTIVE", "phys_state", "5: LinkUp",
 		"rate", "100 Gb/sec (4X EDR)", "link_layer", "Unspecified", "hw_counters/rx_bytes", "1234",
-		"hw_counters/retrans_pkts", "5", "hw_counters/rx_drops", "6")
+		"hw_counters/retrans_pkts", "5", "hw_counters/rx_drops", "6", "hw_counters/retrans_bytes", "40960")
 	nicWrite(t, root, efa, "driver@", "../../../../bus/pci/drivers/efa")
 
 	virtio := "devices/pci0000:00/0000:00:03.0/virtio2/net/eth0"
@@ -118,13 +118,13 @@ func TestNICCollectorLint(t *testing.T) {
 		name   string
 		series int
 	}{
-		{"tree", 12 + 11 + 8 + 9},
-		// 9 mlx5 ports x (5 + 10 standard + 6 driver counters), less
+		{"tree", 12 + 11 + 8 + 9 + 3},
+		// 9 mlx5 ports x (5 + 10 standard + 9 driver counters), less
 		// mlx5_1's unreadable symbol_error; 9 interfaces x 10, less
 		// ibp92s0's unknown speed.
-		{"dgx-h100-faults", 9*21 - 1 + 9*10 - 1},
-		// 32 EFA ports x (5 + 7 counters); ens32 has no speed.
-		{"aws-p5", 32*12 + 9},
+		{"dgx-h100-faults", 9*24 - 1 + 9*10 - 1},
+		// 32 EFA ports x (5 + 8 counters); ens32 has no speed.
+		{"aws-p5", 32*13 + 9},
 		{"h200-vm", 9},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -181,6 +181,13 @@ gpulink_nic_port_symbol_errors_total{device="mlx5_0",port="1"} 3
 # HELP gpulink_nic_port_retransmitted_packets_total Packets retransmitted (EFA retrans_pkts). mlx5 does not count these; see nak_sequence_errors and local_ack_timeouts.
 # TYPE gpulink_nic_port_retransmitted_packets_total counter
 gpulink_nic_port_retransmitted_packets_total{device="rdmap17s0",port="1"} 5
+# HELP gpulink_nic_port_rnr_naks_total RNR (receiver not ready) NAKs this port received as a sender: the responder had no receive buffer posted, and the request waited and was retried (mlx5 rnr_nak_retry_err). A queue pair that runs out of RNR retries fails.
+# TYPE gpulink_nic_port_rnr_naks_total counter
+gpulink_nic_port_rnr_naks_total{device="mlx5_0",port="1"} 2
+gpulink_nic_port_rnr_naks_total{device="mlx5_1",port="1"} 2
+# HELP gpulink_nic_port_retransmitted_bytes_total Bytes retransmitted (EFA retrans_bytes).
+# TYPE gpulink_nic_port_retransmitted_bytes_total counter
+gpulink_nic_port_retransmitted_bytes_total{device="rdmap17s0",port="1"} 40960
 # HELP gpulink_nic_port_cnp_handled_total Congestion notification packets this port acted on by lowering its send rate (mlx5 rp_cnp_handled).
 # TYPE gpulink_nic_port_cnp_handled_total counter
 gpulink_nic_port_cnp_handled_total{device="mlx5_0",port="1"} 4
@@ -199,7 +206,8 @@ gpulink_net_interface_receive_drops_total{device="eth0"} 3
 		"gpulink_nic_port_info", "gpulink_nic_port_up", "gpulink_nic_port_physical_state_id",
 		"gpulink_nic_port_rate_bytes_per_second", "gpulink_nic_port_receive_bytes_total",
 		"gpulink_nic_port_symbol_errors_total", "gpulink_nic_port_retransmitted_packets_total",
-		"gpulink_nic_port_cnp_handled_total", "gpulink_net_interface_info", "gpulink_net_interface_up",
+		"gpulink_nic_port_cnp_handled_total", "gpulink_nic_port_rnr_naks_total", "gpulink_nic_port_retransmitted_bytes_total",
+		"gpulink_net_interface_info", "gpulink_net_interface_up",
 		"gpulink_net_interface_receive_drops_total",
 		// Absent values give no series: virtio's speed is -1.
 		"gpulink_net_interface_speed_bytes_per_second")

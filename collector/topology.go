@@ -27,7 +27,7 @@ type topologyDescs struct {
 	deviceInfo, linkGen, linkMaxGen, linkWidth, linkMaxWidth    *prometheus.Desc
 	gpuNUMA, gpuNIC, gpuNearestNIC, gpuNearestLevel, gpuPair    *prometheus.Desc
 	gpuHostBW, gpuSlowestHop, gpuUplink, uplinkGPUs             *prometheus.Desc
-	acsCapable, acsRedirect, peermem, iommuTranslated           *prometheus.Desc
+	acsCapable, acsRedirect, peermem, dmabuf, iommuTranslated   *prometheus.Desc
 }
 
 // NewTopologyCollector renders the topology source's snapshots. ids names
@@ -84,6 +84,9 @@ func NewTopologyCollector(src latester[*numa.Topology], ids interface{ Identitie
 			"pci_bus_id", "kind"),
 		peermem: newDesc("gpudirect", "peermem_loaded",
 			"1 if the nvidia_peermem module (GPUDirect RDMA through the RDMA core) is loaded."),
+		dmabuf: newDesc("gpudirect", "dmabuf_supported",
+			"1 if the kernel and the NVIDIA driver offer dma-buf for GPU memory, GPUDirect RDMA without nvidia_peermem: the driver's open kernel module, "+
+				"branch R515 or later, on Linux 5.12 or later; 0 if one of these is missing; absent where no NVIDIA driver is loaded."),
 		iommuTranslated: gpuDesc("iommu", "translated",
 			"1 if the GPU's IOMMU group translates DMA (type DMA or DMA-FQ), 0 if it passes it through (identity) or the GPU has no IOMMU group."),
 	}}
@@ -109,7 +112,7 @@ func (c *TopologyCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.d.nodeDistance, c.d.deviceInfo, c.d.linkGen, c.d.linkMaxGen, c.d.linkWidth, c.d.linkMaxWidth,
 		c.d.gpuNUMA, c.d.gpuNIC, c.d.gpuNearestNIC, c.d.gpuNearestLevel, c.d.gpuPair, c.d.gpuHostBW,
 		c.d.gpuSlowestHop, c.d.gpuUplink, c.d.uplinkGPUs, c.d.acsCapable, c.d.acsRedirect, c.d.peermem,
-		c.d.iommuTranslated} {
+		c.d.dmabuf, c.d.iommuTranslated} {
 		ch <- d
 	}
 	for _, name := range numa.NUMAStatCounters {
@@ -169,6 +172,7 @@ func (c *TopologyCollector) renderGPUDirect(o *out, t *numa.Topology) {
 		}
 	}
 	o.optBool(c.d.peermem, g.PeermemLoaded)
+	o.optBool(c.d.dmabuf, g.DMABufSupported)
 }
 
 // renderLinks exports every device once and every link once, by its lower

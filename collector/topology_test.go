@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -160,26 +161,22 @@ func itoa(i int) string { return string(rune('0' + i)) }
 func TestTopologyGPUDirectMetrics(t *testing.T) {
 	fs := fixtureFS(t, "dgx-h100")
 	dev := func(a string) string { return filepath.Join(fs.Sys, "bus", "pci", "devices", a) }
-	// GPU 0000:18:00.0's port: redirect on; peermem absent; IOMMU groups
-	// modelled, GPU 18 translated.
+	// As the DGX is modelled (peermem loaded, the proprietary driver, ACS
+	// redirect off, IOMMU passthrough), with GPU 0's downstream port's
+	// redirect on and its IOMMU group (GPUs 0 and 1) translating.
 	port, err := os.Readlink(dev("0000:18:00.0"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	parent := filepath.Base(filepath.Dir(port))
+	usp := filepath.Base(filepath.Dir(filepath.Dir(port)))
 	b, err := os.ReadFile(filepath.Join("..", "internal", "pciconfig", "testdata", "acs-redirect-on.bin"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range []string{filepath.Join(fs.Sys, "module", "nvidia"), filepath.Join(fs.Sys, "kernel", "iommu_groups", "7")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
 	for _, err := range []error{
 		os.WriteFile(filepath.Join(dev(parent), "config"), b, 0o444),
-		os.WriteFile(filepath.Join(fs.Sys, "kernel", "iommu_groups", "7", "type"), []byte("DMA\n"), 0o444),
-		os.Symlink(filepath.Join(fs.Sys, "kernel", "iommu_groups", "7"), filepath.Join(dev("0000:18:00.0"), "iommu_group")),
+		os.WriteFile(filepath.Join(dev("0000:18:00.0"), "iommu_group", "type"), []byte("DMA\n"), 0o444),
 	} {
 		if err != nil {
 			t.Fatal(err)
@@ -187,44 +184,51 @@ func TestTopologyGPUDirectMetrics(t *testing.T) {
 	}
 	c := topologyCollector(t, fs, identities{{Index: 0, UUID: "GPU-a", PCIBusID: "0000:18:00.0"}})
 	want := `
+# HELP gpulink_gpudirect_dmabuf_supported 1 if the kernel and the NVIDIA driver offer dma-buf for GPU memory, GPUDirect RDMA without nvidia_peermem: the driver's open kernel module, branch R515 or later, on Linux 5.12 or later; 0 if one of these is missing; absent where no NVIDIA driver is loaded.
+# TYPE gpulink_gpudirect_dmabuf_supported gauge
+gpulink_gpudirect_dmabuf_supported 0
 # HELP gpulink_gpudirect_peermem_loaded 1 if the nvidia_peermem module (GPUDirect RDMA through the RDMA core) is loaded.
 # TYPE gpulink_gpudirect_peermem_loaded gauge
-gpulink_gpudirect_peermem_loaded 0
-# HELP gpulink_pcie_acs_capable 1 if a bridge on a GPU-to-GPU or GPU-to-NIC path has the ACS capability; absent where its extended config space is not readable (not root).
-# TYPE gpulink_pcie_acs_capable gauge
-gpulink_pcie_acs_capable{pci_bus_id="` + parent + `"} 1
-# HELP gpulink_pcie_acs_redirect 1 if ACS on this bridge sends peer traffic up through the root complex instead of across: kind request (P2P Request Redirect), completion (P2P Completion Redirect), egress_control (P2P Egress Control). Peer copies and GPUDirect RDMA below the bridge slow down.
-# TYPE gpulink_pcie_acs_redirect gauge
-gpulink_pcie_acs_redirect{kind="completion",pci_bus_id="` + parent + `"} 1
-gpulink_pcie_acs_redirect{kind="egress_control",pci_bus_id="` + parent + `"} 0
-gpulink_pcie_acs_redirect{kind="request",pci_bus_id="` + parent + `"} 1
+gpulink_gpudirect_peermem_loaded 1
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
-		"gpulink_gpudirect_peermem_loaded", "gpulink_pcie_acs_capable", "gpulink_pcie_acs_redirect"); err != nil {
+		"gpulink_gpudirect_peermem_loaded", "gpulink_gpudirect_dmabuf_supported"); err != nil {
 		t.Error(err)
 	}
-	// Every GPU of the tree: 18 translated, the others in no group.
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(c)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	translated := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "gpulink_iommu_translated" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "pci_bus_id" {
-					translated[l.GetValue()] = m.GetGauge().GetValue()
-				}
-			}
+	values := gatherByLabels(t, c)
+	for series, want := range map[string]float64{
+		`gpulink_pcie_acs_capable{pci_bus_id="` + parent + `"}`:                        1,
+		`gpulink_pcie_acs_redirect{kind="request",pci_bus_id="` + parent + `"}`:        1,
+		`gpulink_pcie_acs_redirect{kind="completion",pci_bus_id="` + parent + `"}`:     1,
+		`gpulink_pcie_acs_redirect{kind="egress_control",pci_bus_id="` + parent + `"}`: 0,
+		`gpulink_pcie_acs_capable{pci_bus_id="` + usp + `"}`:                           0,
+		`gpulink_pcie_acs_capable{pci_bus_id="0000:17:01.0"}`:                          1,
+		`gpulink_pcie_acs_redirect{kind="request",pci_bus_id="0000:17:01.0"}`:          0,
+		`gpulink_iommu_translated{gpu="0",pci_bus_id="0000:18:00.0",uuid="GPU-a"}`:     1,
+		`gpulink_iommu_translated{gpu="",pci_bus_id="0000:2a:00.0",uuid=""}`:           1,
+		`gpulink_iommu_translated{gpu="",pci_bus_id="0000:3a:00.0",uuid=""}`:           0,
+	} {
+		if got, ok := values[series]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
 		}
 	}
-	if len(translated) != 8 || translated["0000:18:00.0"] != 1 || translated["0000:2a:00.0"] != 0 {
-		t.Errorf("gpulink_iommu_translated %v, want 8 GPUs, 0000:18:00.0 alone 1", translated)
+	// An upstream port has no ACS: nothing to say of redirect.
+	for series := range values {
+		if strings.HasPrefix(series, "gpulink_pcie_acs_redirect{") && strings.Contains(series, usp) {
+			t.Errorf("%s exported for an upstream port without ACS", series)
+		}
+	}
+	var acs, iommu int
+	for series := range values {
+		switch {
+		case strings.HasPrefix(series, "gpulink_pcie_acs_capable{"):
+			acs++
+		case strings.HasPrefix(series, "gpulink_iommu_translated{"):
+			iommu++
+		}
+	}
+	if acs != 20 || iommu != 8 {
+		t.Errorf("%d bridges with an ACS reading, %d GPUs with an IOMMU mode; want 20 (4 switches' upstream port and 4 downstream ports on GPU paths) and 8", acs, iommu)
 	}
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil {
@@ -233,4 +237,28 @@ gpulink_pcie_acs_redirect{kind="request",pci_bus_id="` + parent + `"} 1
 	for _, p := range problems {
 		t.Errorf("%s: %s", p.Metric, p.Text)
 	}
+}
+
+// gatherByLabels collects c and returns every series' value by its name
+// and sorted labels, as the text format writes them.
+func gatherByLabels(t *testing.T, c prometheus.Collector) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var ls []string
+			for _, l := range m.GetLabel() {
+				ls = append(ls, l.GetName()+"="+strconv.Quote(l.GetValue()))
+			}
+			v := m.GetGauge().GetValue() + m.GetCounter().GetValue() + m.GetUntyped().GetValue()
+			out[mf.GetName()+"{"+strings.Join(ls, ",")+"}"] = v
+		}
+	}
+	return out
 }

@@ -20,8 +20,9 @@ import (
 
 // injected is the fault file of the test (internal/sim's syntax) and the
 // alerts each fault must fire on the dgx-h100 node, by alertKey without the
-// instance. Every fault sits on its own GPU or NIC, or on one whose other
-// fault raises a different alert, so each alert names its fault.
+// instance (a node-wide alert is its name alone). Every fault sits on its
+// own GPU, NIC or bridge, or on one whose other fault raises a different
+// alert, so each alert names its fault.
 var injected = []struct {
 	fault  string
 	alerts []string
@@ -42,6 +43,10 @@ var injected = []struct {
 	{`{kind: probe_latency, gpu: 7, probe: host_latency, factor: 3}`, []string{"GPUProbeLatencyHigh gpu=7"}},
 	{`{kind: fabric_down, gpu: 6}`, []string{"GPUFabricNotCompleted gpu=6"}},
 	{`{kind: recovery_action, gpu: 7, action: 1}`, []string{"GPURecoveryActionRequired gpu=7"}},
+	// GPU 1's downstream port (17:04.0) redirects peer traffic; the node
+	// loses its only way into GPU memory for its InfiniBand ports.
+	{`{kind: acs_redirect, gpu: 1}`, []string{"PCIeACSRedirectOnGPUPath pci_bus_id=0000:17:04.0"}},
+	{`{kind: peermem_missing}`, []string{"GPUDirectRDMAUnavailable"}},
 	{`{kind: nic_rate, device: mlx5_0, fraction: 0.5}`, []string{"NICPortRateDegraded device=mlx5_0"}},
 	{`{kind: nic_down, device: mlx5_1}`, []string{"NICPortDown device=mlx5_1"}},
 	{`{kind: nic_flapping, device: mlx5_2, period: 3s}`, []string{"NICPortFlapping device=mlx5_2"}},

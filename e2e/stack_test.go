@@ -271,7 +271,8 @@ func (s *stack) firing(ctx context.Context) (map[string]bool, error) {
 }
 
 // alertKey names an alert by what the test expects of it: its name, the
-// node, and the GPU or the NIC it is about.
+// node, and the GPU, the NIC or else the PCI function (a bridge) it is
+// about.
 func alertKey(l map[string]string) string {
 	k := l["alertname"] + " " + l["instance"]
 	if g := l["gpu"]; g != "" {
@@ -279,6 +280,9 @@ func alertKey(l map[string]string) string {
 	}
 	if d := l["device"]; d != "" {
 		k += " device=" + d
+	}
+	if b := l["pci_bus_id"]; b != "" && l["gpu"] == "" && l["device"] == "" {
+		k += " pci_bus_id=" + b
 	}
 	return k
 }

@@ -15,7 +15,7 @@ import (
 
 // GPUDirect is what decides whether GPUDirect P2P and RDMA can take the
 // direct path: ACS on the bridges between GPUs and between GPUs and NICs,
-// the nvidia_peermem module, and the IOMMU mode of the GPUs.
+// the nvidia_peermem module or dma-buf, and the IOMMU mode of the GPUs.
 type GPUDirect struct {
 	// ACS is, for every bridge on a GPU-to-GPU or GPU-to-NIC path below
 	// one host bridge, its ACS capability as read from config space;
@@ -25,6 +25,10 @@ type GPUDirect struct {
 	// PeermemLoaded says whether the nvidia_peermem module is loaded;
 	// absent where sysfs has no module directory.
 	PeermemLoaded sampler.Opt[bool]
+	// DMABufSupported says whether the kernel and the NVIDIA driver offer
+	// dma-buf for GPU memory, the other way to GPUDirect RDMA (dmabuf.go);
+	// absent where no NVIDIA driver is loaded or it cannot be told.
+	DMABufSupported sampler.Opt[bool]
 	// IOMMUTranslated is, by GPU address, whether its IOMMU group
 	// translates DMA (type DMA or DMA-FQ) rather than passing it through
 	// (identity); false where the GPU has no IOMMU group; absent where the
@@ -73,8 +77,8 @@ func (t *Topology) ACSBridges() []string {
 	return out
 }
 
-// readGPUDirect reads ACS, peermem and IOMMU state for topo; nothing is
-// written, and config space is only read.
+// readGPUDirect reads ACS, peermem, dma-buf and IOMMU state for topo;
+// nothing is written, and config space is only read.
 func (f FS) readGPUDirect(t *sampler.Tally, topo *Topology) GPUDirect {
 	g := GPUDirect{ACS: map[string]pciconfig.ACS{}, IOMMUTranslated: map[string]sampler.Opt[bool]{}}
 	for _, b := range topo.ACSBridges() {
@@ -91,6 +95,7 @@ func (f FS) readGPUDirect(t *sampler.Tally, topo *Topology) GPUDirect {
 		_, err := os.Stat(f.sys("module", "nvidia_peermem"))
 		g.PeermemLoaded = sampler.Some(err == nil)
 	}
+	g.DMABufSupported = f.readDMABuf(t)
 	// Without /sys/kernel/iommu_groups (a tree that does not model it)
 	// the mode is unknown; with it, a GPU in no group has no translation.
 	if _, err := os.Stat(f.sys("kernel", "iommu_groups")); err != nil {

@@ -49,35 +49,55 @@ func TestGPUDirect(t *testing.T) {
 	if !slices.Contains(bridges, g0.ParentAddr) {
 		t.Errorf("GPU 0's parent port %s not among %v", g0.ParentAddr, bridges)
 	}
-	if len(topo.GPUDirect.IOMMUTranslated) != 0 {
-		t.Errorf("IOMMU mode without kernel/iommu_groups: %v", topo.GPUDirect.IOMMUTranslated)
+	// As the DGX H100 is modelled: ACS redirect off on every downstream
+	// port, no ACS on the switches' upstream ports; nvidia_peermem loaded;
+	// the proprietary driver, so no dma-buf; IOMMU passthrough.
+	g := topo.GPUDirect
+	if len(g.ACS) != len(bridges) {
+		t.Errorf("ACS read of %d bridges, want the %d on GPU paths", len(g.ACS), len(bridges))
 	}
-	if got := topo.GPUDirect.ACS; len(got) != 0 {
-		t.Errorf("ACS read without config files: %v", got)
-	}
-
-	// Config images: redirect on at GPU 0's port, off at the next bridge,
-	// truncated (not root) at another.
-	dev := func(a string) string { return filepath.Join(sys, "bus", "pci", "devices", a) }
-	fixture := func(n string) string { return filepath.Join("..", "internal", "pciconfig", "testdata", n) }
-	on, off, short := g0.ParentAddr, bridges[0], bridges[len(bridges)-1]
-	if off == on {
-		off = bridges[1]
-	}
-	copyFile(t, fixture("acs-redirect-off.bin"), filepath.Join(dev(off), "config"))
-	copyFile(t, fixture("truncated.bin"), filepath.Join(dev(short), "config"))
-	copyFile(t, fixture("acs-redirect-on.bin"), filepath.Join(dev(on), "config"))
-	// peermem loaded; GPU 0 translated, GPU 1 identity, GPU 2 no group.
-	for _, d := range []string{filepath.Join(sys, "module", "nvidia_peermem"), filepath.Join(sys, "kernel", "iommu_groups"), filepath.Join(root, "groups", "1"), filepath.Join(root, "groups", "2")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
+	for _, b := range bridges {
+		if a := g.ACS[b]; !a.Known || a.Enabled(pciconfig.P2PRequestRedirect) || a.Enabled(pciconfig.P2PCompletionRedirect) {
+			t.Errorf("%s: ACS %+v, want read, redirect off", b, a)
 		}
 	}
+	if a := g.ACS[g0.ParentAddr]; !a.Present {
+		t.Errorf("GPU 0's downstream port %s: no ACS: %+v", g0.ParentAddr, a)
+	}
+	usp := topo.Device(g0.ParentAddr).ParentAddr
+	if a, ok := g.ACS[usp]; !ok || !a.Known || a.Present {
+		t.Errorf("switch upstream port %s: %+v (read %v), want no ACS capability", usp, a, ok)
+	}
+	if !g.PeermemLoaded.Valid || !g.PeermemLoaded.V || !g.DMABufSupported.Valid || g.DMABufSupported.V {
+		t.Errorf("peermem %+v, dma-buf %+v; want loaded, unsupported", g.PeermemLoaded, g.DMABufSupported)
+	}
+	for _, a := range dgxGPUs {
+		if v := g.IOMMUTranslated[a]; !v.Valid || v.V {
+			t.Errorf("GPU %s IOMMU translated %+v, want passthrough", a, v)
+		}
+	}
+
+	// Config images: redirect on at GPU 0's port, truncated (not root) at
+	// the next bridge; nvidia_peermem unloaded; the open driver; GPU 0's
+	// group (it shares it with GPU 1) translating, GPU 2 in no group.
+	dev := func(a string) string { return filepath.Join(sys, "bus", "pci", "devices", a) }
+	fixture := func(n string) string { return filepath.Join("..", "internal", "pciconfig", "testdata", n) }
+	on, short := g0.ParentAddr, bridges[0]
+	if short == on {
+		short = bridges[1]
+	}
+	copyFile(t, fixture("truncated.bin"), filepath.Join(dev(short), "config"))
+	copyFile(t, fixture("acs-redirect-on.bin"), filepath.Join(dev(on), "config"))
+	group, err := filepath.EvalSymlinks(filepath.Join(dev(dgxGPUs[0]), "iommu_group"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, err := range []error{
-		os.WriteFile(filepath.Join(root, "groups", "1", "type"), []byte("DMA-FQ\n"), 0o444),
-		os.WriteFile(filepath.Join(root, "groups", "2", "type"), []byte("identity\n"), 0o444),
-		os.Symlink(filepath.Join(root, "groups", "1"), filepath.Join(dev(dgxGPUs[0]), "iommu_group")),
-		os.Symlink(filepath.Join(root, "groups", "2"), filepath.Join(dev(dgxGPUs[1]), "iommu_group")),
+		os.RemoveAll(filepath.Join(sys, "module", "nvidia_peermem")),
+		os.WriteFile(filepath.Join(group, "type"), []byte("DMA-FQ\n"), 0o444),
+		os.Remove(filepath.Join(dev(dgxGPUs[2]), "iommu_group")),
+		os.WriteFile(filepath.Join(root, "proc", "driver", "nvidia", "version"),
+			[]byte("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.90.07  Release Build  (b)  2024\n"), 0o444),
 	} {
 		if err != nil {
 			t.Fatal(err)
@@ -88,23 +108,40 @@ func TestGPUDirect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := topo.GPUDirect
+	g = topo.GPUDirect
 	redirect := uint16(pciconfig.P2PRequestRedirect | pciconfig.P2PCompletionRedirect)
 	if a := g.ACS[on]; !a.Known || !a.Enabled(redirect) {
 		t.Errorf("%s: %+v, want redirect on", on, a)
 	}
-	if a := g.ACS[off]; !a.Known || !a.Present || a.Enabled(pciconfig.P2PRequestRedirect) {
-		t.Errorf("%s: %+v, want redirect off", off, a)
-	}
 	if a, ok := g.ACS[short]; !ok || a.Known {
 		t.Errorf("%s: %+v, want unknown", short, a)
 	}
-	if !g.PeermemLoaded.Valid || !g.PeermemLoaded.V {
-		t.Errorf("peermem %+v", g.PeermemLoaded)
+	if !g.PeermemLoaded.Valid || g.PeermemLoaded.V {
+		t.Errorf("peermem %+v, want not loaded", g.PeermemLoaded)
 	}
-	for i, want := range []bool{true, false, false} {
+	if !g.DMABufSupported.Valid || !g.DMABufSupported.V {
+		t.Errorf("dma-buf %+v with the open driver on 5.15, want supported", g.DMABufSupported)
+	}
+	for i, want := range []bool{true, true, false, false} {
 		if v := g.IOMMUTranslated[dgxGPUs[i]]; !v.Valid || v.V != want {
 			t.Errorf("GPU %d IOMMU translated %+v, want %v", i, v, want)
 		}
+	}
+
+	// Without sys/kernel/iommu_groups, the mode is unknown; without a
+	// config file, the bridge's ACS.
+	for _, p := range []string{filepath.Join(sys, "kernel", "iommu_groups"), filepath.Join(dev(on), "config")} {
+		if err := os.RemoveAll(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if topo, err = fsys.Topology(); err != nil {
+		t.Fatal(err)
+	}
+	if got := topo.GPUDirect.IOMMUTranslated; len(got) != 0 {
+		t.Errorf("IOMMU mode without kernel/iommu_groups: %v", got)
+	}
+	if a, ok := topo.GPUDirect.ACS[on]; ok {
+		t.Errorf("%s: ACS %+v read without a config file", on, a)
 	}
 }

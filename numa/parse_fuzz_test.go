@@ -57,3 +57,17 @@ func FuzzParseNodeFiles(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseDriverFiles(f *testing.F) {
+	f.Add("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.90.07  Release Build  (dvs-builder@U16-I3-B03-4-3)  Fri May 31 09:30:47 UTC 2024\n")
+	f.Add("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.161.08  Tue Mar  5 22:42:15 UTC 2024\n")
+	f.Add("5.15.0-1042-nvidia\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		if _, branch, err := parseNVIDIAVersion(s); err == nil && (branch < 0 || branch > 999999) {
+			t.Fatalf("%q: branch %d", s, branch)
+		}
+		if major, minor, err := parseKernelRelease(s); err == nil && (major < 0 || minor < 0 || major > 9999 || minor > 9999) {
+			t.Fatalf("%q: %d.%d", s, major, minor)
+		}
+	})
+}

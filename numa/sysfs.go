@@ -20,11 +20,16 @@ import (
 )
 
 // FS is a sysfs root and a procfs root: the one filesystem seam every
-// source that reads them takes. This package reads only Sys;
-// internal/process reads Proc.
+// source that reads them takes. This package reads Sys, and from Proc only
+// what the kernel says of itself and the NVIDIA driver (dmabuf.go);
+// internal/process reads the processes.
 type FS struct {
 	Sys  string // usually /sys
 	Proc string // usually /proc
 }
 
 func (f FS) sys(parts ...string) string { return filepath.Join(append([]string{f.Sys}, parts...)...) }
+
+func (f FS) proc(parts ...string) string {
+	return filepath.Join(append([]string{f.Proc}, parts...)...)
+}

@@ -72,6 +72,10 @@ type RDMACounters struct {
 	CNPHandled              sampler.Opt[uint64] // mlx5 rp_cnp_handled
 	LocalAckTimeouts        sampler.Opt[uint64] // mlx5 local_ack_timeout_err, EFA retrans_timeout_events
 	ReceiveDiscards         sampler.Opt[uint64] // EFA rx_drops
+	RNRNAKs                 sampler.Opt[uint64] // mlx5 rnr_nak_retry_err
+	RequesterCQEErrors      sampler.Opt[uint64] // mlx5 req_cqe_error
+	ICRCErrors              sampler.Opt[uint64] // mlx5 rx_icrc_encapsulated
+	RetransmittedBytes      sampler.Opt[uint64] // EFA retrans_bytes
 }
 
 // RDMAPort is one port of an RDMA device.
@@ -394,6 +398,13 @@ func readRDMAPort(t *sampler.Tally, dir string) RDMAPort {
 		c.LocalAckTimeouts = hw("retrans_timeout_events")
 	}
 	c.ReceiveDiscards = hw("rx_drops")
+	// Failures rather than recoveries: a sender made to wait by a receiver
+	// without buffers, work requests that ended in error (the queue pair
+	// with them), RoCE packets corrupted on the way, EFA's resent bytes.
+	c.RNRNAKs = hw("rnr_nak_retry_err")
+	c.RequesterCQEErrors = hw("req_cqe_error")
+	c.ICRCErrors = hw("rx_icrc_encapsulated")
+	c.RetransmittedBytes = hw("retrans_bytes")
 	return p
 }
 

@@ -107,7 +107,7 @@ func (s *nicTree) mlx5Port(dev, state, phys, rate, linkLayer string) string {
 	s.files(filepath.Join(port, "hw_counters"),
 		"out_of_sequence", "11", "packet_seq_err", "12", "local_ack_timeout_err", "13",
 		"roce_adp_retrans", "14", "np_ecn_marked_roce_packets", "15", "np_cnp_sent", "16",
-		"rp_cnp_handled", "17")
+		"rp_cnp_handled", "17", "rnr_nak_retry_err", "18", "req_cqe_error", "19", "rx_icrc_encapsulated", "20")
 	return port
 }
 
@@ -249,7 +249,11 @@ func TestReaderTree(t *testing.T) {
 	wantCount(t, "adaptive retransmissions", c.AdaptiveRetransmissions, 14)
 	wantCount(t, "ECN marked", c.ECNMarkedPackets, 15)
 	wantCount(t, "CNP handled", c.CNPHandled, 17)
+	wantCount(t, "RNR NAKs", c.RNRNAKs, 18)
+	wantCount(t, "requester CQE errors", c.RequesterCQEErrors, 19)
+	wantCount(t, "ICRC errors", c.ICRCErrors, 20)
 	wantNone(t, "mlx5 retransmitted packets", c.RetransmittedPackets)
+	wantNone(t, "mlx5 retransmitted bytes", c.RetransmittedBytes)
 	wantNone(t, "mlx5 receive discards", c.ReceiveDiscards)
 
 	roce := nicPort(t, snap, "mlx5_1", 1)
@@ -271,6 +275,9 @@ func TestReaderTree(t *testing.T) {
 	wantCount(t, "EFA receive discards", c.ReceiveDiscards, 50)
 	wantCount(t, "EFA retransmitted packets", c.RetransmittedPackets, 60)
 	wantCount(t, "EFA retransmit timeouts", c.LocalAckTimeouts, 70)
+	wantCount(t, "EFA retransmitted bytes", c.RetransmittedBytes, 6000)
+	wantNone(t, "EFA RNR NAKs", c.RNRNAKs)
+	wantNone(t, "EFA ICRC errors", c.ICRCErrors)
 	wantNone(t, "EFA symbol errors", c.SymbolErrors)
 	wantNone(t, "EFA out of sequence", c.OutOfSequence)
 
@@ -565,6 +572,7 @@ func wholeMLX5(t *testing.T, p *RDMAPort, skipSymbol bool) {
 		"out of sequence": c.OutOfSequence, "NAK sequence errors": c.NAKSequenceErrors,
 		"adaptive retransmissions": c.AdaptiveRetransmissions, "ECN marked": c.ECNMarkedPackets,
 		"CNP handled": c.CNPHandled, "local ack timeouts": c.LocalAckTimeouts,
+		"RNR NAKs": c.RNRNAKs, "requester CQE errors": c.RequesterCQEErrors, "ICRC errors": c.ICRCErrors,
 	} {
 		if !v.Valid {
 			t.Errorf("%s/%d: %s dropped", p.Device, p.Port, name)
@@ -674,7 +682,7 @@ func TestNICProfileAWSP5(t *testing.T) {
 		c := p.Counters
 		if p.Kind != RDMAEFA || p.LinkLayer != "Unspecified" || p.RateBytes != sampler.Some(12.5e9) || p.Up() != sampler.Some(true) ||
 			!c.ReceiveBytes.Valid || !c.TransmitBytes.Valid || !c.ReceivePackets.Valid || !c.TransmitPackets.Valid ||
-			!c.ReceiveDiscards.Valid || !c.RetransmittedPackets.Valid || !c.LocalAckTimeouts.Valid ||
+			!c.ReceiveDiscards.Valid || !c.RetransmittedPackets.Valid || !c.LocalAckTimeouts.Valid || !c.RetransmittedBytes.Valid ||
 			c.SymbolErrors.Valid || c.OutOfSequence.Valid {
 			t.Errorf("EFA %s = %+v", p.Device, p)
 		}
@@ -683,6 +691,7 @@ func TestNICProfileAWSP5(t *testing.T) {
 	hw := filepath.Join(f.Sys, "class/infiniband/rdmap76s0/ports/1/hw_counters")
 	wantCount(t, "EFA rx_bytes, unscaled", p.Counters.ReceiveBytes, nicFileUint(t, filepath.Join(hw, "rx_bytes")))
 	wantCount(t, "EFA retrans_pkts", p.Counters.RetransmittedPackets, nicFileUint(t, filepath.Join(hw, "retrans_pkts")))
+	wantCount(t, "EFA retrans_bytes", p.Counters.RetransmittedBytes, nicFileUint(t, filepath.Join(hw, "retrans_bytes")))
 	if p.PCIAddress != "0000:4c:00.0" || p.NUMANode != 0 {
 		t.Errorf("rdmap76s0 at %q node %d", p.PCIAddress, p.NUMANode)
 	}

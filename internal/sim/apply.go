@@ -11,7 +11,8 @@ import (
 
 // ApplyFaults lays faults over a machine model: what they change in its
 // sysfs and procfs tree (link widths and generations, port rates and
-// states, processes and their placement). It is the one code that does,
+// states, processes and their placement, ACS, nvidia_peermem and the
+// driver's flavour). It is the one code that does,
 // for the simulated node (every tick, over a fresh machine in good health,
 // with the faults as they stand at that moment: a flapping port in its
 // down phase is a nic_down) and for the faulty fixtures of numa/testdata
@@ -43,6 +44,8 @@ func ApplyFaults(m *machine.Machine, faults []Fault) {
 					pid = newProcessPID(f.GPU)
 				}
 				place(m, gpus[f.GPU], m.Process(pid), f.Kind)
+			case ACSRedirect, PeermemMissing:
+				applyGPUDirect(m, gpus, f)
 			}
 		}
 	}

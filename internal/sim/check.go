@@ -77,6 +77,14 @@ func CheckFaults(name string, m *machine.Machine, faults []Fault) error {
 			if p := m.Process(f.PID); f.PID != 0 && (p == nil || !slices.Contains(p.GPUs, g.Addr)) {
 				return fail("pid", "no process %d on GPU %d", f.PID, f.GPU)
 			}
+		case ACSRedirect:
+			if field, problem := checkACSRedirect(m, gpus, f); problem != "" {
+				return fail(field, "%s", problem)
+			}
+		case PeermemMissing:
+			if problem := checkPeermemMissing(m); problem != "" {
+				return fail("kind", "%s", problem)
+			}
 		}
 	}
 	return nil

@@ -39,6 +39,8 @@ const (
 	ProbeLatency     FaultKind = "probe_latency"
 	FabricDown       FaultKind = "fabric_down"
 	RecoveryAction   FaultKind = "recovery_action"
+	ACSRedirect      FaultKind = "acs_redirect"
+	PeermemMissing   FaultKind = "peermem_missing"
 )
 
 // fieldSpec says which fields a kind takes, each by its YAML name, in the
@@ -67,11 +69,14 @@ var kindFields = map[FaultKind]fieldSpec{
 	ProbeLatency:     {required: []string{"gpu", "probe", "factor"}, optional: []string{"peer_gpu"}},
 	FabricDown:       {required: []string{"gpu"}},
 	RecoveryAction:   {required: []string{"gpu", "action"}},
+	ACSRedirect:      {oneOf: []string{"gpu", "device"}},
+	PeermemMissing:   {},
 }
 
 // FaultKinds lists the kinds in the order the fault file documents them.
 var FaultKinds = []FaultKind{PCIeWidth, PCIeGeneration, NVLinkDown, NVLinkErrors, NICRate, NICDown,
-	NICFlapping, NICSymbolErrors, ProcessFarSocket, ProcessFarMemory, Throttle, XID, ProbeBandwidth, ProbeLatency, FabricDown, RecoveryAction}
+	NICFlapping, NICSymbolErrors, ProcessFarSocket, ProcessFarMemory, Throttle, XID, ProbeBandwidth, ProbeLatency, FabricDown, RecoveryAction,
+	ACSRedirect, PeermemMissing}
 
 // ThrottleReasons are the clock event reasons a throttle fault may hold
 // active: the ones a healthy GPU never shows for long.
@@ -92,7 +97,8 @@ type Fault struct {
 	Generation int `yaml:"generation"`
 	// Device is an RDMA device (mlx5_0, rdmap76s0) or a network interface;
 	// for a PCIe fault, the PCI function (0000:38:00.0) whose link, the
-	// one above it, trains so, where that is not a GPU's.
+	// one above it, trains so, where that is not a GPU's; for acs_redirect,
+	// the root or downstream port whose ACS redirects.
 	Device string `yaml:"device"`
 	// Fraction scales a port rate or a probe's bandwidth; Factor a probe's
 	// latency.

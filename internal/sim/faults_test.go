@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/probes"
 )
 
@@ -29,12 +30,15 @@ faults:
 - {kind: probe_latency,     gpu: 7, probe: host_latency, factor: 3}
 - {kind: fabric_down,       gpu: 6}
 - {kind: recovery_action,   gpu: 7, action: 1}
+- {kind: acs_redirect,      gpu: 1}
+- {kind: peermem_missing}
 - kind: probe_bandwidth
   gpu: 6
   probe: peer_copy
   peer_gpu: 7
   fraction: 0.25
 - {kind: pcie_width, device: "0000:b8:00.0", width: 4}
+- {kind: acs_redirect, device: "0000:39:01.0"}
 `
 
 func TestParseContractFile(t *testing.T) {
@@ -59,8 +63,11 @@ func TestParseContractFile(t *testing.T) {
 		{Kind: ProbeLatency, GPU: 7, Probe: probes.HostLatency, Factor: 3, PeerGPU: -1},
 		{Kind: FabricDown, GPU: 6, PeerGPU: -1},
 		{Kind: RecoveryAction, GPU: 7, Action: 1, PeerGPU: -1},
+		{Kind: ACSRedirect, GPU: 1, PeerGPU: -1},
+		{Kind: PeermemMissing, GPU: -1, PeerGPU: -1},
 		{Kind: ProbeBandwidth, GPU: 6, Probe: probes.PeerCopy, PeerGPU: 7, Fraction: 0.25},
 		{Kind: PCIeWidth, GPU: -1, Device: "0000:b8:00.0", Width: 4, PeerGPU: -1},
+		{Kind: ACSRedirect, GPU: -1, Device: "0000:39:01.0", PeerGPU: -1},
 	}
 	if len(faults) != len(want) {
 		t.Fatalf("got %d faults, want %d: %+v", len(faults), len(want), faults)
@@ -165,6 +172,10 @@ func TestParseErrors(t *testing.T) {
 		{"number for name", "faults:\n- {kind: nic_down, device: 5}\n", 0, "device", "want a name, got 5"},
 		{"negative code", "faults:\n- {kind: xid, gpu: 0, code: -79}\n", 0, "code", "want a whole number, got -79"},
 		{"list for int", "faults:\n- {kind: xid, gpu: [0], code: 79}\n", 0, "gpu", "want a whole number, got a list"},
+		{"acs without port", "faults:\n- {kind: acs_redirect}\n", 0, "gpu or device", "missing"},
+		{"acs gpu and device", "faults:\n- {kind: acs_redirect, gpu: 0, device: \"0000:17:00.0\"}\n", 0, "device", "give gpu or device, not both"},
+		{"peermem with a gpu", "faults:\n- {kind: peermem_missing, gpu: 0}\n", 0, "gpu", "not a field of peermem_missing"},
+		{"peermem twice", "faults:\n- {kind: peermem_missing}\n- {kind: peermem_missing}\n", 1, "", "faults[0] sets already"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := ParseFaults("bad.yaml", []byte(c.data))
@@ -231,6 +242,9 @@ func TestCheckAgainstMachine(t *testing.T) {
 		{"root port", n, "faults:\n- {kind: pcie_generation, device: \"0000:37:01.0\", generation: 3}\n", "device", "upper end"},
 		{"switch x32", n, "faults:\n- {kind: pcie_width, device: \"0000:38:00.0\", width: 32}\n", "width", "wider than 0000:38:00.0's link can train (x16)"},
 		{"no such pid", n, "faults:\n- {kind: process_far_socket, gpu: 0, pid: 5151}\n", "pid", "no process 5151 on GPU 0"},
+		{"acs on an endpoint", n, "faults:\n- {kind: acs_redirect, device: \"0000:19:00.0\"}\n", "device", "not a root or downstream port"},
+		{"acs on an upstream port", n, "faults:\n- {kind: acs_redirect, device: \"0000:16:00.0\"}\n", "device", "only those have ACS"},
+		{"acs on no function", n, "faults:\n- {kind: acs_redirect, device: \"0000:42:00.0\"}\n", "device", "no PCI function 0000:42:00.0"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			faults, err := ParseFaults("f.yaml", []byte(c.data))
@@ -244,10 +258,27 @@ func TestCheckAgainstMachine(t *testing.T) {
 			}
 		})
 	}
+	// The borrowed VM (no simulated node runs it): its GPUs sit on the
+	// root bus, and it has neither nvidia_peermem nor a known driver.
+	for _, c := range []struct{ data, field, msg string }{
+		{"faults:\n- {kind: acs_redirect, gpu: 0}\n", "gpu", "sits on a root bus"},
+		{"faults:\n- {kind: peermem_missing}\n", "kind", "nothing to take away"},
+	} {
+		faults, err := ParseFaults("f.yaml", []byte(c.data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = CheckFaults("f.yaml", machine.H200VM(), faults)
+		var fe *FaultError
+		if !errors.As(err, &fe) || fe.Field != c.field || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("h200-vm: Check = %v; want field %s, saying %q", err, c.field, c.msg)
+		}
+	}
 	// What each profile has passes.
 	for node, data := range map[*Node]string{
-		n:  contractFile,
-		p5: "faults:\n- {kind: nic_down, device: rdmap76s0}\n- {kind: nic_rate, device: rdmap93s0, fraction: 0.5}\n- {kind: nic_flapping, device: ens32, period: 2s}\n- {kind: pcie_width, gpu: 7, width: 4}\n",
+		n: contractFile,
+		p5: "faults:\n- {kind: nic_down, device: rdmap76s0}\n- {kind: nic_rate, device: rdmap93s0, fraction: 0.5}\n- {kind: nic_flapping, device: ens32, period: 2s}\n- {kind: pcie_width, gpu: 7, width: 4}\n" +
+			"- {kind: peermem_missing}\n- {kind: acs_redirect, device: \"0000:4b:00.0\"}\n",
 	} {
 		faults, err := ParseFaults("f.yaml", []byte(data))
 		if err != nil {

@@ -31,6 +31,11 @@ faults:
 # pid 4242 on GPU 0 (node 0) pinned to node 1's CPUs, its threads there
 # and 90% of its pages (1,800,000 of 2,000,000) on N1.
 - {kind: process_far_socket, gpu: 0, pid: 4242}
+# ACS request and completion redirect on at GPU 2's downstream port
+# 39:00.0 (control 0x1d in its config image).
+- {kind: acs_redirect, gpu: 2}
+# nvidia_peermem not loaded (the proprietary driver offers no dma-buf).
+- {kind: peermem_missing}
 `},
 	// Three defects of a p5.48xlarge.
 	"aws-p5-faults": {awsP5TwoJobs, `

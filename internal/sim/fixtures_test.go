@@ -116,6 +116,10 @@ func TestFaultyFixtures(t *testing.T) {
 			"proc/4242/task/4242/stat":                      "",
 			"sys/devices/pci0000:70/0000:70:01.0/numa_node": "0\n",
 			pci("0000:e3:01.0", "class"):                    "",
+			pci("0000:39:00.0", "config"):                   string(machine.ConfigSpace(0x1000, 0xc030, 0x060400, 0xb0, true, machine.ACSRedirect)),
+			pci("0000:39:01.0", "config"):                   string(machine.ConfigSpace(0x1000, 0xc030, 0x060400, 0xb0, true, 0)),
+			"sys/module/nvidia_peermem/initstate":           "",
+			"sys/module/nvidia/initstate":                   "live\n",
 		},
 		"aws-p5-faults": {
 			port("rdmap127s0", "state"):               "1: DOWN\n",

@@ -199,6 +199,19 @@ func TestFacts(t *testing.T) {
 		{"dgx-h100", func(m *Machine) string { return "sys/devices/system/cpu/online" }, "0-223\n"},
 		{"dgx-h100", func(m *Machine) string { return "proc/5151/cgroup" }, "0::" + cgroupK8sCgroupfs + "\n"},
 		{"dgx-h100", func(m *Machine) string { return "sys/devices/virtual/net/lo/speed" }, ""},
+		{"dgx-h100", func(m *Machine) string { return "proc/sys/kernel/osrelease" }, "5.15.0-1042-nvidia\n"},
+		{"dgx-h100", func(m *Machine) string { return "sys/module/nvidia_peermem/initstate" }, "live\n"},
+		{"dgx-h100", func(m *Machine) string { return "sys/module/nvidia/version" }, "535.161.08\n"},
+		{"dgx-h100", func(m *Machine) string { return dev(m, "0000:18:00.0", "iommu_group") }, "@../../../../../../kernel/iommu_groups/0"},
+		{"dgx-h100", func(m *Machine) string { return "sys/kernel/iommu_groups/0/devices/0000:18:00.0" },
+			"@../../../../devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:00.0/0000:18:00.0"},
+		{"dgx-h100", func(m *Machine) string { return dev(m, "0000:5d:00.0", "iommu_group") }, "@../../../../../../kernel/iommu_groups/1"},
+		{"dgx-h100", func(m *Machine) string { return "sys/kernel/iommu_groups/1/type" }, "identity\n"},
+		{"aws-p5", func(m *Machine) string { return "sys/module/nvidia_peermem/initstate" }, ""},
+		{"aws-p5", func(m *Machine) string { return "sys/kernel/iommu_groups/0/type" }, ""},
+		{"h200-vm", func(m *Machine) string { return "sys/module/nvidia/initstate" }, "live\n"},
+		{"h200-vm", func(m *Machine) string { return "proc/driver/nvidia/version" }, ""},
+		{"no-gpu", func(m *Machine) string { return "sys/module/nvidia/initstate" }, ""},
 		{"aws-p5", func(m *Machine) string { return dev(m, "0000:48:00.0", "current_link_speed") }, "16.0 GT/s PCIe\n"},
 		{"aws-p5", func(m *Machine) string { return dev(m, "0000:48:00.0", "max_link_speed") }, "32.0 GT/s PCIe\n"},
 		{"aws-p5", func(m *Machine) string { return dev(m, "0000:48:00.0", "current_link_width") }, "8\n"},
@@ -230,6 +243,16 @@ func TestFacts(t *testing.T) {
 		got, ok := fs[p]
 		if (c.want == "") == ok || got != c.want {
 			t.Errorf("%s: %s = %q (present %v), want %q", c.profile, p, got, ok, c.want)
+		}
+	}
+	// The two flavours of the NVIDIA driver say which they are on the
+	// first line, as NVIDIA's documents tell them apart.
+	for profile, want := range map[string]string{
+		"dgx-h100": "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.161.08  ",
+		"aws-p5":   "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.127.05  ",
+	} {
+		if got := files(t, Profiles()[profile]())["proc/driver/nvidia/version"]; !strings.HasPrefix(got, want) {
+			t.Errorf("%s: proc/driver/nvidia/version %q, want it to start %q", profile, got, want)
 		}
 	}
 	// The meminfo lines line up as the kernel's do.

@@ -47,6 +47,26 @@ type Machine struct {
 	// report (internal/sim/nvmlmodel); nothing under sys shows it, and
 	// Write ignores it.
 	NVLink NVLink
+	// Kernel is the kernel release (proc/sys/kernel/osrelease); "" leaves
+	// the file out.
+	Kernel string
+	// NVIDIADriver is the NVIDIA kernel driver loaded; nil for none.
+	NVIDIADriver *NVIDIADriver
+	// Modules are the loaded kernel modules, sys/module/<name>; none
+	// leaves sys/module out, as a tree that does not model it.
+	Modules []string
+	// IOMMU is the type of every IOMMU group (DMA, DMA-FQ, identity);
+	// "" means no IOMMU: no sys/kernel/iommu_groups.
+	IOMMU string
+}
+
+// NVIDIADriver is the NVIDIA kernel driver as /proc/driver/nvidia/version
+// and sys/module/nvidia show it.
+type NVIDIADriver struct {
+	Version string // "535.161.08"
+	// Open says the driver is the open kernel module flavour (NVIDIA's
+	// open-gpu-kernel-modules) rather than the proprietary one.
+	Open bool
 }
 
 // NVLink is the wiring of a machine's NVLinks.
@@ -134,6 +154,11 @@ type Device struct {
 	Gen, Width int
 	// Driver, if set, adds the driver symlink to sys/bus/pci/drivers/<name>.
 	Driver string
+	// ACSControl is a root or downstream port's ACS Control register, in
+	// its config file (ConfigSpace): 0, redirect off, as a DGX is set up
+	// for GPUDirect, or ACSRedirect, as the kernel sets every port when an
+	// IOMMU translates.
+	ACSControl uint16
 	// Virtio, if set, is the virtio device a virtio-pci function carries
 	// (directory "virtio2" below the function); the function's net
 	// devices live below it rather than below the function.

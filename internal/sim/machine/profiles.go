@@ -74,6 +74,15 @@ const (
 // the other NICs of its socket (other switch or the Ethernet port) NODE,
 // those of the other socket SYS.
 //
+// GPUDirect, as the node is set up for it: every root and downstream
+// port has ACS with redirect off (control 0), upstream ports no ACS; the
+// IOMMU passes DMA through (iommu=pt: groups of type identity, one per root
+// port); kernel 5.15.0-1042-nvidia; the proprietary NVIDIA driver
+// 535.161.08, which offers no dma-buf, so GPUDirect RDMA goes through
+// nvidia_peermem, which is loaded (with nvidia, nvidia_uvm, mlx5_core,
+// mlx5_ib, ib_core, ib_uverbs, nvme). The releases are this model's
+// choice, not read from a DGX.
+//
 // Processes:
 //   - 4242 python on GPU0, allowed and running on node0 CPUs, 2,000,000
 //     pages on N0 and 12,000 on N1; Kubernetes, systemd driver
@@ -91,9 +100,13 @@ func DGXH100() *Machine {
 			bigNode(0, dgxNode0CPUs, 1056592740, 980123456),
 			bigNode(1, dgxNode1CPUs, 1056964608, 991234560),
 		},
-		Distances: [][]int{{10, 21}, {21, 10}},
-		NetOnly:   []NetDev{loopback()},
-		NVLink:    hgxNVLink,
+		Distances:    [][]int{{10, 21}, {21, 10}},
+		NetOnly:      []NetDev{loopback()},
+		NVLink:       hgxNVLink,
+		Kernel:       "5.15.0-1042-nvidia",
+		NVIDIADriver: &NVIDIADriver{Version: "535.161.08"},
+		Modules:      []string{"ib_core", "ib_uverbs", "mlx5_core", "mlx5_ib", "nvidia", "nvidia_peermem", "nvidia_uvm", "nvme"},
+		IOMMU:        "identity",
 	}
 	spr := func(bus int, child *Device) *HostBridge { return ownBridge(sprRootPort, bus, child) }
 	m.HostBridges = append(onNode(0,
@@ -195,6 +208,12 @@ func p5Base(i int) int { return 0x47 + 0x11*i }
 // (they meet at the L1 switch, crossing both L2 switches); the other EFAs
 // of its node, and the ENA for GPUs 0-3, are NODE; the rest SYS.
 //
+// GPUDirect: ACS redirect off on every root and downstream port; no IOMMU
+// groups; kernel 6.8.0-1015-aws and the open NVIDIA kernel module
+// 550.127.05, which offer dma-buf; no nvidia_peermem (EFA reaches GPU
+// memory through its own driver or dma-buf); efa, ena, ib_core, ib_uverbs,
+// nvidia, nvidia_uvm and nvme loaded. The releases are this model's choice.
+//
 // Processes: 3131 python on GPU0 (53:00.0), allowed and running on node0
 // CPUs, 1,500,000 pages on N0 and 8,000 on N1; systemd service
 // train.service.
@@ -205,9 +224,12 @@ func AWSP5() *Machine {
 			bigNode(0, p5Node0CPUs, 1056488764, 1001234568),
 			bigNode(1, p5Node1CPUs, 1056964608, 1012345678),
 		},
-		Distances: [][]int{{10, 32}, {32, 10}},
-		NetOnly:   []NetDev{loopback()},
-		NVLink:    hgxNVLink,
+		Distances:    [][]int{{10, 32}, {32, 10}},
+		NetOnly:      []NetDev{loopback()},
+		NVLink:       hgxNVLink,
+		Kernel:       "6.8.0-1015-aws",
+		NVIDIADriver: &NVIDIADriver{Version: "550.127.05", Open: true},
+		Modules:      []string{"efa", "ena", "ib_core", "ib_uverbs", "nvidia", "nvidia_uvm", "nvme"},
 	}
 	ena := awsENA.endpoint(0x11)
 	ena.Net = []NetDev{physNet("ens32", TypeEther, 0, 9001, mac(0x0a1b2c, 0x11))}
@@ -234,7 +256,8 @@ func AWSP5() *Machine {
 // with two root ports (Ice Lake, Gen4): 40:01.0 above an Intel E810
 // Ethernet NIC at 41:00.0 (8086:1593, Gen4 x16, interface enp65s0f0 up at
 // 25000) and 40:03.0 above an NVMe drive at 42:00.0 (Gen4 x4); the two
-// endpoints are PHB to each other. Virtual: lo. No processes.
+// endpoints are PHB to each other. Virtual: lo. No processes. Kernel
+// 6.1.0-18-amd64, ice and nvme loaded, no IOMMU groups.
 func NoGPU() *Machine {
 	e810 := intelE810.endpoint(0x41)
 	e810.Net = []NetDev{physNet("enp65s0f0", TypeEther, 25000, 1500, mac(0xb49691, 0x41))}
@@ -245,6 +268,8 @@ func NoGPU() *Machine {
 		}}},
 		Distances: [][]int{{10}},
 		NetOnly:   []NetDev{loopback()},
+		Kernel:    "6.1.0-18-amd64",
+		Modules:   []string{"ice", "nvme"},
 		HostBridges: onNode(0, hostBridge(0x40,
 			rootPort(icxRootPort, 0x40, 1, e810),
 			rootPort(icxRootPort, 0x40, 3, nvme(0x42)))),
@@ -273,7 +298,9 @@ func NoGPU() *Machine {
 // (reading it fails with EINVAL on the real machine), as are carrier and
 // duplex. No RDMA. Process 793 python3 on GPU 00:06.0, cgroup
 // /process_api/98e385b556f11a16e066cff4ff314805, Cpus_allowed_list 0-31,
-// 34 threads.
+// 34 threads. Loaded modules as read there: nvidia and nvidia_uvm, no
+// nvidia_peermem; no /sys/kernel/iommu_groups. The kernel release and the
+// driver's flavour were not recorded: those files are left out.
 func H200VM() *Machine {
 	virtio := func(id pciID, dev int, name string, virtioID int) *Device {
 		d := id.fn(Endpoint, 0, dev)
@@ -295,7 +322,8 @@ func H200VM() *Machine {
 		Distances: [][]int{{10}},
 		NetOnly:   []NetDev{loopback(), ifb("ifb0", "6e:3c:94:1a:d2:07"), ifb("ifb1", "d6:81:2b:5f:90:4e")},
 		// The two H200s are joined directly, all 18 links of each.
-		NVLink: NVLink{PerGPU: 18},
+		NVLink:  NVLink{PerGPU: 18},
+		Modules: []string{"nvidia", "nvidia_uvm"},
 		HostBridges: onNode(-1, hostBridge(0x00,
 			vmHostBridge.fn(Endpoint, 0, 0),
 			virtio(virtioBlock, 1, "virtio0", 2),

@@ -58,6 +58,7 @@ func (m *Machine) tree() (*tree, error) {
 	for i := range m.Processes {
 		w.process(&m.Processes[i])
 	}
+	w.kernel()
 	for p, data := range m.Overrides {
 		w.t.entries[p] = entry{data: data}
 	}
@@ -218,6 +219,9 @@ func (w *writer) device(parent string, d *Device) {
 		t.line(dir+"/current_link_width", width)
 		t.line(dir+"/max_link_speed", LinkSpeed(d.MaxGen))
 		t.line(dir+"/max_link_width", d.MaxWidth)
+	}
+	if d.hasConfig() {
+		t.file(dir+"/config", string(d.config()))
 	}
 	// The subsystem link is how a reader tells PCI functions from other
 	// devices (a virtio device has vendor and device files too).
