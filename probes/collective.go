@@ -195,7 +195,9 @@ type Communicator interface {
 	// Collective times c at size bytes over every rank (nccl-tests'
 	// meaning of size): seconds per operation.
 	Collective(c Collective, size int64) (Measured, error)
-	// SendRecv times rank from sending size bytes to rank to.
+	// SendRecv times rank from sending size bytes to rank to. Each
+	// process times its own side; one holding neither rank returns zero
+	// and no error at once.
 	SendRecv(from, to int, size int64) (Measured, error)
 	// Transports are the connections NCCL has made so far.
 	Transports() []Transport
@@ -218,6 +220,9 @@ type CollectiveRunner interface {
 // o.SmallBytes for the latency; send/recv once per pair of ranks, lower
 // to higher. Every process of a communicator runs it with the same
 // options but its own GPUs, so all make the same calls in the same order.
+// A send/recv is reported only by the process holding the sender: its
+// time is the one that counts (the receiver's side may start late or
+// wait on it), so two processes never report one pair twice.
 func MeasureCollectiveRound(ctx context.Context, m CollectiveMeasurer, o CollectiveOptions, ids chan<- string) *CollectiveRound {
 	round := &CollectiveRound{Version: CollectiveContractVersion, Started: time.Now().UTC(), PID: os.Getpid(),
 		NCCLVersion: m.NCCLVersion(), GPUs: slices.Clone(o.GPUs), Ranks: o.Ranks, FirstRank: o.FirstRank,
@@ -253,6 +258,9 @@ func MeasureCollectiveRound(ctx context.Context, m CollectiveMeasurer, o Collect
 				}
 				from, to := p[0], p[1]
 				t, err := comm.SendRecv(from, to, size)
+				if from < o.FirstRank || from >= o.FirstRank+len(o.GPUs) {
+					continue // the sender's process reports it
+				}
 				round.Results = append(round.Results, collectiveResult(CollectiveResult{Collective: c, SizeBytes: size, Ranks: 2, FromRank: &from, ToRank: &to}, t, err))
 			}
 		}

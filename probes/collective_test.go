@@ -105,3 +105,34 @@ func TestMeasureCollectiveRound(t *testing.T) {
 		t.Errorf("round without a communicator: %+v", failed)
 	}
 }
+
+// Two processes of one communicator make the same send/recv calls, but
+// only the sender's reports the pair.
+func TestMeasureCollectiveRoundSendRecvAcrossProcesses(t *testing.T) {
+	o := CollectiveOptions{Ranks: 3, Collectives: []Collective{SendRecv}, SizeBytes: 1 << 20, SmallBytes: 8 << 10}
+	reported := map[string]bool{}
+	for _, part := range []struct {
+		gpus  []string
+		first int
+	}{{[]string{"0000:18:00.0", "0000:2a:00.0"}, 0}, {[]string{"0000:18:00.0"}, 2}} {
+		comm := &recordingComm{}
+		o.GPUs, o.FirstRank = part.gpus, part.first
+		r := MeasureCollectiveRound(context.Background(), &recordingMeasurer{comm: comm}, o, nil)
+		if len(comm.calls) != 6 {
+			t.Errorf("ranks from %d: %d calls, want every pair at both sizes: %q", part.first, len(comm.calls), comm.calls)
+		}
+		for _, res := range r.Results {
+			if *res.FromRank < part.first || *res.FromRank >= part.first+len(part.gpus) {
+				t.Errorf("ranks from %d reported %d->%d, whose sender is elsewhere", part.first, *res.FromRank, *res.ToRank)
+			}
+			k := fmt.Sprintf("%d->%d/%d", *res.FromRank, *res.ToRank, res.SizeBytes)
+			if reported[k] {
+				t.Errorf("%s reported twice", k)
+			}
+			reported[k] = true
+		}
+	}
+	if len(reported) != 6 {
+		t.Errorf("reported %v, want each of the 3 pairs at 2 sizes once", reported)
+	}
+}
