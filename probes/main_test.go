@@ -37,6 +37,9 @@ func probeHelper(mode string, args []string) int {
 	if mode == "real" { // the real child, over whatever libcuda it is given
 		return realChild(args)
 	}
+	if strings.HasPrefix(mode, "coll-") {
+		return collectivesHelper(mode, args)
+	}
 	o, err := parseHelperArgs(args)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "probe helper:", err)

@@ -1,12 +1,15 @@
 package probes
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -67,8 +70,11 @@ type ChildRunner struct {
 // RunFailure is why a run gave no usable round. (RunError already names
 // one of the results it carries.)
 type RunFailure struct {
-	// GPU is the PCI address the run was for.
+	// GPU is the PCI address the run was for; for a collective round, its
+	// GPUs joined by commas.
 	GPU string
+	// Collectives says the run was a collective round.
+	Collectives bool
 	// Result is RunTimeout, RunCrash or RunError.
 	Result string
 	Err    error
@@ -77,7 +83,11 @@ type RunFailure struct {
 }
 
 func (e *RunFailure) Error() string {
-	msg := fmt.Sprintf("probe of GPU %s: %s: %v", e.GPU, e.Result, e.Err)
+	what := "probe of GPU "
+	if e.Collectives {
+		what = "collective probe of GPUs "
+	}
+	msg := fmt.Sprintf("%s%s: %s: %v", what, e.GPU, e.Result, e.Err)
 	if line := stderrLine(e.Stderr); line != "" {
 		msg += "; stderr: " + line
 	}
@@ -143,16 +153,53 @@ var (
 // when it exited without a valid round, RunError when it could not be
 // started or ctx was cancelled.
 func (r *ChildRunner) Run(ctx context.Context, o Options) (*Round, error) {
-	fail := func(result string, err error, stderr string) (*Round, error) {
-		return nil, &RunFailure{GPU: o.GPU, Result: result, Err: err, Stderr: stderr}
+	var round *Round
+	pid, err := r.runChild(ctx, childRun{gpu: o.GPU, args: o.Args()}, func(out []byte) (err error) {
+		round, err = parseRound(out)
+		return err
+	})
+	if round != nil {
+		round.PID = pid // as this process's PID namespace, and NVML's with hostPID, sees it
+	}
+	return round, err
+}
+
+// childRun is one child for runChild: what it is for, in RunFailure's
+// terms, and its arguments after the command and --output=json.
+type childRun struct {
+	gpu         string
+	collectives bool
+	args        []string
+	// extraFiles are the child's descriptors from 3 on; runChild closes
+	// this process's copies once the child has its own.
+	extraFiles []*os.File
+}
+
+// runChild runs one child in a process group of its own, bounded by ctx
+// and r.Timeout, and hands parse what it printed on stdout once it has
+// exited by itself. It returns the child's pid, and a *RunFailure when it
+// gave no usable output: parse's error, a kill at the deadline or for
+// flooding stdout, a failed start. A child that died of a signal is a
+// RunCrash even when parse took its output.
+func (r *ChildRunner) runChild(ctx context.Context, run childRun, parse func(out []byte) error) (int, error) {
+	fail := func(result string, err error, stderr string) (int, error) {
+		return 0, &RunFailure{GPU: run.gpu, Collectives: run.collectives, Result: result, Err: err, Stderr: stderr}
+	}
+	closeExtra := func() {
+		for _, f := range run.extraFiles {
+			f.Close()
+		}
 	}
 	if len(r.Command) == 0 {
+		closeExtra()
 		return fail(RunError, errors.New("no probe command configured"), "")
 	}
 	if r.stuck.Load() > 0 {
+		closeExtra()
 		return fail(RunTimeout, fmt.Errorf("an earlier probe child (pid %d) is still alive after SIGKILL, stuck in the kernel; not starting another", r.stuckPID.Load()), "")
 	}
 	if err := ctx.Err(); err != nil {
+		closeExtra()
 		return fail(RunError, fmt.Errorf("not started: %w", err), "")
 	}
 	logger := r.Logger
@@ -172,18 +219,21 @@ func (r *ChildRunner) Run(ctx context.Context, o Options) (*Round, error) {
 	}
 
 	args := append(slices.Clone(r.Command[1:]), "--output=json")
-	args = append(args, o.Args()...)
+	args = append(args, run.args...)
 	cmd := exec.Command(r.Command[0], args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdout := &cappedBuffer{max: childStdoutCap, full: make(chan struct{})}
 	stderr := &tailBuffer{max: childStderrTail}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.ExtraFiles = run.extraFiles
 	cmd.WaitDelay = childPipeGrace
-	if err := cmd.Start(); err != nil {
+	err := cmd.Start()
+	closeExtra()
+	if err != nil {
 		return fail(RunError, fmt.Errorf("starting probe child: %w", err), "")
 	}
 	pid := cmd.Process.Pid
-	logger.Debug("probe child started", "gpu", o.GPU, "pid", pid, "args", args)
+	logger.Debug("probe child started", "gpu", run.gpu, "pid", pid, "args", args)
 
 	// exited says true when the child has exited and is left unreaped,
 	// false when it was reaped already (no waitid: see waitExitNoReap).
@@ -220,11 +270,11 @@ func (r *ChildRunner) Run(ctx context.Context, o Options) (*Round, error) {
 		case <-t.C:
 			r.stuck.Add(1)
 			r.stuckPID.Store(int64(pid))
-			logger.Error("probe child still alive after SIGKILL; no probe runs until it exits", "gpu", o.GPU, "pid", pid, "waited", grace)
+			logger.Error("probe child still alive after SIGKILL; no probe runs until it exits", "gpu", run.gpu, "pid", pid, "waited", grace)
 			go func() {
 				r.reap(cmd, <-exited)
 				r.stuck.Add(-1)
-				logger.Info("stuck probe child exited at last", "gpu", o.GPU, "pid", pid)
+				logger.Info("stuck probe child exited at last", "gpu", run.gpu, "pid", pid)
 			}()
 			return fail(RunTimeout, fmt.Errorf("%v; child pid %d did not exit within %s of SIGKILL", describeCause(cause, limit), pid, grace), stderr.String())
 		}
@@ -248,26 +298,112 @@ func (r *ChildRunner) Run(ctx context.Context, o Options) (*Round, error) {
 	if state == nil {
 		return fail(RunCrash, errors.New("child's exit status unknown"), stderr.String())
 	}
-	round, perr := parseRound(stdout.Bytes())
+	perr := parse(stdout.Bytes())
 	ws, _ := state.Sys().(syscall.WaitStatus)
 	switch {
 	case ws.Signaled():
 		// Even with a valid round: a child that dies of a signal is a bug
 		// to be counted, and its measurements are returned for what they
 		// are worth.
-		if round != nil {
-			round.PID = pid
-		}
-		return round, &RunFailure{GPU: o.GPU, Result: RunCrash, Err: fmt.Errorf("child %s", state), Stderr: stderr.String()}
+		return pid, &RunFailure{GPU: run.gpu, Collectives: run.collectives, Result: RunCrash, Err: fmt.Errorf("child %s", state), Stderr: stderr.String()}
 	case perr != nil && state.Success():
 		return fail(RunCrash, perr, stderr.String())
 	case perr != nil:
 		return fail(RunCrash, fmt.Errorf("child %s without a valid round (%v)", state, perr), stderr.String())
 	case !state.Success():
-		logger.Debug("probe child exited non-zero with a round", "gpu", o.GPU, "status", state.String(), "stderr", stderrLine(stderr.String()))
+		logger.Debug("probe child exited non-zero with a round", "gpu", run.gpu, "status", state.String(), "stderr", stderrLine(stderr.String()))
 	}
-	round.PID = pid // as this process's PID namespace, and NVML's with hostPID, sees it
-	return round, nil
+	return pid, nil
+}
+
+// RunCollectives runs one collective round for o in a child
+// (`gpulink_exporter collectives`) as Run runs a probe round: the same
+// process group, deadline, kill and output limits, and the same errors,
+// the round being a CollectiveRound. When other processes hold ranks and
+// o has no unique id, the child makes one and writes it on a pipe, its
+// descriptor 3 (--id-fd=3); each line is sent on ids as it comes. The
+// child gets a deadline of its own ahead of the kill (childDeadline), so
+// that it can abort a hung communicator and still print the round.
+func (r *ChildRunner) RunCollectives(ctx context.Context, o CollectiveOptions, ids chan<- string) (*CollectiveRound, error) {
+	run := childRun{gpu: strings.Join(o.GPUs, ","), collectives: true, args: o.Args()}
+	fail := func(err error) (*CollectiveRound, error) {
+		return nil, &RunFailure{GPU: run.gpu, Collectives: true, Result: RunError, Err: err}
+	}
+	limit := r.Timeout
+	if dl, ok := ctx.Deadline(); ok {
+		if d := time.Until(dl); limit <= 0 || d < limit {
+			limit = d
+		}
+	}
+	if d := childDeadline(limit); d > 0 {
+		run.args = append(run.args, "--timeout="+d.String())
+	}
+	if o.UniqueID == "" && o.Ranks > len(o.GPUs) {
+		if ids == nil {
+			return fail(errors.New("other processes hold ranks, and no one takes the unique id to them"))
+		}
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return fail(fmt.Errorf("unique id pipe: %w", err))
+		}
+		run.extraFiles = []*os.File{pw}
+		run.args = append(run.args, "--id-fd=3")
+		stop, forwarded := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(forwarded)
+			forwardLines(pr, ids, stop)
+		}()
+		defer func() {
+			// The pipe ends when the child is gone; a descendant that
+			// escaped its group may hold it longer.
+			t := time.NewTimer(childPipeGrace)
+			select {
+			case <-forwarded:
+			case <-t.C:
+			}
+			t.Stop()
+			close(stop)
+			pr.Close()
+			<-forwarded
+		}()
+	}
+	var round *CollectiveRound
+	pid, err := r.runChild(ctx, run, func(out []byte) (err error) {
+		round, err = parseCollectiveRound(out)
+		return err
+	})
+	if round != nil {
+		round.PID = pid
+	}
+	return round, err
+}
+
+// childDeadline is the collectives child's own deadline within a run's
+// limit: a tenth short of it, at least 3 s (the child's stuckGrace and
+// abortGrace, then printing the round) and at most 10 s short, and never
+// less than half of it. 0 for no limit.
+func childDeadline(limit time.Duration) time.Duration {
+	if limit <= 0 {
+		return 0
+	}
+	return limit - min(max(limit/10, 3*time.Second), 10*time.Second, limit/2)
+}
+
+// forwardLines sends each non-empty line read from r on out, until r ends
+// or stop is closed.
+func forwardLines(r io.Reader, out chan<- string, stop <-chan struct{}) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		select {
+		case out <- line:
+		case <-stop:
+			return
+		}
+	}
 }
 
 // describeCause says why a run was cut short.
@@ -323,11 +459,31 @@ func waitExitNoReap(pid int) bool {
 	}
 }
 
-// parseRound reads the child's stdout: one Round of ContractVersion and
-// nothing else.
+// parseRound reads the probe child's stdout: one Round of ContractVersion
+// and nothing else.
 func parseRound(out []byte) (*Round, error) {
+	var round Round
+	if err := parseVersioned(out, ContractVersion, &round); err != nil {
+		return nil, err
+	}
+	return &round, nil
+}
+
+// parseCollectiveRound reads the collectives child's stdout: one
+// CollectiveRound of CollectiveContractVersion and nothing else.
+func parseCollectiveRound(out []byte) (*CollectiveRound, error) {
+	var round CollectiveRound
+	if err := parseVersioned(out, CollectiveContractVersion, &round); err != nil {
+		return nil, err
+	}
+	return &round, nil
+}
+
+// parseVersioned reads a child's stdout into v, whose "version" must be
+// want.
+func parseVersioned(out []byte, want int, v any) error {
 	if len(bytes.TrimSpace(out)) == 0 {
-		return nil, errors.New("no output on stdout")
+		return errors.New("no output on stdout")
 	}
 	// The version first, so that a round of another version is named as
 	// such rather than as whatever field it changed.
@@ -335,19 +491,18 @@ func parseRound(out []byte) (*Round, error) {
 		Version *int `json:"version"`
 	}
 	if err := json.Unmarshal(out, &head); err != nil {
-		return nil, jsonError(out, err)
+		return jsonError(out, err)
 	}
 	if head.Version == nil {
-		return nil, errors.New("no contract version in output")
+		return errors.New("no contract version in output")
 	}
-	if *head.Version != ContractVersion {
-		return nil, fmt.Errorf("contract version %d, want %d", *head.Version, ContractVersion)
+	if *head.Version != want {
+		return fmt.Errorf("contract version %d, want %d", *head.Version, want)
 	}
-	var round Round
-	if err := json.Unmarshal(out, &round); err != nil {
-		return nil, jsonError(out, err)
+	if err := json.Unmarshal(out, v); err != nil {
+		return jsonError(out, err)
 	}
-	return &round, nil
+	return nil
 }
 
 func jsonError(out []byte, err error) error {
