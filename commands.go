@@ -77,3 +77,12 @@ func runProbe(p *probes.Command, c *config, fsys numa.FS, logger *slog.Logger) i
 	defer stop()
 	return p.Run(ctx, os.Stdout, os.Stderr)
 }
+
+// runCollectives is the collectives command, over the exporter's CUDA
+// driver library.
+func runCollectives(cc *probes.CollectiveCommand, c *config) int {
+	cc.CUDALibrary = c.cudaLib
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return cc.Run(ctx, os.Stdout, os.Stderr)
+}

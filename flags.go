@@ -77,6 +77,8 @@ type cli struct {
 	cfg                *config
 	topology, probeCmd *kingpin.CmdClause
 	probe              *probes.Command
+	collectivesCmd     *kingpin.CmdClause
+	collectives        *probes.CollectiveCommand
 }
 
 // newCLI registers every flag and command; main and the tests parse it.
@@ -97,9 +99,10 @@ func newCLI() *cli {
 	}
 	c.web = kingpinflag.AddFlags(app, defaultAddress)
 	app.Command("serve", "Run the exporter (the default).").Default()
-	l := &cli{app: app, cfg: c, probe: &probes.Command{}}
+	l := &cli{app: app, cfg: c, probe: &probes.Command{}, collectives: &probes.CollectiveCommand{}}
 	l.topology = app.Command("topology", "Print the GPU and NIC topology matrix as nvidia-smi topo -m does, and exit.")
 	l.probeCmd = probes.AddCommand(app, l.probe)
+	l.collectivesCmd = probes.AddCollectiveCommand(app, l.collectives)
 	flag.AddFlags(app, &c.log)
 	app.Version(version.Print("gpulink_exporter"))
 	app.HelpFlag.Short('h')

@@ -70,6 +70,8 @@ func run(l *cli, command string, logger *slog.Logger) int {
 		return 0
 	case l.probeCmd.FullCommand():
 		return runProbe(l.probe, c, fsys, logger)
+	case l.collectivesCmd.FullCommand():
+		return runCollectives(l.collectives, c)
 	}
 
 	logger.Info("starting gpulink_exporter", "version", version.Info(), "collectors", c.collectors())

@@ -155,6 +155,7 @@ func TestStartupRefuses(t *testing.T) {
 		{[]string{"--web.telemetry-path=metrics"}, "--web.telemetry-path=metrics"},
 		{[]string{"--sim.faults=x.yaml"}, "--sim.faults needs --sim"},
 		{[]string{"--sim=dgx-h100", "probe"}, "the probe command needs a real GPU"},
+		{[]string{"--sim=dgx-h100", "collectives"}, "the collectives command needs real GPUs"},
 	} {
 		err := check(t, c.args...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

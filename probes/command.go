@@ -56,14 +56,14 @@ func AddCommand(app *kingpin.Application, c *Command) *kingpin.CmdClause {
 	return cmd
 }
 
-// parseSize takes plain bytes or a size with a unit; Options.Validate
-// checks the range.
-func parseSize(s string) (int64, error) {
+// parseSize takes plain bytes or a size with a unit for flag; the
+// options' Validate checks the range.
+func parseSize(flag, s string) (int64, error) {
 	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 	if err != nil {
 		b, uerr := units.ParseBase2Bytes(strings.TrimSpace(s))
 		if uerr != nil {
-			return 0, fmt.Errorf("--size=%s: want bytes or a size such as 64MiB", s)
+			return 0, fmt.Errorf("%s=%s: want bytes or a size such as 64MiB", flag, s)
 		}
 		n = int64(b)
 	}
@@ -98,7 +98,7 @@ const (
 
 // Run runs the command; it returns the exit status.
 func (c *Command) Run(ctx context.Context, stdout, stderr io.Writer) int {
-	size, err := parseSize(c.Size)
+	size, err := parseSize("--size", c.Size)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return ExitUsage
@@ -124,7 +124,7 @@ func (c *Command) Run(ctx context.Context, stdout, stderr io.Writer) int {
 			return ExitUsage
 		}
 		round = runRound(ctx, drv, c.FS, opts)
-	case c.addressesOnly():
+	case addressesOnly(c.GPUs):
 		// The daemon names GPUs by address: it gets a round saying why
 		// each could not be probed, not a bare failure.
 		round = failedRound(c.GPUs, err)
@@ -154,14 +154,15 @@ func (c *Command) Run(ctx context.Context, stdout, stderr io.Writer) int {
 	return status
 }
 
-// addressesOnly reports whether every --gpu is a PCI address.
-func (c *Command) addressesOnly() bool {
-	for _, g := range c.GPUs {
+// addressesOnly reports whether there are GPU selectors and every one is
+// a PCI address.
+func addressesOnly(sels []string) bool {
+	for _, g := range sels {
 		if !strings.Contains(g, ":") {
 			return false
 		}
 	}
-	return len(c.GPUs) > 0
+	return len(sels) > 0
 }
 
 // options resolves the GPU and peer selectors against the devices CUDA
@@ -172,22 +173,10 @@ func (c *Command) options(drv *cuda.Driver, template Options) ([]Options, error)
 	if err != nil {
 		return nil, err
 	}
-	resolve := func(sel, flag string) ([]string, error) {
-		if sel == "all" {
-			return addrs, nil
-		}
-		if i, err := strconv.Atoi(sel); err == nil {
-			if i < 0 || i >= len(addrs) {
-				return nil, fmt.Errorf("--%s=%s: there are %d GPUs (0-%d)", flag, sel, len(addrs), len(addrs)-1)
-			}
-			return addrs[i : i+1], nil
-		}
-		return []string{nvml.NormalizeBusID(sel)}, nil
-	}
 	var gpus []string
 	allGPUs := false
 	for _, sel := range c.GPUs {
-		got, err := resolve(sel, "gpu")
+		got, err := resolveGPUs(addrs, sel, "gpu")
 		if err != nil {
 			return nil, err
 		}
@@ -213,7 +202,7 @@ func (c *Command) options(drv *cuda.Driver, template Options) ([]Options, error)
 				o.Peers = appendNew(o.Peers, reachablePeers(drv, g, addrs)...)
 				continue
 			}
-			got, err := resolve(sel, "peer")
+			got, err := resolveGPUs(addrs, sel, "peer")
 			if err != nil {
 				return nil, err
 			}
@@ -230,6 +219,22 @@ func (c *Command) options(drv *cuda.Driver, template Options) ([]Options, error)
 		out = append(out, o)
 	}
 	return out, nil
+}
+
+// resolveGPUs resolves one selector of flag against addrs, the PCI
+// addresses CUDA sees, sorted: all of them, an index among them
+// (nvidia-smi's numbering), or a PCI address, in any of its forms.
+func resolveGPUs(addrs []string, sel, flag string) ([]string, error) {
+	if sel == "all" {
+		return addrs, nil
+	}
+	if i, err := strconv.Atoi(sel); err == nil {
+		if i < 0 || i >= len(addrs) {
+			return nil, fmt.Errorf("--%s=%s: there are %d GPUs (0-%d)", flag, sel, len(addrs), len(addrs)-1)
+		}
+		return addrs[i : i+1], nil
+	}
+	return []string{nvml.NormalizeBusID(sel)}, nil
 }
 
 func appendNew(list []string, more ...string) []string {

@@ -37,6 +37,9 @@ func probeHelper(mode string, args []string) int {
 	if mode == "real" { // the real child, over whatever libcuda it is given
 		return realChild(args)
 	}
+	if mode == "real-collectives" { // the real collectives child, over the libraries it is given
+		return realCollectivesChild(args)
+	}
 	if strings.HasPrefix(mode, "coll-") {
 		return collectivesHelper(mode, args)
 	}
