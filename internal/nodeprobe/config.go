@@ -25,16 +25,12 @@ import (
 // one /probe runs when no module parameter is given.
 const DefaultModuleName = "nccl_ring"
 
-// Limits of a module. A session holds 2 x size on each GPU on both nodes;
-// past 10 minutes a probe is no longer a probe.
+// Limits of a module beyond those of probes.CollectiveOptions (sizes,
+// warm-up, iterations, samples): the GPUs a node puts into a session, and
+// the session's deadline (past 10 minutes a probe is no longer a probe).
 const (
 	MaxGPUsPerNode = 64
-	MaxIterations  = 1000
-	MaxWarmup      = 1000
 	MaxTimeout     = 10 * time.Minute
-	// MinSmallBytes is one float, the smallest operation every collective
-	// takes.
-	MinSmallBytes = 4
 )
 
 // File is a modules file: what each module a /probe call names runs.
@@ -115,13 +111,13 @@ type Module struct {
 func DefaultModule() Module {
 	return Module{
 		Collectives: []probes.Collective{probes.SendRecv, probes.AllReduce},
-		Size:        256 << 20,
-		SmallSize:   8 << 10,
+		Size:        probes.DefaultCollectiveSizeBytes,
+		SmallSize:   probes.DefaultCollectiveSmallBytes,
 		GPUsPerNode: 1,
 		Timeout:     model.Duration(30 * time.Second),
-		Warmup:      5,
-		Iterations:  20,
-		Samples:     probes.DefaultSamples,
+		Warmup:      probes.DefaultCollectiveWarmup,
+		Iterations:  probes.DefaultCollectiveIterations,
+		Samples:     probes.DefaultCollectiveSamples,
 		HTTPClient:  promconfig.DefaultHTTPClientConfig,
 	}
 }
@@ -181,23 +177,35 @@ func (m *Module) Validate(name string) error {
 	switch {
 	case m.Size < probes.MinSizeBytes || m.Size > probes.MaxSizeBytes:
 		return bad("size", m.Size.String(), fmt.Sprintf("%s to %s", units.Base2Bytes(probes.MinSizeBytes), units.Base2Bytes(probes.MaxSizeBytes)))
-	case m.SmallSize < MinSmallBytes || m.SmallSize > m.Size:
-		return bad("small_size", m.SmallSize.String(), fmt.Sprintf("%s to the module's size (%s)", units.Base2Bytes(MinSmallBytes), m.Size))
+	case m.SmallSize < probes.MinCollectiveSmallBytes || m.SmallSize > probes.MaxCollectiveSmallBytes:
+		return bad("small_size", m.SmallSize.String(), fmt.Sprintf("%s to %s", units.Base2Bytes(probes.MinCollectiveSmallBytes), units.Base2Bytes(probes.MaxCollectiveSmallBytes)))
 	case m.GPUsPerNode < 1 || m.GPUsPerNode > MaxGPUsPerNode:
 		return bad("gpus_per_node", fmt.Sprint(m.GPUsPerNode), fmt.Sprintf("1 to %d", MaxGPUsPerNode))
 	case m.Timeout <= 0 || time.Duration(m.Timeout) > MaxTimeout:
 		return bad("timeout", m.Timeout.String(), fmt.Sprintf("above 0 and at most %s", model.Duration(MaxTimeout)))
-	case m.Warmup < 0 || m.Warmup > MaxWarmup:
-		return bad("warmup", fmt.Sprint(m.Warmup), fmt.Sprintf("0 to %d", MaxWarmup))
-	case m.Iterations < 1 || m.Iterations > MaxIterations:
-		return bad("iterations", fmt.Sprint(m.Iterations), fmt.Sprintf("1 to %d", MaxIterations))
+	case m.Warmup < 0 || m.Warmup > probes.MaxCollectiveWarmup:
+		return bad("warmup", fmt.Sprint(m.Warmup), fmt.Sprintf("0 to %d", probes.MaxCollectiveWarmup))
+	case m.Iterations < 1 || m.Iterations > probes.MaxCollectiveIterations:
+		return bad("iterations", fmt.Sprint(m.Iterations), fmt.Sprintf("1 to %d", probes.MaxCollectiveIterations))
 	case m.Samples < 1 || m.Samples > probes.MaxSamples:
 		return bad("samples", fmt.Sprint(m.Samples), fmt.Sprintf("1 to %d", probes.MaxSamples))
 	}
 	if err := m.HTTPClient.Validate(); err != nil {
 		return fmt.Errorf("module %q: http_client: %w", name, err)
 	}
+	// What the collectives child checks again: the same limits, whose
+	// errors name the daemon's flags rather than the module's fields.
+	if err := m.options().Validate(); err != nil {
+		return fmt.Errorf("module %q: %w", name, err)
+	}
 	return nil
+}
+
+// options are what both children of a session run with; GPUs, ranks and
+// the unique id are each session's.
+func (m *Module) options() probes.CollectiveOptions {
+	return probes.CollectiveOptions{Collectives: m.Collectives, SizeBytes: int64(m.Size), SmallBytes: int64(m.SmallSize),
+		Warmup: m.Warmup, Iterations: m.Iterations, Samples: m.Samples}
 }
 
 func collectiveList() string {

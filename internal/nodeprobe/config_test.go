@@ -18,7 +18,7 @@ func TestParseModules(t *testing.T) {
   big:
     collectives: [all_reduce]
     size: 1GiB
-    small_size: 8B
+    small_size: 4KiB
     gpus_per_node: 8
     timeout: 2m
     warmup: 0
@@ -33,7 +33,7 @@ func TestParseModules(t *testing.T) {
 		t.Fatal(err)
 	}
 	big := f.Modules["big"]
-	if !slices.Equal(big.Collectives, []probes.Collective{probes.AllReduce}) || big.Size != 1<<30 || big.SmallSize != 8 ||
+	if !slices.Equal(big.Collectives, []probes.Collective{probes.AllReduce}) || big.Size != 1<<30 || big.SmallSize != 4<<10 ||
 		big.GPUsPerNode != 8 || time.Duration(big.Timeout) != 2*time.Minute || big.Warmup != 0 || big.Iterations != 50 || big.Samples != 5 {
 		t.Errorf("big: %+v", big)
 	}
@@ -73,8 +73,8 @@ func TestParseModulesRefuses(t *testing.T) {
 		{module("    size: 8GiB\n"), `module "m": size: 8GiB: want 1MiB to 4GiB`},
 		{module("    size: 512KiB\n"), "size: 512KiB"},
 		{module("    size: lots\n"), "lots"},
-		{module("    small_size: 2B\n"), "small_size: 2B: want 4B to the module's size"},
-		{module("    size: 1MiB\n    small_size: 2MiB\n"), "small_size: 2MiB"},
+		{module("    small_size: 2B\n"), "small_size: 2B: want 1KiB to 1MiB"},
+		{module("    small_size: 2MiB\n"), "small_size: 2MiB"},
 		{module("    gpus_per_node: 0\n"), "gpus_per_node: 0: want 1 to 64"},
 		{module("    gpus_per_node: 65\n"), "gpus_per_node: 65"},
 		{module("    timeout: 0s\n"), "timeout: 0s: want above 0 and at most 10m"},

@@ -183,48 +183,23 @@ func busIDs(gpus []probes.SessionGPU) []string {
 	return out
 }
 
-// nicRate is the configured NICRate, or unknown.
-func (n *Node) nicRate(gpu string) float64 {
+// nicRates are what the NIC nearest each of gpus carries (0 unknown),
+// in their order: this node's side of every path of a session.
+func (n *Node) nicRates(gpus []probes.SessionGPU) []float64 {
+	out := make([]float64, len(gpus))
 	if n.cfg.NICRate == nil {
-		return 0
+		return out
 	}
-	return n.cfg.NICRate(gpu)
-}
-
-// annotate fills in what each result of round should carry at most, as far
-// as this node's side of the path goes: the NIC nearest each of its GPUs
-// that the result involves. The other node's side is the other node's to
-// fill in; the prober takes the lower of the two.
-func (n *Node) annotate(round *probes.CollectiveRound) {
-	for i := range round.Results {
-		r := &round.Results[i]
-		local := func(rank int) (string, bool) {
-			j := rank - round.FirstRank
-			if j < 0 || j >= len(round.GPUs) {
-				return "", false
-			}
-			return round.GPUs[j], true
-		}
-		var gpus []string
-		if r.Collective == probes.SendRecv && r.FromRank != nil && r.ToRank != nil {
-			for _, rank := range []int{*r.FromRank, *r.ToRank} {
-				if g, ok := local(rank); ok {
-					gpus = append(gpus, g)
-				}
-			}
-		} else {
-			gpus = round.GPUs
-		}
-		r.ExpectedBusBytesPerSecond = slowest(gpus, n.nicRate)
-	}
-}
-
-// slowest is the lowest rate among gpus; 0 when any is unknown or there
-// are none.
-func slowest(gpus []string, rate func(string) float64) float64 {
-	out := 0.0
 	for i, g := range gpus {
-		r := rate(g)
+		out[i] = n.cfg.NICRate(g.PCIBusID)
+	}
+	return out
+}
+
+// slowest is the lowest of rates; 0 when any is unknown or there are none.
+func slowest(rates ...float64) float64 {
+	out := 0.0
+	for i, r := range rates {
 		if r <= 0 {
 			return 0
 		}

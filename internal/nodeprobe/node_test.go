@@ -522,12 +522,19 @@ func TestProbeFailures(t *testing.T) {
 		{"join not enabled", true, func(_, b *testNode) {}, ReasonDisabled, "404"},
 		{"not an exporter", true, func(_, b *testNode) {
 			b.mux.HandleFunc(JoinPath, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "hello") })
-		}, ReasonBadResponse, "the target's round"},
+		}, ReasonBadResponse, "the target's answer: invalid character"},
 		{"a round of another session", true, func(_, b *testNode) {
 			b.mux.HandleFunc(JoinPath, func(w http.ResponseWriter, _ *http.Request) {
-				writeJSON(w, http.StatusOK, probes.CollectiveRound{Version: probes.CollectiveContractVersion, Ranks: 4, FirstRank: 2, GPUs: []string{"a", "b"}})
+				writeJSON(w, http.StatusOK, JoinResponse{Round: &probes.CollectiveRound{Version: probes.CollectiveContractVersion,
+					Ranks: 4, FirstRank: 2, GPUs: []string{"a", "b"}}, NICBytesPerSecond: []float64{1, 1}})
 			})
 		}, ReasonBadResponse, "want version 1, ranks 2 from 1 on 1 GPUs"},
+		{"NIC rates of other GPUs", true, func(_, b *testNode) {
+			b.mux.HandleFunc(JoinPath, func(w http.ResponseWriter, _ *http.Request) {
+				writeJSON(w, http.StatusOK, JoinResponse{Round: &probes.CollectiveRound{Version: probes.CollectiveContractVersion,
+					Ranks: 2, FirstRank: 1, GPUs: []string{"a"}}, NICBytesPerSecond: []float64{1, 1}})
+			})
+		}, ReasonBadResponse, "2 NIC rates for 1 GPUs"},
 		{"a 500 without a reason", true, func(_, b *testNode) {
 			b.mux.HandleFunc(JoinPath, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "oops", http.StatusInternalServerError) })
 		}, ReasonBadResponse, "500"},
@@ -613,8 +620,9 @@ func TestJoinRefusesBadRequests(t *testing.T) {
 		{`{"version":1,"surprise":true}`, `unknown field \"surprise\"`},
 		{mutate(func(r *JoinRequest) {}) + " {}", "more than one JSON value"},
 		{mutate(func(r *JoinRequest) { r.Version = 2 }), "version 2"},
-		{mutate(func(r *JoinRequest) { r.ID = "" }), "id:"},
-		{mutate(func(r *JoinRequest) { r.ID = "zz" }), "id: not hex"},
+		{mutate(func(r *JoinRequest) { r.ID = "" }), "id: --unique-id"},
+		{mutate(func(r *JoinRequest) { r.ID = "zz" }), "NCCL unique id: 2 characters"},
+		{mutate(func(r *JoinRequest) { r.ID = strings.Repeat("zz", 128) }), "is not a hex digit"},
 		{mutate(func(r *JoinRequest) { r.Ranks = 3 }), "ranks 3, first_rank 1"},
 		{mutate(func(r *JoinRequest) { r.FirstRank = 0 }), "want ranks 2, first_rank 1"},
 		{mutate(func(r *JoinRequest) { r.Options.SizeBytes = 8 << 30 }), "size: 8GiB"},
@@ -656,9 +664,13 @@ func TestJoinChildHangs(t *testing.T) {
 	if time.Since(start) > 5*time.Second {
 		t.Errorf("the join took %s with 0.2s left", time.Since(start))
 	}
-	var round probes.CollectiveRound
-	if status != http.StatusOK || json.Unmarshal([]byte(body), &round) != nil {
+	var resp JoinResponse
+	if status != http.StatusOK || json.Unmarshal([]byte(body), &resp) != nil || resp.Round == nil {
 		t.Fatalf("%d %s", status, body)
+	}
+	round := resp.Round
+	if len(resp.NICBytesPerSecond) != 1 || resp.NICBytesPerSecond[0] != 50e9 {
+		t.Errorf("NIC rates %v, want the one GPU's 50e9", resp.NICBytesPerSecond)
 	}
 	if !strings.Contains(round.Error, "deadline") {
 		t.Errorf("round error %q, want the deadline named", round.Error)

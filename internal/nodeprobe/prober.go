@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -145,6 +146,7 @@ type ran struct {
 // joined is what the target answered.
 type joined struct {
 	round          *probes.CollectiveRound
+	rates          []float64
 	reason, detail string
 }
 
@@ -158,7 +160,7 @@ func (n *Node) probe(ctx context.Context, u, target, name string, m Module) *out
 		return out
 	}
 	defer h.release()
-	out.gpus = h.gpus
+	out.gpus, out.localRates = h.gpus, n.nicRates(h.gpus)
 	n.finish(ctx, out, u, target, name, m, h)
 	if out.reason != "" && !isDecline(out.reason) && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		// Whatever failed first, the deadline is what ended the session:
@@ -236,10 +238,7 @@ func (n *Node) finish(ctx context.Context, out *outcome, u, target, name string,
 		}
 		j = <-joinc
 	}
-	out.local, out.remote = l.round, j.round
-	if out.local != nil {
-		n.annotate(out.local)
-	}
+	out.local, out.remote, out.remoteRates = l.round, j.round, j.rates
 	// The side that failed first is the session's reason: the other was
 	// cancelled for it.
 	switch {
@@ -341,19 +340,30 @@ func transportReason(ctx context.Context) string {
 	return ReasonUnreachable
 }
 
-// readRound reads a target's round and checks it is the session's.
+// readRound reads a target's answer and checks it is the session's.
 func readRound(b []byte, req JoinRequest) joined {
-	var r probes.CollectiveRound
-	if err := json.Unmarshal(b, &r); err != nil {
-		return joined{reason: ReasonBadResponse, detail: "the target's round: " + err.Error()}
+	var resp JoinResponse
+	if err := json.Unmarshal(b, &resp); err != nil {
+		return joined{reason: ReasonBadResponse, detail: "the target's answer: " + err.Error()}
 	}
-	k := req.Options.GPUsPerNode
+	r, k := resp.Round, req.Options.GPUsPerNode
+	if r == nil {
+		return joined{reason: ReasonBadResponse, detail: "the target's answer has no round"}
+	}
 	if r.Version != probes.CollectiveContractVersion || r.Ranks != req.Ranks || r.FirstRank != req.FirstRank || len(r.GPUs) != k {
 		return joined{reason: ReasonBadResponse, detail: fmt.Sprintf(
 			"the target's round is version %d with ranks %d from %d on %d GPUs; want version %d, ranks %d from %d on %d GPUs",
 			r.Version, r.Ranks, r.FirstRank, len(r.GPUs), probes.CollectiveContractVersion, req.Ranks, req.FirstRank, k)}
 	}
-	return joined{round: &r}
+	if len(resp.NICBytesPerSecond) != k {
+		return joined{reason: ReasonBadResponse, detail: fmt.Sprintf("the target's answer has %d NIC rates for %d GPUs", len(resp.NICBytesPerSecond), k)}
+	}
+	for _, v := range resp.NICBytesPerSecond {
+		if v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+			return joined{reason: ReasonBadResponse, detail: fmt.Sprintf("the target's NIC rate %g", v)}
+		}
+	}
+	return joined{round: r, rates: resp.NICBytesPerSecond}
 }
 
 // targetReason reports whether a target may give reason for not joining

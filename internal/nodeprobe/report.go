@@ -3,6 +3,7 @@ package nodeprobe
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -49,6 +50,9 @@ type outcome struct {
 	module        Module
 	gpus          []probes.SessionGPU // this node's, in rank order
 	local, remote *probes.CollectiveRound
+	// localRates and remoteRates are what the NIC nearest each node's
+	// GPUs carries, in rank order (0 unknown).
+	localRates, remoteRates []float64
 	// reason is "" for a success.
 	reason, detail string
 	duration       time.Duration
@@ -123,15 +127,16 @@ func (o *outcome) measured() (ms []measurement, missing string) {
 		type pair struct {
 			from, to *int
 			gpu      string
+			expected float64
 		}
 		var pairs []pair
 		if c == probes.SendRecv {
 			for i := range k {
 				from, to := i, k+i
-				pairs = append(pairs, pair{&from, &to, strconv.Itoa(o.gpus[i].Index)})
+				pairs = append(pairs, pair{&from, &to, strconv.Itoa(o.gpus[i].Index), slowest(rate(o.localRates, i), rate(o.remoteRates, i))})
 			}
 		} else {
-			pairs = append(pairs, pair{gpu: "all"})
+			pairs = append(pairs, pair{gpu: "all", expected: slowest(append(slices.Clone(o.localRates), o.remoteRates...)...)})
 		}
 		for _, p := range pairs {
 			m := measurement{collective: string(c), gpu: p.gpu}
@@ -141,7 +146,7 @@ func (o *outcome) measured() (ms []measurement, missing string) {
 			}
 			if r, why := o.result(c, int64(o.module.Size), p.from, p.to); r != nil {
 				m.bandwidth = r.BusBytesPerSecond
-				m.expected = o.expected(r)
+				m.expected = p.expected
 			} else {
 				note(fmt.Sprintf("%s at %s: %s", what, o.module.Size, why))
 			}
@@ -194,19 +199,12 @@ func find(round *probes.CollectiveRound, c probes.Collective, size int64, from, 
 	return nil
 }
 
-// expected is the lower of what each node says its side of r's path
-// carries; 0 unless both know.
-func (o *outcome) expected(r *probes.CollectiveResult) float64 {
-	var other *probes.CollectiveResult
-	for _, round := range []*probes.CollectiveRound{o.local, o.remote} {
-		if x := find(round, r.Collective, r.SizeBytes, r.FromRank, r.ToRank); x != nil && x != r {
-			other = x
-		}
+// rate is rates[i], 0 where there is none.
+func rate(rates []float64, i int) float64 {
+	if i < len(rates) {
+		return rates[i]
 	}
-	if other == nil || r.ExpectedBusBytesPerSecond <= 0 || other.ExpectedBusBytesPerSecond <= 0 {
-		return 0
-	}
-	return min(r.ExpectedBusBytesPerSecond, other.ExpectedBusBytesPerSecond)
+	return 0
 }
 
 // channels counts the session's connections by transport: each

@@ -21,7 +21,7 @@ const ReasonBadRequest = "bad_request"
 
 // JoinHandler answers POST /node-probe/join: this node joins the prober's
 // session with the id it sent, as ranks first_rank..ranks-1, and answers
-// with its round, or declines (409 busy or in a session, 429 rate
+// with its round and its NICs' rates, or declines (409 busy or in a session, 429 rate
 // limited, 503 unable). It sits behind the exporter's web config like
 // /metrics, so TLS and basic auth cover it.
 func (n *Node) JoinHandler() http.Handler { return http.HandlerFunc(n.serveJoin) }
@@ -69,7 +69,6 @@ func (n *Node) serveJoin(w http.ResponseWriter, r *http.Request) {
 		// what it measured is cut short.
 		round.Error = "the session ended before the round did: " + context.Cause(ctx).Error()
 	}
-	n.annotate(round)
 	if round.Error != "" {
 		n.count(RoleTarget, ResultFailed)
 		logger.Warn("node-to-node session failed", "err", round.Error)
@@ -77,7 +76,7 @@ func (n *Node) serveJoin(w http.ResponseWriter, r *http.Request) {
 		n.count(RoleTarget, ResultSuccess)
 		logger.Debug("joined a node-to-node session", "seconds", round.Seconds)
 	}
-	writeJSON(w, http.StatusOK, round)
+	writeJSON(w, http.StatusOK, JoinResponse{Round: round, NICBytesPerSecond: n.nicRates(h.gpus)})
 }
 
 // readJoin reads a join request strictly: one JSON object, no unknown

@@ -1,10 +1,10 @@
 package nodeprobe
 
 import (
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/alecthomas/units"
@@ -85,20 +85,11 @@ func (o SessionOptions) module() Module {
 	return m
 }
 
-// maxIDHexLen bounds the unique id: NCCL's is 128 bytes.
-const maxIDHexLen = 1024
-
 // validate checks a request as the target reads it; the error says which
 // field is wrong.
 func (r *JoinRequest) validate() error {
-	switch {
-	case r.Version != JoinVersion:
+	if r.Version != JoinVersion {
 		return fmt.Errorf("version %d: this exporter speaks %d", r.Version, JoinVersion)
-	case r.ID == "" || len(r.ID) > maxIDHexLen:
-		return fmt.Errorf("id: want 1 to %d hex digits, got %d", maxIDHexLen, len(r.ID))
-	}
-	if _, err := hex.DecodeString(r.ID); err != nil {
-		return fmt.Errorf("id: not hex: %w", err)
 	}
 	if r.Options.TimeoutSeconds <= 0 {
 		return fmt.Errorf("options: timeout_seconds %g: want above 0", r.Options.TimeoutSeconds)
@@ -111,7 +102,26 @@ func (r *JoinRequest) validate() error {
 	if r.FirstRank != k || r.Ranks != 2*k {
 		return fmt.Errorf("ranks %d, first_rank %d: with gpus_per_node %d want ranks %d, first_rank %d", r.Ranks, r.FirstRank, k, 2*k, k)
 	}
+	// The unique id as NCCL takes it; the GPUs are this node's to fill in.
+	o := m.options()
+	o.Ranks, o.FirstRank, o.UniqueID = r.Ranks, r.FirstRank, r.ID
+	o.GPUs = make([]string, k)
+	for i := range o.GPUs {
+		o.GPUs[i] = strconv.Itoa(i)
+	}
+	if err := o.Validate(); err != nil {
+		return fmt.Errorf("id: %w", err)
+	}
 	return nil
+}
+
+// JoinResponse is a target's answer when it joined: its round, and what
+// the NIC nearest each of its GPUs carries, in rank order (0 unknown), for
+// the prober to set beside its own: its send/recv results are in the
+// prober's round alone (the sender's process reports them).
+type JoinResponse struct {
+	Round             *probes.CollectiveRound `json:"round"`
+	NICBytesPerSecond []float64               `json:"nic_bytes_per_second"`
 }
 
 // Decline is a target's answer when it does not join, with one of the
