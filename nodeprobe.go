@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -33,9 +34,13 @@ func startNodeProbe(w *wiring, _ setting) {
 	if w.sched != nil {
 		gate = w.sched
 	}
-	runner := collectiveRunner(w)
+	runner, err := collectiveRunner(w)
+	if err != nil {
+		w.err = err
+		return
+	}
 	if runner == nil {
-		w.logger.Info("no collective runner in this build: node-to-node sessions are declined as " + nodeprobe.ReasonUnavailable)
+		w.logger.Info("the simulated node runs no collectives in this build: node-to-node sessions are declined as " + nodeprobe.ReasonUnavailable)
 	}
 	name, err := os.Hostname()
 	if err != nil {
@@ -53,21 +58,21 @@ func startNodeProbe(w *wiring, _ setting) {
 	}
 }
 
-// collectiveRunner runs this node's part of a session: the simulated
-// node's model under --sim, the probe child on a real node, each once it
-// implements probes.CollectiveRunner (the NCCL child and the simulated
-// collectives are built beside this). Nil until then, or without probes:
-// every session is declined as unavailable.
-func collectiveRunner(w *wiring) probes.CollectiveRunner {
-	var r any
-	switch {
-	case w.sim != nil:
-		r = w.sim.Runner()
-	case w.child != nil:
-		r = w.child
+// collectiveRunner runs this node's part of a session: the collectives
+// child (`gpulink_exporter collectives`, NCCL over CUDA) on a real node.
+// The simulated node's runner serves under --sim once it implements
+// probes.CollectiveRunner (the simulated collectives are built beside
+// this); until then nil, and every session is declined as unavailable.
+func collectiveRunner(w *wiring) (probes.CollectiveRunner, error) {
+	if w.sim != nil {
+		cr, _ := any(w.sim.Runner()).(probes.CollectiveRunner)
+		return cr, nil
 	}
-	cr, _ := r.(probes.CollectiveRunner)
-	return cr
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding this binary to run the collectives child: %w", err)
+	}
+	return &probes.ChildRunner{Logger: w.logger, Command: []string{exe, "collectives", "--cuda.library=" + w.cfg.cudaLib}}, nil
 }
 
 // nicRate is what the NIC nearest a GPU carries, from the latest topology

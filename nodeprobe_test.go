@@ -18,6 +18,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/nodeprobe"
 	"github.com/gpulink/gpulink_exporter/internal/scrape"
 	"github.com/gpulink/gpulink_exporter/internal/sim"
+	"github.com/gpulink/gpulink_exporter/probes"
 )
 
 // The modules file is read at start: a bad one stops start-up with the
@@ -102,6 +103,23 @@ func TestNodeProbeRoutes(t *testing.T) {
 		cancel()
 		w.close()
 		node.Close()
+	}
+}
+
+// On a real node the sessions run in the collectives child of this same
+// binary, with the exporter's CUDA library.
+func TestNodeProbeRunsTheCollectivesChild(t *testing.T) {
+	l := newCLI()
+	if _, err := l.app.Parse([]string{"--cuda.library=/opt/cuda/libcuda.so.1"}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := collectiveRunner(&wiring{cfg: l.cfg, logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, ok := r.(*probes.ChildRunner)
+	if !ok || len(child.Command) != 3 || child.Command[1] != "collectives" || child.Command[2] != "--cuda.library=/opt/cuda/libcuda.so.1" {
+		t.Errorf("runner %#v, want the collectives child", r)
 	}
 }
 

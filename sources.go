@@ -208,7 +208,6 @@ type wiring struct {
 	topology *sampler.Sampler[*numa.Topology] // nil unless a source that uses it is on
 	nic      *sampler.Sampler[*nic.Snapshot]  // nil unless the nic source is on
 	sched    *probes.Scheduler                // nil unless the probes run
-	child    *probes.ChildRunner              // the probe child, nil unless the probes run on a real node
 
 	// routes are handlers the sources serve beside the metrics.
 	routes []route
@@ -338,9 +337,8 @@ func startProbes(w *wiring, s setting) {
 			w.err = fmt.Errorf("finding this binary to run the probe child: %w", err)
 			return
 		}
-		w.child = &probes.ChildRunner{Logger: w.logger, Command: []string{exe, "probe",
+		c.Runner = &probes.ChildRunner{Logger: w.logger, Command: []string{exe, "probe",
 			"--cuda.library=" + w.cfg.cudaLib, "--path.sysfs=" + w.fsys.Sys, "--path.procfs=" + w.fsys.Proc}}
-		c.Runner = w.child
 	}
 	topo := func() *numa.Topology { return nil } // unbound host buffers, no PCIe expectation
 	if w.topology != nil {
