@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
 
 	"github.com/gpulink/gpulink_exporter/internal/dcgm"
+	"github.com/gpulink/gpulink_exporter/internal/nodeprobe"
 	"github.com/gpulink/gpulink_exporter/internal/sim"
 	"github.com/gpulink/gpulink_exporter/probes"
 )
@@ -50,6 +51,16 @@ type config struct {
 	probeKinds []string
 	dcgm       dcgm.Config
 	podSocket  string
+	nodeProbe  nodeProbeConfig
+}
+
+// nodeProbeConfig holds the node-to-node probes' flags, and the modules
+// file as start-up read and checked it.
+type nodeProbeConfig struct {
+	configFile  string
+	minInterval time.Duration
+	enabled     bool
+	file        *nodeprobe.File // nil: the default module only
 }
 
 // setting is one source's name (from the table) and its common flags.
@@ -149,6 +160,13 @@ func probeFlags(f flagFunc, c *config) {
 
 // formatFloat writes a flag's default as the flag would be given.
 func formatFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+
+// nodeProbeFlags are the node-to-node probes' flags.
+func nodeProbeFlags(f flagFunc, c *config) {
+	f("config.file", "Modules file of the node-to-node probes (/probe?target=&module=): what each module runs and how the prober calls the target (http_client: TLS, basic auth). Checked at start, re-read on SIGHUP. Without it the one module is "+nodeprobe.DefaultModuleName+".").PlaceHolder("FILE").StringVar(&c.nodeProbe.configFile)
+	f("min-interval", "Least time between two node-to-node sessions this node takes part in, in each role (prober, target); a call inside it is declined as declined_rate_limited. 0 is no limit.").Default("1m").DurationVar(&c.nodeProbe.minInterval)
+	f("enabled", "Answer "+nodeprobe.JoinPath+": let other exporters' /probe run node-to-node sessions with this node's idle GPUs. /probe itself (this node as the prober) is always served.").Default("false").BoolVar(&c.nodeProbe.enabled)
+}
 
 // collectors names the switched-on collectors, sorted, for the log.
 func (c *config) collectors() []string {

@@ -102,7 +102,7 @@ func run(l *cli, command string, logger *slog.Logger) int {
 		return 1
 	}
 	metrics := scrape.NewHandler(reg, w.versions, c.maxRequests, logger)
-	if err := serve(ctx, logger, metrics, c.web, c.metricsPath); err != nil {
+	if err := serve(ctx, logger, metrics, w.routes, c.web, c.metricsPath); err != nil {
 		logger.Error("server failed", "err", err)
 		return 1
 	}

@@ -83,6 +83,7 @@ var badValues = map[string][][]string{
 	"probe.utilization-threshold": {{"-0.5"}, {"1.01"}, {"NaN"}},
 	"probe.size":                  {{"8GiB"}, {"0"}, {"512KiB"}},
 	"probe.samples":               {{"0"}, {"-3"}, {"101"}},
+	"node-probe.min-interval":     {{"-1s"}},
 }
 
 // goodValues are edge values start-up must take.
@@ -101,6 +102,7 @@ var goodValues = [][]string{
 	{"--probe.size=1MiB", "--probe.samples=1"},
 	{"--probe.size=4GiB", "--probe.samples=100"},
 	{"--probe.timeout=20m"}, // a child's deadline, not bounded by the interval between rounds
+	{"--node-probe.min-interval=0s", "--node-probe.enabled"},
 	// --sim serves its own tree: the path flags are not read.
 	{"--sim=dgx-h100", "--path.sysfs=/nonexistent", "--path.procfs=/nonexistent"},
 }
@@ -153,6 +155,8 @@ func TestStartupRefuses(t *testing.T) {
 		{[]string{"--path.procfs=/nonexistent"}, "--path.procfs=/nonexistent"},
 		{[]string{"--path.sysfs=/etc/hostname"}, "--path.sysfs=/etc/hostname: want an existing directory"},
 		{[]string{"--web.telemetry-path=metrics"}, "--web.telemetry-path=metrics"},
+		{[]string{"--web.telemetry-path=/probe"}, "--web.telemetry-path=/probe: want a path other than /probe and /node-probe/join"},
+		{[]string{"--node-probe.config.file=/nonexistent/modules.yml"}, "--node-probe.config.file=/nonexistent/modules.yml: open"},
 		{[]string{"--sim.faults=x.yaml"}, "--sim.faults needs --sim"},
 		{[]string{"--sim=dgx-h100", "probe"}, "the probe command needs a real GPU"},
 		{[]string{"--sim=dgx-h100", "collectives"}, "the collectives command needs real GPUs"},

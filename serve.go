@@ -12,9 +12,15 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 )
 
-func serve(ctx context.Context, logger *slog.Logger, metrics http.Handler, webConfig *web.FlagConfig, metricsPath string) error {
+// serve serves the metrics and the sources' routes on one server, through
+// exporter-toolkit: its web config (TLS, basic auth) wraps the whole mux,
+// so /probe and /node-probe/join are behind it as /metrics is.
+func serve(ctx context.Context, logger *slog.Logger, metrics http.Handler, routes []route, webConfig *web.FlagConfig, metricsPath string) error {
 	mux := http.NewServeMux()
 	mux.Handle(metricsPath, metrics)
+	for _, r := range routes {
+		mux.Handle(r.path, r.handler)
+	}
 	if metricsPath != "/" {
 		landing, err := web.NewLandingPage(web.LandingConfig{
 			Name:        "gpulink_exporter",

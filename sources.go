@@ -70,6 +70,7 @@ const (
 	dcgmSource
 	kubernetesSource
 	nicSource
+	nodeProbeSource
 	numSources
 )
 
@@ -176,8 +177,19 @@ var sources = [numSources]source{
 		help:     "InfiniBand, RoCE and EFA port state, rate and counters, and physical Ethernet interfaces, from sysfs.",
 		interval: durationFlag{"5s", "How often to read NIC port state and counters."},
 		start: func(w *wiring, s setting) {
-			w.reg.MustRegister(collector.NewNICCollector(sample(w, s, &nic.Reader{FS: w.fsys})))
+			w.nic = sample(w, s, &nic.Reader{FS: w.fsys})
+			w.reg.MustRegister(collector.NewNICCollector(w.nic))
 		},
+	},
+	// Not sampled: node-to-node probes run when Prometheus asks /probe
+	// (nodeprobe.go). The probe scheduler gives them GPUs; the topology
+	// and NIC samples, where those sources are on, what the path should
+	// carry.
+	nodeProbeSource: {
+		name:  "node-probe",
+		flags: nodeProbeFlags,
+		check: checkNodeProbe,
+		start: startNodeProbe,
 	},
 }
 
@@ -194,6 +206,11 @@ type wiring struct {
 	reader   *nvml.Reader                     // nil unless a source that uses NVML is on
 	nvml     *sampler.Sampler[*nvml.Snapshot] // nil unless the nvml source is on
 	topology *sampler.Sampler[*numa.Topology] // nil unless a source that uses it is on
+	nic      *sampler.Sampler[*nic.Snapshot]  // nil unless the nic source is on
+	sched    *probes.Scheduler                // nil unless the probes run
+
+	// routes are handlers the sources serve beside the metrics.
+	routes []route
 
 	statuses []sampler.StatusReporter
 	versions []scrape.Versioned
@@ -349,6 +366,7 @@ func startProbes(w *wiring, s setting) {
 		return
 	}
 	go sched.Run(w.ctx)
+	w.sched = sched
 	w.add(s, sched, sched, collector.NewProbeCollector(sched))
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpulink/gpulink_exporter/internal/nodeprobe"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
@@ -48,6 +49,8 @@ func (l *cli) validate(command string, logger *slog.Logger) error {
 		return &flagError{"runtime.gomaxprocs", strconv.Itoa(c.maxProcs), "1 or more"}
 	case !strings.HasPrefix(c.metricsPath, "/"):
 		return &flagError{"web.telemetry-path", c.metricsPath, "a path starting with /"}
+	case c.metricsPath == nodeprobe.ProbePath || c.metricsPath == nodeprobe.JoinPath:
+		return &flagError{"web.telemetry-path", c.metricsPath, "a path other than " + nodeprobe.ProbePath + " and " + nodeprobe.JoinPath}
 	}
 	// --sim serves its own tree and ignores these.
 	if c.sim == "" {
@@ -146,5 +149,23 @@ func checkProbes(c *config, st setting, warn func(string, ...any)) error {
 		return err
 	}
 	checkLibrary(c, "cuda.library", c.cudaLib, warn)
+	return nil
+}
+
+// checkNodeProbe checks the node-to-node flags and reads the modules file:
+// a bad module stops start-up with the file, module and field named.
+func checkNodeProbe(c *config, st setting, _ func(string, ...any)) error {
+	np := &c.nodeProbe
+	if np.minInterval < 0 {
+		return badDuration(st.name+".min-interval", np.minInterval, "0 (no limit) or more")
+	}
+	if np.configFile == "" {
+		return nil
+	}
+	f, err := nodeprobe.LoadFile(np.configFile)
+	if err != nil {
+		return fmt.Errorf("--%s.config.file=%s: %w", st.name, np.configFile, err)
+	}
+	np.file = f
 	return nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/dcgm"
 	"github.com/gpulink/gpulink_exporter/internal/kubelet"
 	"github.com/gpulink/gpulink_exporter/internal/nic"
+	"github.com/gpulink/gpulink_exporter/internal/nodeprobe"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/process"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
@@ -157,6 +158,9 @@ func simulatedDGX(t *testing.T) []prometheus.Collector {
 		collector.NewDCGMCollector(fixedSource[*dcgm.Snapshot]{}),
 		collector.NewPodCollector(fixedSource[*kubelet.Snapshot]{}),
 		collector.NewExporterCollector(nvmlS, xid, topo, place, nic, sched, n),
+		// Node-to-node probes: the sessions counter on /metrics, and the
+		// families of a /probe answer (its own registry), described.
+		nodeprobe.New(nodeprobe.Config{}), nodeprobe.ProbeFamilies(),
 	}
 }
 

@@ -57,7 +57,9 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-CGO_ENABLED=0 go build -o "$tmp/chartcheck" ./deploy/helm/chartcheck ||
+# With cgo, as the exporter: chartcheck reads the chart's node-to-node
+# modules file with the exporter's own parser, which links the probes.
+go build -o "$tmp/chartcheck" ./deploy/helm/chartcheck ||
 	fail "could not build deploy/helm/chartcheck"
 chartcheck() { "$tmp/chartcheck" "$@" -root .; }
 
@@ -119,6 +121,12 @@ grep -q "probes.policy must be idle, always or off" "$tmp/err" ||
 if "$HELM" template "$release" "$chart" --set serviceMonitor.enabled=true --set service.enabled=false >/dev/null 2>&1; then
 	fail "a ServiceMonitor without its Service rendered; it must fail"
 fi
+
+if "$HELM" template "$release" "$chart" --set nodeProbe.serviceMonitor.enabled=true >/dev/null 2>"$tmp/err"; then
+	fail "a ring ServiceMonitor without nodeProbe.enabled rendered; it must fail"
+fi
+grep -q "nodeProbe.serviceMonitor.enabled needs nodeProbe.enabled" "$tmp/err" ||
+	fail "nodeProbe.serviceMonitor.enabled without nodeProbe.enabled failed without saying why: $(cat "$tmp/err")"
 
 echo "helm-check: helm package"
 "$HELM" package "$chart" --destination "$tmp" >/dev/null || fail "helm package"

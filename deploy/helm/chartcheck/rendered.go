@@ -189,6 +189,7 @@ func (l layout) checkRendered(b []byte, mode renderMode) []error {
 	errs = append(errs, l.checkRules(objs, mode)...)
 	errs = append(errs, l.checkDashboards(objs, mode)...)
 	errs = append(errs, checkServiceMonitor(objs, mode)...)
+	errs = append(errs, checkNodeProbe(objs, mode)...)
 	return errs
 }
 
@@ -306,7 +307,12 @@ func sameJSON(rendered, source []byte) error {
 }
 
 func checkServiceMonitor(objs []object, mode renderMode) []error {
-	sms := byKind(objs, "ServiceMonitor")
+	var sms []object
+	for _, sm := range byKind(objs, "ServiceMonitor") {
+		if !probesNodes(sm) {
+			sms = append(sms, sm)
+		}
+	}
 	if mode == renderDefault {
 		if len(sms) != 0 {
 			return []error{errors.New("default values render a ServiceMonitor; it needs the prometheus-operator CRDs and must be opt-in")}

@@ -1,0 +1,387 @@
+package nodeprobe
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	promconfig "github.com/prometheus/common/config"
+	"github.com/prometheus/common/version"
+
+	"github.com/gpulink/gpulink_exporter/probes"
+)
+
+// ProbePath is where Prometheus asks for a node-to-node probe.
+const ProbePath = "/probe"
+
+// timeoutOffset is taken off Prometheus' scrape timeout, as
+// blackbox_exporter's --timeout-offset default, so that the answer is
+// written before Prometheus gives up on it.
+const timeoutOffset = 0.5
+
+// defaultScrapeTimeout is the budget of a call without Prometheus' header
+// (blackbox_exporter's); the module's timeout is then what bounds it.
+const defaultScrapeTimeout = 120.0
+
+// maxRoundBytes bounds a target's answer: a round for 64 GPUs is a few
+// hundred KiB.
+const maxRoundBytes = 8 << 20
+
+// ProbeHandler answers GET /probe?target=<host:port>&module=<name>: one
+// session with the target as the prober, rendered in a registry of its
+// own. A bad parameter is an HTTP error, as in blackbox_exporter; a session
+// that did not run or failed is probe_success 0 with its reason.
+func (n *Node) ProbeHandler() http.Handler { return http.HandlerFunc(n.serveProbe) }
+
+func (n *Node) serveProbe(w http.ResponseWriter, r *http.Request) {
+	params := r.URL.Query()
+	name := params.Get("module")
+	if name == "" {
+		name = DefaultModuleName
+	}
+	m, ok := n.cfg.Modules.Get(name)
+	if !ok {
+		http.Error(w, fmt.Sprintf("Unknown module %q", name), http.StatusBadRequest)
+		return
+	}
+	timeout, err := probeTimeout(r, m)
+	if err != nil {
+		http.Error(w, fmt.Sprintf("Failed to parse timeout from Prometheus header: %s", err), http.StatusInternalServerError)
+		return
+	}
+	target := params.Get("target")
+	if target == "" {
+		http.Error(w, "Target parameter is missing", http.StatusBadRequest)
+		return
+	}
+	u, err := joinURL(target, m.TLS())
+	if err != nil {
+		http.Error(w, fmt.Sprintf("Invalid target %q: %s", target, err), http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	start := n.now()
+	out := n.probe(ctx, u, target, name, m)
+	out.duration = n.now().Sub(start)
+	logger := n.logger.With("module", name, "target", target, "duration_seconds", out.duration.Seconds())
+	if out.reason == "" {
+		logger.Debug("node-to-node probe succeeded")
+	} else {
+		logger.Info("node-to-node probe failed", "reason", out.reason, "detail", out.detail)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(out)
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+}
+
+// probeTimeout is the session's budget: the module's timeout, or
+// Prometheus' scrape timeout less timeoutOffset where that is shorter
+// (blackbox_exporter's rule).
+func probeTimeout(r *http.Request, m Module) (time.Duration, error) {
+	seconds := defaultScrapeTimeout
+	if v := r.Header.Get("X-Prometheus-Scrape-Timeout-Seconds"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return 0, err
+		}
+		if f > 0 {
+			seconds = f
+		}
+	}
+	budget := seconds - timeoutOffset
+	if mod := time.Duration(m.Timeout).Seconds(); mod < budget || budget <= 0 {
+		budget = mod
+	}
+	return time.Duration(budget * float64(time.Second)), nil
+}
+
+// joinURL is the target's join endpoint. A target is host:port, or a URL
+// with http or https and no path; https when it says so or the module
+// has a tls_config.
+func joinURL(target string, tls bool) (string, error) {
+	scheme, hostport := "http", target
+	if u, err := url.Parse(target); err == nil && u.Scheme != "" && u.Host != "" {
+		if u.Scheme != "http" && u.Scheme != "https" {
+			return "", fmt.Errorf("scheme %q: want http or https", u.Scheme)
+		}
+		if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			return "", errors.New("want host:port, or a URL with a scheme, host and port only")
+		}
+		scheme, hostport = u.Scheme, u.Host
+	}
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return "", fmt.Errorf("want host:port: %w", err)
+	}
+	if host == "" {
+		return "", errors.New("no host")
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return "", fmt.Errorf("port %q: want 1 to 65535", port)
+	}
+	if tls {
+		scheme = "https"
+	}
+	return (&url.URL{Scheme: scheme, Host: hostport, Path: JoinPath}).String(), nil
+}
+
+// ran is what a child gave.
+type ran struct {
+	round *probes.CollectiveRound
+	err   error
+}
+
+// joined is what the target answered.
+type joined struct {
+	round          *probes.CollectiveRound
+	rates          []float64
+	reason, detail string
+}
+
+// probe runs one session as the prober and says how it went.
+func (n *Node) probe(ctx context.Context, u, target, name string, m Module) *outcome {
+	out := &outcome{module: m}
+	h, reason, detail := n.enter(RoleProber, m.GPUsPerNode)
+	if reason != "" {
+		n.count(RoleProber, ResultDeclined)
+		out.reason, out.detail = reason, detail
+		return out
+	}
+	defer h.release()
+	out.gpus, out.localRates = h.gpus, n.nicRates(h.gpus)
+	n.finish(ctx, out, u, target, name, m, h)
+	if out.reason != "" && !isDecline(out.reason) && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// Whatever failed first, the deadline is what ended the session:
+		// a child cut off mid-operation, a target that did not answer.
+		out.reason = ReasonTimeout
+	}
+	result := ResultFailed
+	switch {
+	case out.reason == "":
+		result = ResultSuccess
+	case isDecline(out.reason):
+		result = ResultDeclined
+	}
+	n.count(RoleProber, result)
+	return out
+}
+
+// finish runs both children of a session this node has entered: its own,
+// and the target's through the join call.
+func (n *Node) finish(ctx context.Context, out *outcome, u, target, name string, m Module, h *hold) {
+	client, err := promconfig.NewClientFromConfig(m.HTTPClient, "node_probe")
+	if err != nil {
+		out.reason, out.detail = ReasonBadModule, "http_client: "+err.Error()
+		return
+	}
+	defer client.CloseIdleConnections()
+	k := m.GPUsPerNode
+	o := probes.CollectiveOptions{GPUs: busIDs(h.gpus), Collectives: m.Collectives, SizeBytes: int64(m.Size),
+		SmallBytes: int64(m.SmallSize), Warmup: m.Warmup, Iterations: m.Iterations, Samples: m.Samples,
+		Ranks: 2 * k, FirstRank: 0, Peer: target}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ids := make(chan string, 1)
+	localc := make(chan ran, 1)
+	go func() {
+		rnd, err := n.cfg.Runner.RunCollectives(sctx, o, ids)
+		localc <- ran{rnd, err}
+	}()
+
+	var id string
+	select {
+	case id = <-ids:
+	case l := <-localc:
+		out.local = l.round
+		out.reason, out.detail = childFailure(ctx, l, "this node's child ended before making an NCCL unique id")
+		return
+	case <-ctx.Done():
+		cancel()
+		out.local = (<-localc).round
+		out.reason, out.detail = ReasonTimeout, "no NCCL unique id from this node's child before the deadline"
+		return
+	}
+	left := time.Until(deadlineOf(ctx))
+	req := JoinRequest{Version: JoinVersion, ID: id, Ranks: 2 * k, FirstRank: k, Module: name,
+		Options: sessionOptions(m, left), Prober: n.cfg.Name}
+	joinc := make(chan joined, 1)
+	go func() { joinc <- n.join(sctx, client, u, req) }()
+
+	// Whichever side fails first ends the other: a declined or failed
+	// join cancels this node's child, and a failed child cancels the
+	// join, which the target sees as its request ending.
+	var j joined
+	var l ran
+	joinFirst := false
+	select {
+	case j = <-joinc:
+		joinFirst = true
+		if j.reason != "" || j.round.Error != "" {
+			cancel()
+		}
+		l = <-localc
+	case l = <-localc:
+		if r, _ := childFailure(ctx, l, ""); r != "" {
+			cancel()
+		}
+		j = <-joinc
+	}
+	out.local, out.remote, out.remoteRates = l.round, j.round, j.rates
+	// The side that failed first is the session's reason: the other was
+	// cancelled for it.
+	switch {
+	case joinFirst && j.reason != "":
+		out.reason, out.detail = j.reason, j.detail
+		return
+	case joinFirst && j.round.Error != "":
+		out.reason, out.detail = ReasonNCCLError, "target: "+j.round.Error
+		return
+	}
+	if r, d := childFailure(ctx, l, ""); r != "" {
+		out.reason, out.detail = r, "this node: "+d
+		return
+	}
+	if j.reason != "" {
+		out.reason, out.detail = j.reason, j.detail
+		return
+	}
+	if j.round.Error != "" {
+		out.reason, out.detail = ReasonNCCLError, "target: "+j.round.Error
+		return
+	}
+	out.check()
+}
+
+// childFailure is why a child's run gave no usable round ("" when it did);
+// none says what to say when it ended without a word.
+func childFailure(ctx context.Context, l ran, none string) (reason, detail string) {
+	reason = ReasonNCCLError
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		reason = ReasonTimeout
+	}
+	switch {
+	case l.err != nil:
+		return reason, l.err.Error()
+	case l.round == nil:
+		return reason, "the child gave no round"
+	case l.round.Error != "":
+		return reason, l.round.Error
+	case none != "":
+		return reason, none
+	}
+	return "", ""
+}
+
+func deadlineOf(ctx context.Context) time.Time {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return time.Now().Add(MaxTimeout)
+	}
+	return d
+}
+
+// join asks the target to join and waits for its round.
+func (n *Node) join(ctx context.Context, client *http.Client, u string, req JoinRequest) joined {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return joined{reason: ReasonBadModule, detail: err.Error()}
+	}
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	if err != nil {
+		return joined{reason: ReasonUnreachable, detail: err.Error()}
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	hr.Header.Set("User-Agent", "gpulink_exporter/"+version.Version)
+	resp, err := client.Do(hr)
+	if err != nil {
+		return joined{reason: transportReason(ctx), detail: err.Error()}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxRoundBytes+1))
+	if err != nil {
+		return joined{reason: transportReason(ctx), detail: "reading the target's answer: " + err.Error()}
+	}
+	if len(b) > maxRoundBytes {
+		return joined{reason: ReasonBadResponse, detail: fmt.Sprintf("the target's answer is over %d bytes", maxRoundBytes)}
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return readRound(b, req)
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return joined{reason: ReasonUnauthorized, detail: resp.Status}
+	case http.StatusNotFound:
+		return joined{reason: ReasonDisabled, detail: resp.Status + ": the target does not answer " + JoinPath + " (--node-probe.enabled)"}
+	}
+	var d Decline
+	if err := json.Unmarshal(b, &d); err != nil || !targetReason(d.Reason) {
+		return joined{reason: ReasonBadResponse, detail: fmt.Sprintf("%s: %.200q", resp.Status, b)}
+	}
+	return joined{reason: d.Reason, detail: "target: " + d.Detail}
+}
+
+// transportReason is why a call failed below HTTP: its deadline, or the
+// network.
+func transportReason(ctx context.Context) string {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return ReasonTimeout
+	}
+	return ReasonUnreachable
+}
+
+// readRound reads a target's answer and checks it is the session's.
+func readRound(b []byte, req JoinRequest) joined {
+	var resp JoinResponse
+	if err := json.Unmarshal(b, &resp); err != nil {
+		return joined{reason: ReasonBadResponse, detail: "the target's answer: " + err.Error()}
+	}
+	r, k := resp.Round, req.Options.GPUsPerNode
+	if r == nil {
+		return joined{reason: ReasonBadResponse, detail: "the target's answer has no round"}
+	}
+	if r.Version != probes.CollectiveContractVersion || r.Ranks != req.Ranks || r.FirstRank != req.FirstRank || len(r.GPUs) != k {
+		return joined{reason: ReasonBadResponse, detail: fmt.Sprintf(
+			"the target's round is version %d with ranks %d from %d on %d GPUs; want version %d, ranks %d from %d on %d GPUs",
+			r.Version, r.Ranks, r.FirstRank, len(r.GPUs), probes.CollectiveContractVersion, req.Ranks, req.FirstRank, k)}
+	}
+	if len(resp.NICBytesPerSecond) != k {
+		return joined{reason: ReasonBadResponse, detail: fmt.Sprintf("the target's answer has %d NIC rates for %d GPUs", len(resp.NICBytesPerSecond), k)}
+	}
+	for _, v := range resp.NICBytesPerSecond {
+		if v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+			return joined{reason: ReasonBadResponse, detail: fmt.Sprintf("the target's NIC rate %g", v)}
+		}
+	}
+	return joined{round: r, rates: resp.NICBytesPerSecond}
+}
+
+// targetReason reports whether a target may give reason for not joining
+// or failing.
+func targetReason(reason string) bool {
+	switch reason {
+	case ReasonBusy, ReasonSession, ReasonRateLimited, ReasonUnavailable, ReasonNCCLError, ReasonTimeout:
+		return true
+	}
+	return false
+}
+
+// isDecline reports whether reason is a node declining (either one),
+// rather than a session failing.
+func isDecline(reason string) bool {
+	switch reason {
+	case ReasonBusy, ReasonSession, ReasonRateLimited, ReasonUnavailable, ReasonDisabled:
+		return true
+	}
+	return false
+}

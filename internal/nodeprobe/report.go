@@ -1,0 +1,236 @@
+package nodeprobe
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpulink/gpulink_exporter/probes"
+)
+
+// The families of a /probe answer. Every series of a collective carries
+// collective and gpu: for send_recv the prober's GPU (NVML index) that
+// sent to the target's GPU of the same place in the session, for the
+// collectives over both nodes gpu="all".
+var (
+	successDesc = prometheus.NewDesc("probe_success",
+		"1 when the node-to-node session ran and every result has a value, as blackbox_exporter's probe_success.", nil, nil)
+	durationDesc = prometheus.NewDesc("probe_duration_seconds",
+		"Wall time of the whole node-to-node probe, both children and the join included.", nil, nil)
+	busBandwidthDesc = prometheus.NewDesc("gpulink_node_probe_bus_bandwidth_bytes_per_second",
+		"Bus bandwidth of a collective between this node and the target at the module's size, as nccl-tests reports it (for "+
+			"send_recv the same as the algorithm bandwidth), median of the module's samples.", []string{"collective", "gpu"}, nil)
+	expectedDesc = prometheus.NewDesc("gpulink_node_probe_expected_bus_bandwidth_bytes_per_second",
+		"What the path should carry at most: the slower of the two nodes' NICs nearest the GPUs involved, one direction, at the "+
+			"rate the link trained at. Absent when either node does not know it.", []string{"collective", "gpu"}, nil)
+	ratioDesc = prometheus.NewDesc("gpulink_node_probe_bus_bandwidth_ratio",
+		"Measured over expected bus bandwidth.", []string{"collective", "gpu"}, nil)
+	latencyDesc = prometheus.NewDesc("gpulink_node_probe_latency_seconds",
+		"Time of one operation of the collective at the module's small size, median of its samples.", []string{"collective", "gpu"}, nil)
+	channelsDesc = prometheus.NewDesc("gpulink_node_probe_channels",
+		"Connections NCCL made in the session, both nodes' ranks, by transport (p2p, shm, net, collnet, nvls, unknown); "+
+			"between two nodes anything but net is a misconfiguration.", []string{"transport"}, nil)
+	failureDesc = prometheus.NewDesc("gpulink_node_probe_failure_info",
+		"Why probe_success is 0; value 1. reason: declined_busy, declined_session, declined_rate_limited, declined_unavailable, "+
+			"declined_disabled (either node declined), unauthorized, unreachable, timeout, nccl_error, bad_response, bad_module.",
+		[]string{"reason"}, nil)
+)
+
+// ProbeFamilies describes every family a /probe answer may hold and
+// collects nothing: for the lists of metric names.
+func ProbeFamilies() prometheus.Collector { return &outcome{describeOnly: true} }
+
+// outcome is one session as the prober saw it, rendered as the answer's
+// registry.
+type outcome struct {
+	module        Module
+	gpus          []probes.SessionGPU // this node's, in rank order
+	local, remote *probes.CollectiveRound
+	// localRates and remoteRates are what the NIC nearest each node's
+	// GPUs carries, in rank order (0 unknown).
+	localRates, remoteRates []float64
+	// reason is "" for a success.
+	reason, detail string
+	duration       time.Duration
+
+	describeOnly bool
+}
+
+// Describe implements prometheus.Collector.
+func (o *outcome) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{successDesc, durationDesc, busBandwidthDesc, expectedDesc, ratioDesc,
+		latencyDesc, channelsDesc, failureDesc} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (o *outcome) Collect(ch chan<- prometheus.Metric) {
+	if o.describeOnly {
+		return
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	success := 0.0
+	if o.reason == "" {
+		success = 1
+	}
+	gauge(successDesc, success)
+	gauge(durationDesc, o.duration.Seconds())
+	if o.reason != "" {
+		gauge(failureDesc, 1, o.reason)
+	}
+	if o.local == nil {
+		return
+	}
+	ms, _ := o.measured()
+	for _, m := range ms {
+		if m.bandwidth > 0 {
+			gauge(busBandwidthDesc, m.bandwidth, m.collective, m.gpu)
+			if m.expected > 0 {
+				gauge(expectedDesc, m.expected, m.collective, m.gpu)
+				gauge(ratioDesc, m.bandwidth/m.expected, m.collective, m.gpu)
+			}
+		}
+		if m.latency > 0 {
+			gauge(latencyDesc, m.latency, m.collective, m.gpu)
+		}
+	}
+	for kind, n := range o.channels() {
+		gauge(channelsDesc, float64(n), kind)
+	}
+}
+
+// measurement is what the answer says of one collective between the two
+// nodes; 0 is no value.
+type measurement struct {
+	collective, gpu              string
+	bandwidth, expected, latency float64
+}
+
+// measured is every collective of the module between the two nodes: for
+// send_recv each of this node's GPUs i to the target's i, the others over
+// both nodes; and the first result that has no value, "" when all do.
+func (o *outcome) measured() (ms []measurement, missing string) {
+	k := len(o.gpus)
+	note := func(what string) {
+		if missing == "" {
+			missing = what
+		}
+	}
+	for _, c := range o.module.Collectives {
+		type pair struct {
+			from, to *int
+			gpu      string
+			expected float64
+		}
+		var pairs []pair
+		if c == probes.SendRecv {
+			for i := range k {
+				from, to := i, k+i
+				pairs = append(pairs, pair{&from, &to, strconv.Itoa(o.gpus[i].Index), slowest(rate(o.localRates, i), rate(o.remoteRates, i))})
+			}
+		} else {
+			pairs = append(pairs, pair{gpu: "all", expected: slowest(append(slices.Clone(o.localRates), o.remoteRates...)...)})
+		}
+		for _, p := range pairs {
+			m := measurement{collective: string(c), gpu: p.gpu}
+			what := string(c)
+			if p.from != nil {
+				what = fmt.Sprintf("%s %d->%d", c, *p.from, *p.to)
+			}
+			if r, why := o.result(c, int64(o.module.Size), p.from, p.to); r != nil {
+				m.bandwidth = r.BusBytesPerSecond
+				m.expected = p.expected
+			} else {
+				note(fmt.Sprintf("%s at %s: %s", what, o.module.Size, why))
+			}
+			if r, why := o.result(c, int64(o.module.SmallSize), p.from, p.to); r != nil {
+				m.latency = r.Seconds
+			} else {
+				note(fmt.Sprintf("%s at %s: %s", what, o.module.SmallSize, why))
+			}
+			ms = append(ms, m)
+		}
+	}
+	return ms, missing
+}
+
+// result is the result of c at size (from and to for send_recv) with a
+// value, from the round of the process that holds the sender (the prober
+// for a collective over every rank), or why there is none.
+func (o *outcome) result(c probes.Collective, size int64, from, to *int) (*probes.CollectiveResult, string) {
+	round := o.local
+	if from != nil && o.remote != nil && *from >= o.remote.FirstRank {
+		round = o.remote
+	}
+	r := find(round, c, size, from, to)
+	switch {
+	case r == nil:
+		return nil, "no result"
+	case r.Error != "":
+		return nil, r.Error
+	case r.Seconds <= 0 || r.BusBytesPerSecond <= 0:
+		return nil, "no value"
+	}
+	return r, ""
+}
+
+// find is round's result of c at size between from and to (nil for a
+// collective over every rank).
+func find(round *probes.CollectiveRound, c probes.Collective, size int64, from, to *int) *probes.CollectiveResult {
+	if round == nil {
+		return nil
+	}
+	for i := range round.Results {
+		r := &round.Results[i]
+		if r.Collective != c || r.SizeBytes != size {
+			continue
+		}
+		if from == nil || (r.FromRank != nil && r.ToRank != nil && *r.FromRank == *from && *r.ToRank == *to) {
+			return r
+		}
+	}
+	return nil
+}
+
+// rate is rates[i], 0 where there is none.
+func rate(rates []float64, i int) float64 {
+	if i < len(rates) {
+		return rates[i]
+	}
+	return 0
+}
+
+// channels counts the session's connections by transport: each
+// connection once, whether one node or both reported it.
+func (o *outcome) channels() map[string]int {
+	seen := map[probes.Transport]bool{}
+	out := map[string]int{}
+	for _, round := range []*probes.CollectiveRound{o.local, o.remote} {
+		if round == nil {
+			continue
+		}
+		for _, t := range round.Transports {
+			key := probes.Transport{Channel: t.Channel, FromRank: t.FromRank, ToRank: t.ToRank, Kind: t.Kind}
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			out[cmp.Or(t.Kind, probes.TransportUnknown)]++
+		}
+	}
+	return out
+}
+
+// check fails a session in which a result has no value.
+func (o *outcome) check() {
+	if _, missing := o.measured(); missing != "" {
+		o.reason, o.detail = ReasonNCCLError, missing
+	}
+}

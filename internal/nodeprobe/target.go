@@ -1,0 +1,103 @@
+package nodeprobe
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/gpulink/gpulink_exporter/probes"
+)
+
+// maxJoinBytes bounds a join request; a real one is well under 1 KiB.
+const maxJoinBytes = 64 << 10
+
+// ReasonBadRequest is a target's answer to a join request it cannot read
+// (HTTP 400); the prober reports it as bad_response.
+const ReasonBadRequest = "bad_request"
+
+// JoinHandler answers POST /node-probe/join: this node joins the prober's
+// session with the id it sent, as ranks first_rank..ranks-1, and answers
+// with its round and its NICs' rates, or declines (409 busy or in a session, 429 rate
+// limited, 503 unable). It sits behind the exporter's web config like
+// /metrics, so TLS and basic auth cover it.
+func (n *Node) JoinHandler() http.Handler { return http.HandlerFunc(n.serveJoin) }
+
+func (n *Node) serveJoin(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "Method not allowed: POST a join request", http.StatusMethodNotAllowed)
+		return
+	}
+	req, err := readJoin(w, r)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, Decline{Reason: ReasonBadRequest, Detail: err.Error()})
+		return
+	}
+	logger := n.logger.With("prober", req.Prober, "remote", r.RemoteAddr, "module", req.Module)
+	h, reason, detail := n.enter(RoleTarget, req.Options.GPUsPerNode)
+	if reason != "" {
+		n.count(RoleTarget, ResultDeclined)
+		logger.Info("declined to join a node-to-node session", "reason", reason, "detail", detail)
+		writeJSON(w, declineStatus(reason), Decline{Reason: reason, Detail: detail})
+		return
+	}
+	defer h.release()
+	o := req.Options
+	timeout := time.Duration(o.TimeoutSeconds * float64(time.Second))
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	round, err := n.cfg.Runner.RunCollectives(ctx, probes.CollectiveOptions{GPUs: busIDs(h.gpus),
+		Collectives: o.Collectives, SizeBytes: o.SizeBytes, SmallBytes: o.SmallBytes, Warmup: o.Warmup,
+		Iterations: o.Iterations, Samples: o.Samples, Ranks: req.Ranks, FirstRank: req.FirstRank,
+		UniqueID: req.ID, Peer: req.Prober}, nil)
+	if round == nil {
+		reason, detail := childFailure(ctx, ran{err: err}, "")
+		n.count(RoleTarget, ResultFailed)
+		logger.Warn("node-to-node session failed", "reason", reason, "err", detail)
+		writeJSON(w, http.StatusInternalServerError, Decline{Reason: reason, Detail: detail})
+		return
+	}
+	if err != nil && round.Error == "" {
+		round.Error = err.Error()
+	}
+	if round.Error == "" && ctx.Err() != nil {
+		// The child stopped at the deadline or when the prober went away;
+		// what it measured is cut short.
+		round.Error = "the session ended before the round did: " + context.Cause(ctx).Error()
+	}
+	if round.Error != "" {
+		n.count(RoleTarget, ResultFailed)
+		logger.Warn("node-to-node session failed", "err", round.Error)
+	} else {
+		n.count(RoleTarget, ResultSuccess)
+		logger.Debug("joined a node-to-node session", "seconds", round.Seconds)
+	}
+	writeJSON(w, http.StatusOK, JoinResponse{Round: round, NICBytesPerSecond: n.nicRates(h.gpus)})
+}
+
+// readJoin reads a join request strictly: one JSON object, no unknown
+// field, valid as validate checks it.
+func readJoin(w http.ResponseWriter, r *http.Request) (*JoinRequest, error) {
+	body := http.MaxBytesReader(w, r.Body, maxJoinBytes)
+	// Read to the end whatever happens, so that the server watches the
+	// connection while the child runs: a prober that hangs up ends the
+	// request's context, and so this node's child.
+	defer func() { _, _ = io.Copy(io.Discard, body) }()
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	var req JoinRequest
+	if err := dec.Decode(&req); err != nil {
+		return nil, fmt.Errorf("reading the join request: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("reading the join request: more than one JSON value")
+	}
+	if err := req.validate(); err != nil {
+		return nil, err
+	}
+	return &req, nil
+}

@@ -1,0 +1,149 @@
+package nodeprobe
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/alecthomas/units"
+	"github.com/prometheus/common/model"
+
+	"github.com/gpulink/gpulink_exporter/probes"
+)
+
+// JoinPath is where a target exporter is asked to join a session.
+const JoinPath = "/node-probe/join"
+
+// JoinVersion changes whenever the join request or its answer changes
+// incompatibly; a target refuses a request of another version.
+const JoinVersion = 1
+
+// Reasons a session gave no result: gpulink_node_probe_failure_info's
+// reason label on /probe, and the reason a target declines with.
+const (
+	ReasonBusy        = "declined_busy"         // a GPU the session needs is busy, or a probe round runs
+	ReasonSession     = "declined_session"      // the node is already in a session
+	ReasonRateLimited = "declined_rate_limited" // the node's last session is less than --node-probe.min-interval ago
+	// ReasonUnavailable: the node cannot take part: fewer GPUs than the
+	// module asks for, no NVML sample, probes off, no collective runner.
+	ReasonUnavailable  = "declined_unavailable"
+	ReasonDisabled     = "declined_disabled" // the target does not answer joins (--node-probe.enabled is off)
+	ReasonUnauthorized = "unauthorized"      // the target refused the prober's credentials
+	ReasonUnreachable  = "unreachable"       // no connection, or TLS failed
+	ReasonTimeout      = "timeout"           // the session outlived its deadline
+	ReasonBadModule    = "bad_module"        // the module's http_client cannot be built (a CA file gone since it was loaded)
+	ReasonNCCLError    = "nccl_error"        // a child failed, or a result has no value
+	ReasonBadResponse  = "bad_response"      // the target answered what no exporter of this version sends
+)
+
+// JoinRequest is the prober's body on POST /node-probe/join: the NCCL
+// unique id its child made, and what the session runs.
+type JoinRequest struct {
+	Version int `json:"version"`
+	// ID is the NCCL unique id, hex.
+	ID string `json:"id"`
+	// Ranks is the communicator's size; the target's GPUs take ranks
+	// FirstRank to Ranks-1.
+	Ranks     int `json:"ranks"`
+	FirstRank int `json:"first_rank"`
+	// Module names the prober's module, for the target's log.
+	Module  string         `json:"module"`
+	Options SessionOptions `json:"options"`
+	// Prober names the prober (its host name): the target's round's peer.
+	Prober string `json:"prober"`
+}
+
+// SessionOptions are the parts of a module both children run with.
+type SessionOptions struct {
+	Collectives []probes.Collective `json:"collectives"`
+	SizeBytes   int64               `json:"size_bytes"`
+	SmallBytes  int64               `json:"small_bytes"`
+	GPUsPerNode int                 `json:"gpus_per_node"`
+	Warmup      int                 `json:"warmup"`
+	Iterations  int                 `json:"iterations"`
+	Samples     int                 `json:"samples"`
+	// TimeoutSeconds is what is left of the prober's deadline: the target
+	// ends its child by then.
+	TimeoutSeconds float64 `json:"timeout_seconds"`
+}
+
+// sessionOptions are m's options with timeout left.
+func sessionOptions(m Module, left time.Duration) SessionOptions {
+	return SessionOptions{Collectives: m.Collectives, SizeBytes: int64(m.Size), SmallBytes: int64(m.SmallSize),
+		GPUsPerNode: m.GPUsPerNode, Warmup: m.Warmup, Iterations: m.Iterations, Samples: m.Samples,
+		TimeoutSeconds: left.Seconds()}
+}
+
+// module is o as a module, for the checks a modules file's modules get.
+func (o SessionOptions) module() Module {
+	m := DefaultModule()
+	m.Collectives, m.Size, m.SmallSize, m.GPUsPerNode = o.Collectives, units.Base2Bytes(o.SizeBytes), units.Base2Bytes(o.SmallBytes), o.GPUsPerNode
+	m.Warmup, m.Iterations, m.Samples = o.Warmup, o.Iterations, o.Samples
+	m.Timeout = model.Duration(time.Duration(o.TimeoutSeconds * float64(time.Second)))
+	return m
+}
+
+// validate checks a request as the target reads it; the error says which
+// field is wrong.
+func (r *JoinRequest) validate() error {
+	if r.Version != JoinVersion {
+		return fmt.Errorf("version %d: this exporter speaks %d", r.Version, JoinVersion)
+	}
+	if r.Options.TimeoutSeconds <= 0 {
+		return fmt.Errorf("options: timeout_seconds %g: want above 0", r.Options.TimeoutSeconds)
+	}
+	m := r.Options.module()
+	if err := m.Validate(r.Module); err != nil {
+		return fmt.Errorf("options: %w", err)
+	}
+	k := r.Options.GPUsPerNode
+	if r.FirstRank != k || r.Ranks != 2*k {
+		return fmt.Errorf("ranks %d, first_rank %d: with gpus_per_node %d want ranks %d, first_rank %d", r.Ranks, r.FirstRank, k, 2*k, k)
+	}
+	// The unique id as NCCL takes it; the GPUs are this node's to fill in.
+	o := m.options()
+	o.Ranks, o.FirstRank, o.UniqueID = r.Ranks, r.FirstRank, r.ID
+	o.GPUs = make([]string, k)
+	for i := range o.GPUs {
+		o.GPUs[i] = strconv.Itoa(i)
+	}
+	if err := o.Validate(); err != nil {
+		return fmt.Errorf("id: %w", err)
+	}
+	return nil
+}
+
+// JoinResponse is a target's answer when it joined: its round, and what
+// the NIC nearest each of its GPUs carries, in rank order (0 unknown), for
+// the prober to set beside its own: its send/recv results are in the
+// prober's round alone (the sender's process reports them).
+type JoinResponse struct {
+	Round             *probes.CollectiveRound `json:"round"`
+	NICBytesPerSecond []float64               `json:"nic_bytes_per_second"`
+}
+
+// Decline is a target's answer when it does not join, with one of the
+// declined_* reasons (or why the request was refused).
+type Decline struct {
+	Reason string `json:"reason"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// declineStatus is the HTTP status a target declines with.
+func declineStatus(reason string) int {
+	switch reason {
+	case ReasonBusy, ReasonSession:
+		return http.StatusConflict
+	case ReasonRateLimited:
+		return http.StatusTooManyRequests
+	}
+	return http.StatusServiceUnavailable
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
