@@ -157,6 +157,7 @@ func TestStartupRefuses(t *testing.T) {
 		{[]string{"--web.telemetry-path=metrics"}, "--web.telemetry-path=metrics"},
 		{[]string{"--web.telemetry-path=/probe"}, "--web.telemetry-path=/probe: want a path other than /probe and /node-probe/join"},
 		{[]string{"--node-probe.config.file=/nonexistent/modules.yml"}, "--node-probe.config.file=/nonexistent/modules.yml: open"},
+		{[]string{"--node-probe.gpu=gpu0"}, "--node-probe.gpu=gpu0: want a PCI address"},
 		{[]string{"--sim.faults=x.yaml"}, "--sim.faults needs --sim"},
 		{[]string{"--sim=dgx-h100", "probe"}, "the probe command needs a real GPU"},
 		{[]string{"--sim=dgx-h100", "collectives"}, "the collectives command needs real GPUs"},

@@ -46,7 +46,7 @@ func startNodeProbe(w *wiring, _ setting) {
 	if err != nil {
 		w.logger.Warn("no host name to give node-to-node targets", "err", err)
 	}
-	n := nodeprobe.New(nodeprobe.Config{Modules: modules, Runner: runner, Gate: gate, MinInterval: c.minInterval,
+	n := nodeprobe.New(nodeprobe.Config{Modules: modules, Runner: runner, Gate: gate, GPUs: c.gpus, MinInterval: c.minInterval,
 		Name: name, NICRate: w.nicRate(), Logger: w.logger})
 	w.reg.MustRegister(n)
 	w.routes = append(w.routes, route{nodeprobe.ProbePath, n.ProbeHandler()})

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/gpulink/gpulink_exporter/internal/nodeprobe"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/internal/sysfs"
 )
 
 // flagError is a flag whose value start-up refuses.
@@ -158,6 +160,11 @@ func checkNodeProbe(c *config, st setting, _ func(string, ...any)) error {
 	np := &c.nodeProbe
 	if np.minInterval < 0 {
 		return badDuration(st.name+".min-interval", np.minInterval, "0 (no limit) or more")
+	}
+	for _, g := range np.gpus {
+		if !sysfs.IsPCIAddress(strings.ToLower(nvml.NormalizeBusID(g))) {
+			return fmt.Errorf("--%s.gpu=%s: want a PCI address such as 0000:18:00.0", st.name, g)
+		}
 	}
 	if np.configFile == "" {
 		return nil

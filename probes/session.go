@@ -30,13 +30,14 @@ const (
 )
 
 // TryAcquire takes the round lock without waiting and picks the first n
-// GPUs in PCI address order that a round would probe now: not lost, not
+// GPUs in PCI address order, among only (PCI addresses; empty: every GPU),
+// that a round would probe now: not lost, not
 // MIG, in a compute mode that lets another context in, and under the idle
 // policy with no other compute process (from a fresh listing) and low
 // utilisation. On success the caller holds the lock until it calls
 // release (once; later calls do nothing), and no round starts before. On
 // failure reason says why and nothing is held.
-func (s *Scheduler) TryAcquire(n int) (gpus []SessionGPU, release func(), reason string) {
+func (s *Scheduler) TryAcquire(n int, only []string) (gpus []SessionGPU, release func(), reason string) {
 	if s.cfg.Policy == PolicyOff {
 		return nil, nil, SessionPolicyOff
 	}
@@ -65,9 +66,16 @@ func (s *Scheduler) TryAcquire(n int) (gpus []SessionGPU, release func(), reason
 			s.logger.Warn("cannot list GPU processes for a node-to-node session", "err", err)
 		}
 	}
-	order := make([]*nvml.GPUState, len(snap.GPUs))
+	order := make([]*nvml.GPUState, 0, len(snap.GPUs))
 	for i := range snap.GPUs {
-		order[i] = &snap.GPUs[i]
+		if len(only) == 0 || slices.ContainsFunc(only, func(a string) bool {
+			return nvml.NormalizeBusID(a) == nvml.NormalizeBusID(snap.GPUs[i].PCIBusID)
+		}) {
+			order = append(order, &snap.GPUs[i])
+		}
+	}
+	if len(order) < n {
+		return nil, nil, SessionTooFewGPUs
 	}
 	slices.SortFunc(order, func(a, b *nvml.GPUState) int {
 		return cmp.Compare(nvml.NormalizeBusID(a.PCIBusID), nvml.NormalizeBusID(b.PCIBusID))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,23 +31,29 @@ func TestTryAcquirePicksIdleGPUsInAddressOrder(t *testing.T) {
 		name   string
 		policy string
 		n      int
+		only   []string
 		procs  []nvml.Process
 		err    error
 		want   []string
 		reason string
 	}{
-		{"first idle two", PolicyIdle, 2, nil, nil, []string{busID(0), busID(2)}, ""},
-		{"a process on the first", PolicyIdle, 1, []nvml.Process{{PCIBusID: busID(0), PID: 7}}, nil, []string{busID(2)}, ""},
-		{"always takes the busy one", PolicyAlways, 2, nil, nil, []string{busID(0), busID(1)}, ""},
-		{"not enough idle", PolicyIdle, 4, nil, nil, nil, SkipBusyUtilization},
-		{"more than the node has", PolicyAlways, 5, nil, nil, nil, SessionTooFewGPUs},
-		{"process list fails", PolicyIdle, 1, nil, errors.New("NVML: Unknown Error"), nil, SkipBusyProcess},
-		{"policy off", PolicyOff, 1, nil, nil, nil, SessionPolicyOff},
+		{"first idle two", PolicyIdle, 2, nil, nil, nil, []string{busID(0), busID(2)}, ""},
+		{"a process on the first", PolicyIdle, 1, nil, []nvml.Process{{PCIBusID: busID(0), PID: 7}}, nil, []string{busID(2)}, ""},
+		{"always takes the busy one", PolicyAlways, 2, nil, nil, nil, []string{busID(0), busID(1)}, ""},
+		{"not enough idle", PolicyIdle, 4, nil, nil, nil, nil, SkipBusyUtilization},
+		{"more than the node has", PolicyAlways, 5, nil, nil, nil, nil, SessionTooFewGPUs},
+		{"process list fails", PolicyIdle, 1, nil, nil, errors.New("NVML: Unknown Error"), nil, SkipBusyProcess},
+		{"policy off", PolicyOff, 1, nil, nil, nil, nil, SessionPolicyOff},
+		// --node-probe.gpu: only the GPUs named, in whatever form NVML's
+		// 8-digit domain or upper case gives them.
+		{"only the third", PolicyIdle, 1, []string{"0000" + strings.ToUpper(busID(2))}, nil, nil, []string{busID(2)}, ""},
+		{"only a busy one", PolicyIdle, 1, []string{busID(1)}, nil, nil, nil, SkipBusyUtilization},
+		{"fewer named than asked", PolicyAlways, 2, []string{busID(3)}, nil, nil, nil, SessionTooFewGPUs},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newSched(t, &nvml.Snapshot{GPUs: slices.Clone(gpus)}, func(c *SchedulerConfig) { c.Policy = tc.policy })
 			f.procs, f.procsErr = tc.procs, tc.err
-			got, release, reason := f.s.TryAcquire(tc.n)
+			got, release, reason := f.s.TryAcquire(tc.n, tc.only)
 			if reason != tc.reason || !slices.Equal(sessionBusIDs(got), tc.want) {
 				t.Fatalf("got %v %q, want %v %q", sessionBusIDs(got), reason, tc.want, tc.reason)
 			}
@@ -83,17 +90,17 @@ func TestTryAcquireExcludesRounds(t *testing.T) {
 	done := make(chan struct{})
 	go func() { f.s.RunRound(context.Background()); close(done) }()
 	<-inRound
-	if _, _, reason := f.s.TryAcquire(1); reason != SessionRoundRunning {
+	if _, _, reason := f.s.TryAcquire(1, nil); reason != SessionRoundRunning {
 		t.Errorf("during a round: reason %q, want %q", reason, SessionRoundRunning)
 	}
 	close(finish)
 	<-done
 
-	gpus, release, reason := f.s.TryAcquire(1)
+	gpus, release, reason := f.s.TryAcquire(1, nil)
 	if reason != "" || len(gpus) != 1 {
 		t.Fatalf("after the round: %v %q", gpus, reason)
 	}
-	if _, _, again := f.s.TryAcquire(1); again != SessionRoundRunning {
+	if _, _, again := f.s.TryAcquire(1, nil); again != SessionRoundRunning {
 		t.Errorf("a second session: reason %q, want %q", again, SessionRoundRunning)
 	}
 	f.runner.respond = nil

@@ -163,7 +163,7 @@ type fakeGate struct {
 	held   bool
 }
 
-func (g *fakeGate) TryAcquire(n int) ([]probes.SessionGPU, func(), string) {
+func (g *fakeGate) TryAcquire(n int, _ []string) ([]probes.SessionGPU, func(), string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	switch {

@@ -24,10 +24,11 @@ import (
 // scheduler is the real one: a session holds its round lock, so it never
 // overlaps a probe round, and takes only GPUs its policy finds idle.
 type Gate interface {
-	// TryAcquire picks the first n GPUs in PCI address order that are
-	// idle, without waiting. On success release gives them back; on
-	// failure reason says why (one of probes' skip or Session* reasons).
-	TryAcquire(n int) (gpus []probes.SessionGPU, release func(), reason string)
+	// TryAcquire picks the first n GPUs in PCI address order, among only
+	// (PCI addresses; empty: all), that are idle, without waiting. On
+	// success release gives them back; on failure reason says why (one of
+	// probes' skip or Session* reasons).
+	TryAcquire(n int, only []string) (gpus []probes.SessionGPU, release func(), reason string)
 }
 
 // Roles a node takes in a session: gpulink_node_probe_sessions_total's
@@ -54,6 +55,9 @@ type Config struct {
 	Runner probes.CollectiveRunner
 	// Gate gives sessions their GPUs; nil declines every session.
 	Gate Gate
+	// GPUs are the PCI addresses sessions may use (--node-probe.gpu);
+	// empty: every GPU. Two exporters sharing a host each own some.
+	GPUs []string
 	// MinInterval is the least time between the starts of two sessions
 	// in one role; 0 is no limit.
 	MinInterval time.Duration
@@ -154,7 +158,7 @@ func (n *Node) enter(role string, k int) (h *hold, reason, detail string) {
 	case n.cfg.Gate == nil:
 		return nil, ReasonUnavailable, "this exporter does not probe its GPUs (no NVML, or --probe.policy=off)"
 	}
-	gpus, release, why := n.cfg.Gate.TryAcquire(k)
+	gpus, release, why := n.cfg.Gate.TryAcquire(k, n.cfg.GPUs)
 	if why != "" {
 		return nil, gateReason(why), "GPUs: " + why
 	}
