@@ -99,6 +99,23 @@ type SchedulerConfig struct {
 	// 0 and at most 1 (no bound): when a round's most loaded GPU spent L
 	// GPU seconds on probes, the next round waits at least L / MaxDuty.
 	MaxDuty float64
+
+	// CollectiveRunner runs the node's collective rounds (NCCL over every
+	// usable GPU, after a pass); nil turns them off.
+	CollectiveRunner CollectiveRunner
+	// CollectiveInterval is the least time between collective rounds
+	// (default 1h), jittered like Interval and stretched by MaxDuty alike.
+	CollectiveInterval time.Duration
+	// CollectiveTimeout bounds one collective run (default 5m).
+	CollectiveTimeout time.Duration
+	// CollectiveOptions is the template of every collective round: sizes,
+	// warm-up, iterations, samples and collectives. GPUs, Ranks,
+	// FirstRank, UniqueID and Peer are filled per round.
+	CollectiveOptions CollectiveOptions
+	// CollectiveAnnotate fills in what each result of a collective round
+	// should give (ExpectedBusBytesPerSecond) and says which transport
+	// each ordered pair of its GPUs should use; may be nil.
+	CollectiveAnnotate func(*CollectiveRound) []PairTransport
 }
 
 // Scheduler decides when and which GPUs to probe, runs the probes one GPU
@@ -133,6 +150,10 @@ type Scheduler struct {
 	maxLoad      float64 // the latest round's most loaded GPU, GPU seconds
 	lastSuccess  time.Time
 	lastDuration time.Duration
+
+	// coll is the collective rounds' state (under mu); nil when they are
+	// off.
+	coll *collectiveState
 
 	latest  atomic.Pointer[sampler.Snapshot[*Status]]
 	version atomic.Uint64
@@ -199,6 +220,9 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 			return nil, errors.New("probe policy idle needs the GPU process list")
 		}
 	}
+	if err := checkCollectiveConfig(&cfg); err != nil {
+		return nil, err
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -215,6 +239,9 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	}
 	if cfg.Processes != nil {
 		s.lister = newProcessLister(cfg.Processes, processListLimit)
+	}
+	if cfg.CollectiveRunner != nil {
+		s.coll = newCollectiveState()
 	}
 	s.publish() // the policy is known before any round
 	return s, nil
@@ -342,6 +369,11 @@ func (s *Scheduler) RunRound(ctx context.Context) {
 		}
 		s.visit(ctx, rd, &snap.GPUs[i])
 		s.publish()
+	}
+	// The collective round, when due, follows the pass under the same
+	// lock: no probe child runs beside it.
+	if s.coll != nil && ctx.Err() == nil && s.collectiveDue() && s.collectiveRound(ctx, snap) {
+		rd.failed = true
 	}
 	s.mu.Lock()
 	s.maxLoad = 0
@@ -613,11 +645,7 @@ func classifyRun(rnd *Round, err error, busID string) (string, *GPURound, error)
 		}
 	}
 	if err != nil {
-		var rf *RunFailure
-		if errors.As(err, &rf) {
-			return rf.Result, gr, err
-		}
-		return RunError, gr, err
+		return failedRun(err), gr, err
 	}
 	switch {
 	case gr == nil:
@@ -634,10 +662,28 @@ func classifyRun(rnd *Round, err error, busID string) (string, *GPURound, error)
 			failed++
 		}
 	}
-	if failed > 0 {
-		return RunPartial, gr, fmt.Errorf("%d of %d probes failed, first: %s", failed, len(gr.Results), first)
+	result, err := completedRun(failed, len(gr.Results), "probes", first)
+	return result, gr, err
+}
+
+// failedRun is the result of a run that returned err: the one a
+// *RunFailure names, else RunError.
+func failedRun(err error) string {
+	var rf *RunFailure
+	if errors.As(err, &rf) {
+		return rf.Result
 	}
-	return RunSuccess, gr, nil
+	return RunError
+}
+
+// completedRun is the result of a run that returned its results: success,
+// or partial when failed of the total (of what) failed, first saying how.
+// Probe rounds and collective rounds are sorted alike.
+func completedRun(failed, total int, what, first string) (string, error) {
+	if failed > 0 {
+		return RunPartial, fmt.Errorf("%d of %d %s failed, first: %s", failed, total, what, first)
+	}
+	return RunSuccess, nil
 }
 
 func cloneGPURound(g *GPURound) *GPURound {
@@ -707,6 +753,9 @@ func (s *Scheduler) publish() {
 	slices.SortFunc(st.GPUs, func(a, b GPUStatus) int {
 		return cmp.Or(cmp.Compare(a.Index, b.Index), strings.Compare(a.PCIBusID, b.PCIBusID))
 	})
+	if s.coll != nil {
+		st.Collective = s.coll.status()
+	}
 	s.latest.Store(&sampler.Snapshot[*Status]{Data: st, Taken: s.now()})
 	s.version.Add(1)
 	published := s.published
@@ -732,8 +781,8 @@ func (s *Scheduler) Latest() *sampler.Snapshot[*Status] { return s.latest.Load()
 func (s *Scheduler) Version() uint64 { return s.version.Load() }
 
 // Status reports the scheduler as a source. It is up once a round has
-// probed or skipped something, and while no GPU's latest run timed out or
-// crashed. LastSuccess and LastDuration are of whole rounds: a round
+// probed or skipped something, and while no GPU's latest run, nor the
+// latest collective run, timed out or crashed. LastSuccess and LastDuration are of whole rounds: a round
 // succeeds when none of its runs timed out, crashed or errored (skips are
 // the policy working, not failures).
 func (s *Scheduler) Status() sampler.Status {
@@ -744,6 +793,9 @@ func (s *Scheduler) Status() sampler.Status {
 		if e.down {
 			up = false
 		}
+	}
+	if s.coll != nil && s.coll.down {
+		up = false
 	}
 	return sampler.Status{Name: "probe", Up: up, LastSuccess: s.lastSuccess, LastDuration: s.lastDuration, Errors: s.errors}
 }

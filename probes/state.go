@@ -10,7 +10,22 @@ const (
 	SkipProhibited       = "compute_mode_prohibited"
 	SkipBusyProcess      = "busy_other_process"
 	SkipBusyUtilization  = "busy_utilization"
+
+	// Why a collective round did not run, beside the reasons above that
+	// one of its GPUs gives.
+
+	// SkipFewerThanTwo: fewer than two GPUs could take part, and none was
+	// left out for one of the reasons above (a node with one GPU, or GPUs
+	// lost).
+	SkipFewerThanTwo = "fewer_than_two_gpus"
+	// SkipNoLibrary: the child could not load the NCCL library.
+	SkipNoLibrary = "no_library"
 )
+
+// CollectiveSkipReasons are the reasons a collective round may be skipped
+// for, each counted from 0.
+var CollectiveSkipReasons = []string{SkipFewerThanTwo, SkipBusyProcess, SkipBusyUtilization, SkipNoLibrary,
+	SkipMIG, SkipExclusiveProcess, SkipProhibited}
 
 // Run results, one counter each.
 const (
@@ -49,8 +64,40 @@ type GPUStatus struct {
 	BusySeconds, ContextSeconds float64
 }
 
+// CollectiveStatus is what the scheduler knows of the node's collective
+// rounds: the latest results and the counters.
+type CollectiveStatus struct {
+	// Last is the latest round that gave results, annotated with what
+	// each should give; nil before the first. LastStarted is when the
+	// scheduler started it.
+	Last        *CollectiveRound
+	LastStarted time.Time
+	// ExpectedTransports are the transports each ordered pair of Last's
+	// GPUs should use (CollectiveAnnotate's answer).
+	ExpectedTransports []PairTransport
+	// SizeBytes and SmallBytes are the sizes Last took its bandwidths and
+	// its latencies at.
+	SizeBytes, SmallBytes int64
+
+	Runs  map[string]uint64 // by Run* result
+	Skips map[string]uint64 // by reason: CollectiveSkipReasons
+	// GPUs are the GPUs collective rounds have run on, in index order,
+	// with what the rounds cost each.
+	GPUs []CollectiveGPU
+}
+
+// CollectiveGPU is one GPU collective rounds ran on.
+type CollectiveGPU struct {
+	Index    int
+	PCIBusID string
+	// BusySeconds accumulates the rounds' GPU time on this GPU.
+	BusySeconds float64
+}
+
 // Status is the scheduler's view, one entry per GPU in NVML index order.
 type Status struct {
 	Policy string
 	GPUs   []GPUStatus
+	// Collective is nil when collective rounds are off (no runner).
+	Collective *CollectiveStatus
 }
