@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/numa"
+	"github.com/gpulink/gpulink_exporter/probes"
 )
 
 // CheckFaults reports the first fault that names something m lacks: a
@@ -25,6 +26,11 @@ func CheckFaults(name string, m *machine.Machine, faults []Fault) error {
 		}
 		if f.PeerGPU >= len(gpus) {
 			return fail("peer_gpu", "GPU %d: this node has GPUs 0-%d", f.PeerGPU, len(gpus)-1)
+		}
+		for _, i := range f.GPUs.Indices() {
+			if i >= len(gpus) {
+				return fail("gpus", "GPU %d: this node has GPUs 0-%d", i, len(gpus)-1)
+			}
 		}
 		var g *machine.Device
 		if f.GPU >= 0 {
@@ -67,6 +73,10 @@ func CheckFaults(name string, m *machine.Machine, faults []Fault) error {
 			if f.Kind == NICSymbolErrors && !hasSymbolErrors(fn) {
 				return fail("device", "%s has no symbol_error counter (EFA devices and plain interfaces have none)", f.Device)
 			}
+		case NCCLTransport:
+			if f.Transport == probes.TransportNet && !hasRDMA(m) {
+				return fail("transport", "this node has no RDMA device for NCCL's network transport")
+			}
 		case ProcessFarSocket, ProcessFarMemory:
 			if len(m.Nodes) < 2 {
 				return fail("gpu", "this node has one NUMA node: no socket is far")
@@ -106,6 +116,14 @@ func nicFunction(m *machine.Machine, name string) *machine.Device {
 			}
 		}
 	})
+	return found
+}
+
+// hasRDMA says whether the machine has an RDMA device, the network NCCL
+// would use between its own GPUs.
+func hasRDMA(m *machine.Machine) bool {
+	found := false
+	walkDevices(m, func(d *machine.Device) { found = found || len(d.RDMA) > 0 })
 	return found
 }
 

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -41,6 +42,7 @@ const (
 	RecoveryAction   FaultKind = "recovery_action"
 	ACSRedirect      FaultKind = "acs_redirect"
 	PeermemMissing   FaultKind = "peermem_missing"
+	NCCLTransport    FaultKind = "nccl_transport"
 )
 
 // fieldSpec says which fields a kind takes, each by its YAML name, in the
@@ -71,12 +73,13 @@ var kindFields = map[FaultKind]fieldSpec{
 	RecoveryAction:   {required: []string{"gpu", "action"}},
 	ACSRedirect:      {oneOf: []string{"gpu", "device"}},
 	PeermemMissing:   {},
+	NCCLTransport:    {required: []string{"transport"}, optional: []string{"gpus"}},
 }
 
 // FaultKinds lists the kinds in the order the fault file documents them.
 var FaultKinds = []FaultKind{PCIeWidth, PCIeGeneration, NVLinkDown, NVLinkErrors, NICRate, NICDown,
 	NICFlapping, NICSymbolErrors, ProcessFarSocket, ProcessFarMemory, Throttle, XID, ProbeBandwidth, ProbeLatency, FabricDown, RecoveryAction,
-	ACSRedirect, PeermemMissing}
+	ACSRedirect, PeermemMissing, NCCLTransport}
 
 // ThrottleReasons are the clock event reasons a throttle fault may hold
 // active: the ones a healthy GPU never shows for long.
@@ -123,6 +126,48 @@ type Fault struct {
 	// Action is an NVML GPU recovery action, 1 (gpu_reset) to 7
 	// (system_reboot).
 	Action int `yaml:"action"`
+	// Transport is what NCCL falls back to (NCCLTransports); GPUs, where
+	// given, are the GPUs whose connections fall back, else every GPU's.
+	Transport string  `yaml:"transport"`
+	GPUs      GPUList `yaml:"gpus"`
+}
+
+// NCCLTransports are the transports an nccl_transport fault may make NCCL
+// fall back to: host shared memory, or the network.
+var NCCLTransports = []string{probes.TransportSHM, probes.TransportNet}
+
+// GPUList is a set of GPU indices as the fault file lists them ([0, 3]),
+// kept in a comparable form, sorted and comma-separated ("0,3"), so that a
+// Fault stays a value that == compares. "" is none given.
+type GPUList string
+
+// Indices are the GPUs of the list in order.
+func (l GPUList) Indices() []int {
+	if l == "" {
+		return nil
+	}
+	var out []int
+	for _, f := range strings.Split(string(l), ",") {
+		i, err := strconv.Atoi(f)
+		if err != nil {
+			continue // only ever written by decodeField
+		}
+		out = append(out, i)
+	}
+	return out
+}
+
+// Has reports whether GPU i is in the list.
+func (l GPUList) Has(i int) bool { return slices.Contains(l.Indices(), i) }
+
+// makeGPUList is the list of indices, sorted.
+func makeGPUList(indices []int) GPUList {
+	sorted := slices.Sorted(slices.Values(indices))
+	parts := make([]string, len(sorted))
+	for i, v := range sorted {
+		parts[i] = strconv.Itoa(v)
+	}
+	return GPUList(strings.Join(parts, ","))
 }
 
 // faultField is the index of the Fault field each YAML key decodes into.
@@ -280,12 +325,16 @@ var fieldTypes = map[reflect.Type]struct {
 	reflect.TypeFor[string]():        {"a name", []string{"!!str"}},
 	reflect.TypeFor[probes.Kind]():   {"a name", []string{"!!str"}},
 	reflect.TypeFor[time.Duration](): {"a duration such as 3s or 500ms", []string{"!!str", "!!int", "!!float"}},
+	reflect.TypeFor[GPUList]():       {"a list of GPU indices such as [0, 3]", nil},
 }
 
 // decodeField decodes a YAML scalar into the Fault field p points at. A
 // duration may be a number of seconds.
 func decodeField(p any, n *yaml.Node) error {
 	t := fieldTypes[reflect.TypeOf(p).Elem()]
+	if l, ok := p.(*GPUList); ok {
+		return decodeGPUList(l, n, t.want)
+	}
 	if n.Kind != yaml.ScalarNode || !slices.Contains(t.tags, n.Tag) {
 		return fmt.Errorf("want %s, got %s", t.want, describe(n))
 	}
@@ -298,6 +347,30 @@ func decodeField(p any, n *yaml.Node) error {
 	if n.Decode(p) != nil {
 		return fmt.Errorf("want %s, got %s", t.want, describe(n))
 	}
+	return nil
+}
+
+// decodeGPUList decodes a list of whole numbers, each once; their range is
+// the gpus check's.
+func decodeGPUList(l *GPUList, n *yaml.Node, want string) error {
+	if n.Kind != yaml.SequenceNode {
+		return fmt.Errorf("want %s, got %s", want, describe(n))
+	}
+	var indices []int
+	for _, e := range n.Content {
+		var i int
+		if e.Kind != yaml.ScalarNode || e.Tag != "!!int" || e.Decode(&i) != nil {
+			return fmt.Errorf("want %s, got %s in the list", want, describe(e))
+		}
+		if slices.Contains(indices, i) {
+			return fmt.Errorf("GPU %d listed twice", i)
+		}
+		indices = append(indices, i)
+	}
+	if len(indices) == 0 {
+		return errors.New("an empty list: leave gpus out for every GPU")
+	}
+	*l = makeGPUList(indices)
 	return nil
 }
 
@@ -358,6 +431,17 @@ var fieldChecks = map[string]func(f Fault) error{
 	"pid":   func(f Fault) error { return want(f.PID > 0, "want a process ID, got %d", f.PID) },
 	"action": func(f Fault) error {
 		return want(f.Action >= 1 && f.Action <= 7, "%d is not a recovery action other than none (1 gpu_reset ... 7 system_reboot)", f.Action)
+	},
+	"transport": func(f Fault) error {
+		return want(slices.Contains(NCCLTransports, f.Transport), "unknown transport %q; one of %s", f.Transport, strings.Join(NCCLTransports, ", "))
+	},
+	"gpus": func(f Fault) error {
+		for _, i := range f.GPUs.Indices() {
+			if err := inRange(i, 0, maxIndex); err != nil {
+				return err
+			}
+		}
+		return want(f.GPUs != "", "an empty list: leave gpus out for every GPU")
 	},
 }
 
@@ -445,7 +529,7 @@ func checkPeer(f Fault) error {
 // valueFields say how much, not what: two faults that differ only in them
 // set the same thing, and contradict each other (two widths for one link)
 // or only repeat.
-var valueFields = []string{"width", "generation", "per_second", "fraction", "factor", "period", "action"}
+var valueFields = []string{"width", "generation", "per_second", "fraction", "factor", "period", "action", "transport"}
 
 // conflictKey is what a fault sets: its kind (a port's state for nic_down
 // and nic_flapping alike, a process's placement for the process kinds) of
@@ -467,17 +551,43 @@ func (f Fault) conflictKey() string {
 			on = append(on, fmt.Sprintf("%s %v", k, f.field(k)))
 		}
 	}
+	if len(on) == 0 && f.Kind == NCCLTransport {
+		on = append(on, "every GPU")
+	}
 	return what + " on " + strings.Join(on, ", ")
 }
 
 func checkConflicts(faults []Fault) *FaultError {
 	first := map[string]int{}
+	// The nccl_transport fault covering each GPU so far; -1 for one
+	// covering every GPU.
+	transportOf := map[int]int{}
 	for i, f := range faults {
 		k := f.conflictKey()
 		if j, dup := first[k]; dup {
 			return &FaultError{Entry: i, Kind: f.Kind, Err: fmt.Errorf("sets the %s that faults[%d] sets already", k, j)}
 		}
 		first[k] = i
+		if f.Kind != NCCLTransport {
+			continue
+		}
+		// Two faults covering one GPU would give its connections two
+		// transports.
+		gpus := f.GPUs.Indices()
+		if gpus == nil {
+			gpus = []int{-1}
+		}
+		for _, g := range gpus {
+			for _, other := range slices.Sorted(maps.Keys(transportOf)) {
+				if j := transportOf[other]; other == g || other == -1 || g == -1 {
+					return &FaultError{Entry: i, Kind: f.Kind, Field: "gpus",
+						Err: fmt.Errorf("covers GPUs that faults[%d] already sends over a transport", j)}
+				}
+			}
+		}
+		for _, g := range gpus {
+			transportOf[g] = i
+		}
 	}
 	return nil
 }

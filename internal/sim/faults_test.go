@@ -39,6 +39,8 @@ faults:
   fraction: 0.25
 - {kind: pcie_width, device: "0000:b8:00.0", width: 4}
 - {kind: acs_redirect, device: "0000:39:01.0"}
+- {kind: nccl_transport,    transport: shm, gpus: [1, 0]}
+- {kind: nccl_transport,    transport: net, gpus: [3]}
 `
 
 func TestParseContractFile(t *testing.T) {
@@ -68,6 +70,8 @@ func TestParseContractFile(t *testing.T) {
 		{Kind: ProbeBandwidth, GPU: 6, Probe: probes.PeerCopy, PeerGPU: 7, Fraction: 0.25},
 		{Kind: PCIeWidth, GPU: -1, Device: "0000:b8:00.0", Width: 4, PeerGPU: -1},
 		{Kind: ACSRedirect, GPU: -1, Device: "0000:39:01.0", PeerGPU: -1},
+		{Kind: NCCLTransport, GPU: -1, PeerGPU: -1, Transport: "shm", GPUs: "0,1"},
+		{Kind: NCCLTransport, GPU: -1, PeerGPU: -1, Transport: "net", GPUs: "3"},
 	}
 	if len(faults) != len(want) {
 		t.Fatalf("got %d faults, want %d: %+v", len(faults), len(want), faults)
@@ -110,11 +114,13 @@ faults:
 - {kind: nic_rate, device: mlx5_0, fraction: 1}
 - {kind: throttle, gpu: 0, reason: sw_power_cap}
 - {kind: probe_latency, gpu: 1, probe: peer_latency, peer_gpu: 3, factor: 2.5}
+- {kind: nccl_transport, transport: net}
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if faults[0].Period != 1500*time.Millisecond || faults[1].Fraction != 1 || faults[3].PeerGPU != 3 || faults[3].Factor != 2.5 {
+	if faults[0].Period != 1500*time.Millisecond || faults[1].Fraction != 1 || faults[3].PeerGPU != 3 || faults[3].Factor != 2.5 ||
+		faults[4].Transport != "net" || faults[4].GPUs != "" || faults[4].GPUs.Indices() != nil {
 		t.Errorf("parsed %+v", faults)
 	}
 }
@@ -176,6 +182,17 @@ func TestParseErrors(t *testing.T) {
 		{"acs gpu and device", "faults:\n- {kind: acs_redirect, gpu: 0, device: \"0000:17:00.0\"}\n", 0, "device", "give gpu or device, not both"},
 		{"peermem with a gpu", "faults:\n- {kind: peermem_missing, gpu: 0}\n", 0, "gpu", "not a field of peermem_missing"},
 		{"peermem twice", "faults:\n- {kind: peermem_missing}\n- {kind: peermem_missing}\n", 1, "", "faults[0] sets already"},
+		{"no transport", "faults:\n- {kind: nccl_transport, gpus: [0]}\n", 0, "transport", "missing"},
+		{"unknown transport", "faults:\n- {kind: nccl_transport, transport: p2p}\n", 0, "transport", `unknown transport "p2p"; one of shm, net`},
+		{"gpus not a list", "faults:\n- {kind: nccl_transport, transport: shm, gpus: 0}\n", 0, "gpus", "want a list of GPU indices such as [0, 3], got 0"},
+		{"gpus of names", "faults:\n- {kind: nccl_transport, transport: shm, gpus: [a]}\n", 0, "gpus", `got "a" in the list`},
+		{"gpus empty", "faults:\n- {kind: nccl_transport, transport: shm, gpus: []}\n", 0, "gpus", "an empty list"},
+		{"gpu twice", "faults:\n- {kind: nccl_transport, transport: shm, gpus: [2, 2]}\n", 0, "gpus", "GPU 2 listed twice"},
+		{"negative gpu in list", "faults:\n- {kind: nccl_transport, transport: shm, gpus: [-1]}\n", 0, "gpus", "out of range"},
+		{"gpu of another kind", "faults:\n- {kind: nccl_transport, transport: shm, gpu: 0}\n", 0, "gpu", "not a field of nccl_transport"},
+		{"two transports for all", "faults:\n- {kind: nccl_transport, transport: shm}\n- {kind: nccl_transport, transport: net}\n", 1, "", "faults[0] sets already"},
+		{"one GPU two transports", "faults:\n- {kind: nccl_transport, transport: shm, gpus: [0, 1]}\n- {kind: nccl_transport, transport: net, gpus: [1, 2]}\n", 1, "gpus", "faults[0] already sends"},
+		{"every GPU and one", "faults:\n- {kind: nccl_transport, transport: shm, gpus: [4]}\n- {kind: nccl_transport, transport: net}\n", 1, "gpus", "faults[0] already sends"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := ParseFaults("bad.yaml", []byte(c.data))
@@ -203,10 +220,11 @@ func TestValidate(t *testing.T) {
 		t.Errorf("Validate(%+v) = %v", ok, err)
 	}
 	for field, f := range map[string]Fault{
-		"kind":     {Kind: "gpu_on_fire", GPU: -1, PeerGPU: -1},
-		"gpu":      {Kind: XID, GPU: -1, PeerGPU: -1, Code: 79},
-		"fraction": {Kind: NICRate, GPU: -1, PeerGPU: -1, Device: "mlx5_0", Fraction: 2},
-		"peer_gpu": {Kind: ProbeBandwidth, GPU: 1, PeerGPU: 1, Probe: probes.PeerCopy, Fraction: 0.5},
+		"kind":      {Kind: "gpu_on_fire", GPU: -1, PeerGPU: -1},
+		"gpu":       {Kind: XID, GPU: -1, PeerGPU: -1, Code: 79},
+		"fraction":  {Kind: NICRate, GPU: -1, PeerGPU: -1, Device: "mlx5_0", Fraction: 2},
+		"peer_gpu":  {Kind: ProbeBandwidth, GPU: 1, PeerGPU: 1, Probe: probes.PeerCopy, Fraction: 0.5},
+		"transport": {Kind: NCCLTransport, GPU: -1, PeerGPU: -1, Transport: "collnet"},
 	} {
 		var fe *FaultError
 		if err := f.Validate(); !errors.As(err, &fe) || fe.Field != field {
@@ -245,6 +263,7 @@ func TestCheckAgainstMachine(t *testing.T) {
 		{"acs on an endpoint", n, "faults:\n- {kind: acs_redirect, device: \"0000:19:00.0\"}\n", "device", "not a root or downstream port"},
 		{"acs on an upstream port", n, "faults:\n- {kind: acs_redirect, device: \"0000:16:00.0\"}\n", "device", "only those have ACS"},
 		{"acs on no function", n, "faults:\n- {kind: acs_redirect, device: \"0000:42:00.0\"}\n", "device", "no PCI function 0000:42:00.0"},
+		{"transport for gpu 8", n, "faults:\n- {kind: nccl_transport, transport: shm, gpus: [0, 8]}\n", "gpus", "GPU 8: this node has GPUs 0-7"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			faults, err := ParseFaults("f.yaml", []byte(c.data))

@@ -263,15 +263,18 @@ func (m *model) timed(rate float64) float64 {
 // currentHost is the slowest hop of the GPU's PCIe path to the CPU at its
 // current state, in bytes per second: a link trained narrow or slow counts
 // as it is. Without the tree, NVML's view of the GPU's own link.
-func (m *model) currentHost(bus string) float64 {
-	if m.topo != nil {
-		if d := m.topo.Device(bus); d != nil {
-			if h, ok := m.topo.SlowestHop(d, false); ok {
+func (m *model) currentHost(bus string) float64 { return currentHostRate(m.snap, m.topo, bus) }
+
+// currentHostRate is model.currentHost for any GPU of the sample.
+func currentHostRate(snap *nvml.Snapshot, topo *numa.Topology, bus string) float64 {
+	if topo != nil {
+		if d := topo.Device(bus); d != nil {
+			if h, ok := topo.SlowestHop(d, false); ok {
 				return h.Bandwidth(false)
 			}
 		}
 	}
-	for _, g := range m.snap.GPUs {
+	for _, g := range snap.GPUs {
 		if p := g.PCIe; g.PCIBusID == bus && p.Generation.Valid && p.Width.Valid {
 			return numa.GenerationLaneBandwidth(p.Generation.V) * float64(p.Width.V)
 		}
