@@ -19,6 +19,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/nodeprobe"
 	"github.com/gpulink/gpulink_exporter/internal/sim"
 	"github.com/gpulink/gpulink_exporter/probes"
+	"github.com/gpulink/gpulink_exporter/probes/nccl"
 )
 
 // defaultAddress avoids node_exporter (9100), dcgm-exporter (9400) and
@@ -49,9 +50,14 @@ type config struct {
 	// probe holds the scheduler's flags; main adds what it runs on.
 	probe      probes.SchedulerConfig
 	probeKinds []string
-	dcgm       dcgm.Config
-	podSocket  string
-	nodeProbe  nodeProbeConfig
+	// collectiveKinds are --collective.kind; the rest of the collective
+	// round's flags land in probe.
+	collectiveKinds []string
+	ncclLib         string
+	ncclNVLS        bool
+	dcgm            dcgm.Config
+	podSocket       string
+	nodeProbe       nodeProbeConfig
 }
 
 // nodeProbeConfig holds the node-to-node probes' flags, and the modules
@@ -109,6 +115,7 @@ func newCLI() *cli {
 	for id := range sources {
 		sources[id].register(app, c, sourceID(id))
 	}
+	collectiveFlags(app, c)
 	c.web = kingpinflag.AddFlags(app, defaultAddress)
 	app.Command("serve", "Run the exporter (the default).").Default()
 	l := &cli{app: app, cfg: c, probe: &probes.Command{}, collectives: &probes.CollectiveCommand{}}
@@ -168,6 +175,43 @@ func nodeProbeFlags(f flagFunc, c *config) {
 	f("min-interval", "Least time between two node-to-node sessions this node takes part in, in each role (prober, target); a call inside it is declined as declined_rate_limited. 0 is no limit.").Default("1m").DurationVar(&c.nodeProbe.minInterval)
 	f("enabled", "Answer "+nodeprobe.JoinPath+": let other exporters' /probe run node-to-node sessions with this node's idle GPUs. /probe itself (this node as the prober) is always served.").Default("false").BoolVar(&c.nodeProbe.enabled)
 	f("gpu", "GPU node-to-node sessions may use, by PCI address (0000:18:00.0). Repeatable. Default: every GPU. Two exporters on one host (a test of the network path) each name their own; the child is also limited to them through CUDA_VISIBLE_DEVICES if the operator sets it.").PlaceHolder("PCI_ADDRESS").StringsVar(&c.nodeProbe.gpus)
+}
+
+// collectiveFlags are the flags of the node's collective round, which the
+// probe scheduler runs after a pass, and of the NCCL library it loads.
+func collectiveFlags(app *kingpin.Application, c *config) {
+	p := &c.probe
+	app.Flag("collective.interval", "Least time between the node's NCCL collective rounds over every usable GPU (with jitter); a round runs after a probe pass, only when every GPU it uses is idle under --probe.policy, and is stretched when it costs more than --probe.max-duty allows.").
+		Default(probes.DefaultCollectiveInterval.String()).DurationVar(&p.CollectiveInterval)
+	app.Flag("collective.timeout", "Deadline of one collective round's child; past it the child is killed.").Default(probes.DefaultCollectiveTimeout.String()).DurationVar(&p.CollectiveTimeout)
+	app.Flag("collective.size", "Size of one collective operation for the bandwidth results, as nccl-tests' -b; each GPU holds a send and a receive buffer of about this size.").
+		Default(units.Base2Bytes(probes.DefaultCollectiveSizeBytes).String()).BytesVar((*units.Base2Bytes)(&p.CollectiveOptions.SizeBytes))
+	app.Flag("collective.small-size", "Size of one collective operation for the latency results.").
+		Default(units.Base2Bytes(probes.DefaultCollectiveSmallBytes).String()).BytesVar((*units.Base2Bytes)(&p.CollectiveOptions.SmallBytes))
+	app.Flag("collective.warmup", "Untimed operations before the timed ones, as nccl-tests' -w.").Default(strconv.Itoa(probes.DefaultCollectiveWarmup)).IntVar(&p.CollectiveOptions.Warmup)
+	app.Flag("collective.iterations", "Operations timed together and averaged, as nccl-tests' -n.").Default(strconv.Itoa(probes.DefaultCollectiveIterations)).IntVar(&p.CollectiveOptions.Iterations)
+	app.Flag("collective.samples", "Timed samples of the iterations per result; the median is exported.").Default(strconv.Itoa(probes.DefaultCollectiveSamples)).IntVar(&p.CollectiveOptions.Samples)
+	app.Flag("collective.kind", "Collective to run (repeatable); default all: "+strings.Join(collectiveNames(), ", ")+".").
+		EnumsVar(&c.collectiveKinds, collectiveNames()...)
+	app.Flag("nccl.library", "Path or name of the NCCL library the collective child loads.").Default(nccl.DefaultLibrary).StringVar(&c.ncclLib)
+	app.Flag("nccl.nvls", "Let NCCL use NVLink SHARP (multicast) in the collective child. Off, the child runs with NCCL_NVLS_ENABLE=0: on shared machines a multicast program can put the host's GPUs out of service.").
+		Default("false").BoolVar(&c.ncclNVLS)
+}
+
+func collectiveNames() []string {
+	names := make([]string, len(probes.Collectives))
+	for i, k := range probes.Collectives {
+		names[i] = string(k)
+	}
+	return names
+}
+
+func collectiveKinds(names []string) []probes.Collective {
+	var kinds []probes.Collective
+	for _, k := range names {
+		kinds = append(kinds, probes.Collective(k))
+	}
+	return kinds
 }
 
 // collectors names the switched-on collectors, sorted, for the log.

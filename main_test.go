@@ -84,6 +84,13 @@ var badValues = map[string][][]string{
 	"probe.size":                  {{"8GiB"}, {"0"}, {"512KiB"}},
 	"probe.samples":               {{"0"}, {"-3"}, {"101"}},
 	"node-probe.min-interval":     {{"-1s"}},
+	"collective.interval":         {{"0s"}, {"-1h"}},
+	"collective.timeout":          {{"0s"}, {"-5m"}},
+	"collective.size":             {{"0"}, {"512KiB"}, {"8GiB"}},
+	"collective.small-size":       {{"0"}, {"512B"}, {"2MiB"}},
+	"collective.warmup":           {{"-1"}, {"1001"}},
+	"collective.iterations":       {{"0"}, {"-20"}, {"1001"}},
+	"collective.samples":          {{"0"}, {"101"}},
 }
 
 // goodValues are edge values start-up must take.
@@ -103,6 +110,10 @@ var goodValues = [][]string{
 	{"--probe.size=4GiB", "--probe.samples=100"},
 	{"--probe.timeout=20m"}, // a child's deadline, not bounded by the interval between rounds
 	{"--node-probe.min-interval=0s", "--node-probe.enabled"},
+	{"--collective.size=1MiB", "--collective.small-size=1KiB", "--collective.warmup=0", "--collective.iterations=1", "--collective.samples=1"},
+	{"--collective.size=4GiB", "--collective.small-size=1MiB", "--collective.warmup=1000", "--collective.iterations=1000", "--collective.samples=100"},
+	{"--collective.interval=1m", "--collective.timeout=2h"}, // like --probe.timeout, not bounded by the interval
+	{"--collective.kind=all_reduce", "--collective.kind=send_recv", "--nccl.library=/opt/nccl/lib/libnccl.so.2", "--nccl.nvls"},
 	// --sim serves its own tree: the path flags are not read.
 	{"--sim=dgx-h100", "--path.sysfs=/nonexistent", "--path.procfs=/nonexistent"},
 }
@@ -205,6 +216,7 @@ func TestBinaryRefuses(t *testing.T) {
 		{[]string{"--sim=dgx-h100", "--nvml.interval=-5s"}, "--nvml.interval"},
 		{[]string{"--probe.samples=0"}, "--probe.samples"},
 		{[]string{"--nvml.timeout=10s", "--nvml.interval=5s"}, "--nvml.timeout"},
+		{[]string{"--sim=dgx-h100", "--collective.iterations=0"}, "--collective.iterations"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		cmd := exec.CommandContext(ctx, os.Args[0], append(c.args, "--web.listen-address=127.0.0.1:0")...)
@@ -288,5 +300,32 @@ func TestWiring(t *testing.T) {
 		cancel()
 		w.close()
 		node.Close()
+	}
+}
+
+// The collective child gets the libraries of the flags, and NVLS only
+// when the operator asks for it; the command it names parses.
+func TestCollectivesCommand(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{nil, []string{"/bin/exe", "collectives", "--cuda.library=libcuda.so.1", "--library=libnccl.so.2"}},
+		{[]string{"--nccl.library=/opt/nccl/libnccl.so.2", "--cuda.library=/usr/lib/libcuda.so.1", "--nccl.nvls"},
+			[]string{"/bin/exe", "collectives", "--cuda.library=/usr/lib/libcuda.so.1", "--library=/opt/nccl/libnccl.so.2", "--nvls"}},
+	} {
+		l := newCLI()
+		if _, err := l.app.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		got := collectivesCommand("/bin/exe", l.cfg)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%q: child %q, want %q", tc.args, got, tc.want)
+		}
+		child := newCLI()
+		command, err := child.app.Parse(append(got[1:], "--output=json", "--gpu=0000:18:00.0", "--gpu=0000:2a:00.0"))
+		if err != nil || command != child.collectivesCmd.FullCommand() || child.collectives.NVLS != slices.Contains(tc.args, "--nccl.nvls") {
+			t.Errorf("%q: the child's command line parses as %q, %v; NVLS %v", got, command, err, child.collectives.NVLS)
+		}
 	}
 }

@@ -40,7 +40,7 @@ func startNodeProbe(w *wiring, _ setting) {
 		return
 	}
 	if runner == nil {
-		w.logger.Info("the simulated node runs no collectives in this build: node-to-node sessions are declined as " + nodeprobe.ReasonUnavailable)
+		w.logger.Info("the simulated node runs collectives over its own GPUs only: node-to-node sessions are declined as " + nodeprobe.ReasonUnavailable)
 	}
 	name, err := os.Hostname()
 	if err != nil {
@@ -59,20 +59,20 @@ func startNodeProbe(w *wiring, _ setting) {
 }
 
 // collectiveRunner runs this node's part of a session: the collectives
-// child (`gpulink_exporter collectives`, NCCL over CUDA) on a real node.
-// The simulated node's runner serves under --sim once it implements
-// probes.CollectiveRunner (the simulated collectives are built beside
-// this); until then nil, and every session is declined as unavailable.
+// child (`gpulink_exporter collectives`, NCCL over CUDA, the libraries and
+// NVLS setting of the flags) on a real node. The simulated node's
+// collectives model its own GPUs only, and refuse a round with ranks on
+// another node: under --sim nil, and every session is declined as
+// unavailable.
 func collectiveRunner(w *wiring) (probes.CollectiveRunner, error) {
 	if w.sim != nil {
-		cr, _ := any(w.sim.Runner()).(probes.CollectiveRunner)
-		return cr, nil
+		return nil, nil
 	}
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("finding this binary to run the collectives child: %w", err)
 	}
-	return &probes.ChildRunner{Logger: w.logger, Command: []string{exe, "collectives", "--cuda.library=" + w.cfg.cudaLib}}, nil
+	return &probes.ChildRunner{Logger: w.logger, Command: collectivesCommand(exe, w.cfg)}, nil
 }
 
 // nicRate is what the NIC nearest a GPU carries, from the latest topology

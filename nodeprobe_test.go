@@ -107,10 +107,11 @@ func TestNodeProbeRoutes(t *testing.T) {
 }
 
 // On a real node the sessions run in the collectives child of this same
-// binary, with the exporter's CUDA library.
+// binary, with the exporter's CUDA and NCCL libraries, as the node's own
+// collective rounds do.
 func TestNodeProbeRunsTheCollectivesChild(t *testing.T) {
 	l := newCLI()
-	if _, err := l.app.Parse([]string{"--cuda.library=/opt/cuda/libcuda.so.1"}); err != nil {
+	if _, err := l.app.Parse([]string{"--cuda.library=/opt/cuda/libcuda.so.1", "--nccl.library=/opt/nccl/libnccl.so.2"}); err != nil {
 		t.Fatal(err)
 	}
 	r, err := collectiveRunner(&wiring{cfg: l.cfg, logger: quiet})
@@ -118,7 +119,7 @@ func TestNodeProbeRunsTheCollectivesChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	child, ok := r.(*probes.ChildRunner)
-	if !ok || len(child.Command) != 3 || child.Command[1] != "collectives" || child.Command[2] != "--cuda.library=/opt/cuda/libcuda.so.1" {
+	if !ok || !slices.Equal(child.Command[1:], []string{"collectives", "--cuda.library=/opt/cuda/libcuda.so.1", "--library=/opt/nccl/libnccl.so.2"}) {
 		t.Errorf("runner %#v, want the collectives child", r)
 	}
 }

@@ -318,8 +318,9 @@ func (w *wiring) nvmlIDs() func() []nvml.Identity {
 
 // startProbes joins the probe scheduler to the sources it judges by: NVML
 // for the GPUs and whether they are idle, the topology (when a source
-// samples it) for host nodes and what each path should give. The rounds
-// run in a child, this same binary, unless the node is simulated.
+// samples it) for host nodes and what each path should give. The rounds,
+// the probes' and the collectives', run in a child, this same binary,
+// unless the node is simulated.
 func startProbes(w *wiring, s setting) {
 	c := w.cfg.probe
 	if c.Policy == probes.PolicyOff {
@@ -331,6 +332,7 @@ func startProbes(w *wiring, s setting) {
 	}
 	if w.sim != nil {
 		c.Runner = w.sim.Runner()
+		c.CollectiveRunner = w.sim.Runner()
 	} else {
 		exe, err := os.Executable()
 		if err != nil {
@@ -339,6 +341,7 @@ func startProbes(w *wiring, s setting) {
 		}
 		c.Runner = &probes.ChildRunner{Logger: w.logger, Command: []string{exe, "probe",
 			"--cuda.library=" + w.cfg.cudaLib, "--path.sysfs=" + w.fsys.Sys, "--path.procfs=" + w.fsys.Proc}}
+		c.CollectiveRunner = &probes.ChildRunner{Logger: w.logger, Command: collectivesCommand(exe, w.cfg)}
 	}
 	topo := func() *numa.Topology { return nil } // unbound host buffers, no PCIe expectation
 	if w.topology != nil {
@@ -360,6 +363,10 @@ func startProbes(w *wiring, s setting) {
 	}
 	c.HostNodes = func(addr string) []int { return topo().HostNodes(addr) }
 	c.Annotate = func(g *probes.GPURound) { probes.PathFor(w.nvml.LatestData(), topo(), g.PCIBusID).Annotate(g) }
+	c.CollectiveOptions.Collectives = collectiveKinds(w.cfg.collectiveKinds)
+	c.CollectiveAnnotate = func(r *probes.CollectiveRound) []probes.PairTransport {
+		return probes.CollectivePathFor(w.nvml.LatestData(), topo(), r.GPUs).Annotate(r)
+	}
 	sched, err := probes.NewScheduler(c)
 	if err != nil {
 		w.err = fmt.Errorf("invalid probe settings: %w", err)
@@ -368,6 +375,18 @@ func startProbes(w *wiring, s setting) {
 	go sched.Run(w.ctx)
 	w.sched = sched
 	w.add(s, sched, sched, collector.NewProbeCollector(sched))
+	w.reg.MustRegister(collector.NewCollectiveCollector(sched))
+}
+
+// collectivesCommand is the collective rounds' child: this binary's
+// collectives command with the CUDA driver and NCCL libraries of the
+// flags, NVLS (multicast) off unless --nccl.nvls turns it on.
+func collectivesCommand(exe string, c *config) []string {
+	cmd := []string{exe, "collectives", "--cuda.library=" + c.cudaLib, "--library=" + c.ncclLib}
+	if c.ncclNVLS {
+		cmd = append(cmd, "--nvls")
+	}
+	return cmd
 }
 
 func probeKinds(names []string) []probes.Kind {

@@ -67,7 +67,7 @@ func (l *cli) validate(command string, logger *slog.Logger) error {
 			return err
 		}
 	}
-	return nil
+	return checkCollectives(c, logger.Warn)
 }
 
 // validate checks the row's interval and timeout, then its own flags.
@@ -174,5 +174,25 @@ func checkNodeProbe(c *config, st setting, _ func(string, ...any)) error {
 		return fmt.Errorf("--%s.config.file=%s: %w", st.name, np.configFile, err)
 	}
 	np.file = f
+	return nil
+}
+
+// checkCollectives checks the collective round's flags, whatever the
+// probe policy, as checkProbes does the probes'.
+func checkCollectives(c *config, warn func(string, ...any)) error {
+	p := c.probe
+	switch {
+	case p.CollectiveInterval <= 0:
+		return badDuration("collective.interval", p.CollectiveInterval, "a duration above 0")
+	case p.CollectiveTimeout <= 0:
+		return badDuration("collective.timeout", p.CollectiveTimeout, "a duration above 0")
+	}
+	// What a round measures with: probes names the flags.
+	o := p.CollectiveOptions
+	o.Collectives = collectiveKinds(c.collectiveKinds)
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	checkLibrary(c, "nccl.library", c.ncclLib, warn)
 	return nil
 }

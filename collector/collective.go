@@ -75,7 +75,7 @@ func NewCollectiveCollector(src latester[*probes.Status]) *CollectiveCollector {
 		skips: newDesc("collective", "skips_total",
 			"Collective rounds due but not run, by reason: fewer_than_two_gpus, busy_other_process, busy_utilization (one busy GPU skips "+
 				"the round), no_library (NCCL could not be loaded), mig_enabled, compute_mode_exclusive_process, compute_mode_prohibited "+
-				"(left fewer than two GPUs).", "reason"),
+				"(left fewer than two GPUs). A reason appears when first counted.", "reason"),
 		lastRound: newDesc("collective", "last_round_timestamp_seconds",
 			"When the latest collective round that gave results started; absent before the first."),
 		busy: newDesc("collective", "busy_seconds_total",

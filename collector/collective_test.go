@@ -88,7 +88,7 @@ gpulink_collective_runs_total{result="partial"} 0
 gpulink_collective_runs_total{result="error"} 0
 gpulink_collective_runs_total{result="timeout"} 1
 gpulink_collective_runs_total{result="crash"} 0
-# HELP gpulink_collective_skips_total Collective rounds due but not run, by reason: fewer_than_two_gpus, busy_other_process, busy_utilization (one busy GPU skips the round), no_library (NCCL could not be loaded), mig_enabled, compute_mode_exclusive_process, compute_mode_prohibited (left fewer than two GPUs).
+# HELP gpulink_collective_skips_total Collective rounds due but not run, by reason: fewer_than_two_gpus, busy_other_process, busy_utilization (one busy GPU skips the round), no_library (NCCL could not be loaded), mig_enabled, compute_mode_exclusive_process, compute_mode_prohibited (left fewer than two GPUs). A reason appears when first counted.
 # TYPE gpulink_collective_skips_total counter
 gpulink_collective_skips_total{reason="busy_other_process"} 2
 gpulink_collective_skips_total{reason="no_library"} 0

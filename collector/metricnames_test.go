@@ -94,8 +94,9 @@ func queryNames(mf *dto.MetricFamily) []string {
 }
 
 // simulatedDGX is the daemon's wiring (main.go) over a simulated DGX H100,
-// every source on, stepped twice with a probe round, so that the scrape has
-// every family the node's hardware gives values for.
+// every source on, stepped twice with a probe round (the first followed by
+// a collective round), so that the scrape has every family the node's
+// hardware gives values for.
 func simulatedDGX(t *testing.T) []prometheus.Collector {
 	t.Helper()
 	n, err := sim.Start(sim.Config{Profile: "dgx-h100", FaultsFile: filepath.Join(t.TempDir(), "faults.yaml"), Seed: 1})
@@ -128,6 +129,13 @@ func simulatedDGX(t *testing.T) []prometheus.Collector {
 		Annotate: func(g *probes.GPURound) {
 			probes.PathFor(nvmlS.LatestData(), topo.LatestData(), g.PCIBusID).Annotate(g)
 		},
+		CollectiveRunner: n.Runner(),
+		CollectiveOptions: probes.CollectiveOptions{SizeBytes: probes.DefaultCollectiveSizeBytes,
+			SmallBytes: probes.DefaultCollectiveSmallBytes, Warmup: probes.DefaultCollectiveWarmup, Iterations: probes.DefaultCollectiveIterations,
+			Samples: probes.DefaultCollectiveSamples},
+		CollectiveAnnotate: func(r *probes.CollectiveRound) []probes.PairTransport {
+			return probes.CollectivePathFor(nvmlS.LatestData(), topo.LatestData(), r.GPUs).Annotate(r)
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +161,7 @@ func simulatedDGX(t *testing.T) []prometheus.Collector {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collector.NewNVMLCollector(nvmlS, collector.WithNVLinkSpeed(true)), collector.NewXIDCollector(xid, reader),
 		collector.NewTopologyCollector(topo, reader), collector.NewNICCollector(nic),
-		collector.NewProcessCollector(place, true), collector.NewProbeCollector(sched),
+		collector.NewProcessCollector(place, true), collector.NewProbeCollector(sched), collector.NewCollectiveCollector(sched),
 		// No DCGM or kubelet on the simulated node: described, not gathered.
 		collector.NewDCGMCollector(fixedSource[*dcgm.Snapshot]{}),
 		collector.NewPodCollector(fixedSource[*kubelet.Snapshot]{}),
@@ -184,7 +192,8 @@ func TestMetricNamesFile(t *testing.T) {
 	// Each source's families reached the scrape: the node really ran.
 	for _, family := range []string{"gpulink_gpu_info", "gpulink_gpu_xid_errors_total", "gpulink_topology_gpu_numa_info",
 		"gpulink_nic_port_up", "gpulink_gpu_processes", "gpulink_probe_bandwidth_bytes_per_second",
-		"gpulink_probe_pcie_link_generation_under_load", "gpulink_source_up", "gpulink_exporter_build_info"} {
+		"gpulink_probe_pcie_link_generation_under_load", "gpulink_collective_bus_bandwidth_ratio", "gpulink_collective_channels",
+		"gpulink_collective_send_recv_bandwidth_ratio", "gpulink_source_up", "gpulink_exporter_build_info"} {
 		if !gathered[family] {
 			t.Errorf("family %s missing from the simulated DGX H100's scrape", family)
 		}

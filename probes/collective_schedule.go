@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/probes/nccl"
 )
 
 // The node's collective round: after a pass over the GPUs, at most every
@@ -26,12 +27,6 @@ const (
 	DefaultCollectiveInterval = time.Hour
 	DefaultCollectiveTimeout  = 5 * time.Minute
 )
-
-// ErrNCCLNotFound begins the error of a collective round whose child could
-// not load the NCCL library: the scheduler counts that round as a skip
-// (no_library), not as a failed run, since a node without NCCL is not a
-// broken node.
-var ErrNCCLNotFound = errors.New("NCCL library not found")
 
 // collectiveRunResults are the run results every collective counter starts
 // with at 0, so that rate() sees the first of each.
@@ -54,9 +49,6 @@ func newCollectiveState() *collectiveState {
 	for _, r := range collectiveRunResults {
 		c.st.Runs[r] = 0
 	}
-	for _, r := range CollectiveSkipReasons {
-		c.st.Skips[r] = 0
-	}
 	return c
 }
 
@@ -76,8 +68,14 @@ func (c *collectiveState) status() *CollectiveStatus {
 }
 
 // checkCollectiveConfig fills in the collective schedule's defaults and
-// refuses what cannot be right.
+// refuses what cannot be right: with a runner, the options' template too
+// (naming the daemon's --collective.* flags).
 func checkCollectiveConfig(cfg *SchedulerConfig) error {
+	if cfg.CollectiveRunner != nil {
+		if err := cfg.CollectiveOptions.Validate(); err != nil {
+			return err
+		}
+	}
 	for _, d := range []struct {
 		name string
 		v    *time.Duration
@@ -154,7 +152,8 @@ func (s *Scheduler) collectiveRound(ctx context.Context, snap *nvml.Snapshot) (f
 	}
 
 	result, r, why := classifyCollectiveRun(round, err)
-	noLibrary := r != nil && strings.HasPrefix(r.Error, ErrNCCLNotFound.Error())
+	// A node without NCCL is not a broken node: no_library, not an error.
+	noLibrary := r != nil && strings.HasPrefix(r.Error, nccl.ErrLoad.Error()+":")
 	var expected []PairTransport
 	if r != nil && len(r.Results) > 0 && s.cfg.CollectiveAnnotate != nil {
 		expected = s.cfg.CollectiveAnnotate(r)

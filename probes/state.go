@@ -22,11 +22,6 @@ const (
 	SkipNoLibrary = "no_library"
 )
 
-// CollectiveSkipReasons are the reasons a collective round may be skipped
-// for, each counted from 0.
-var CollectiveSkipReasons = []string{SkipFewerThanTwo, SkipBusyProcess, SkipBusyUtilization, SkipNoLibrary,
-	SkipMIG, SkipExclusiveProcess, SkipProhibited}
-
 // Run results, one counter each.
 const (
 	RunSuccess = "success" // every probe gave a value
@@ -79,8 +74,12 @@ type CollectiveStatus struct {
 	// its latencies at.
 	SizeBytes, SmallBytes int64
 
-	Runs  map[string]uint64 // by Run* result
-	Skips map[string]uint64 // by reason: CollectiveSkipReasons
+	Runs map[string]uint64 // by Run* result
+	// Skips counts rounds due but not run by reason: SkipFewerThanTwo,
+	// SkipBusyProcess, SkipBusyUtilization, SkipNoLibrary, or the reason
+	// of the GPUs whose staticSkip left fewer than two. A reason is there
+	// once counted: most never happen on a given node.
+	Skips map[string]uint64
 	// GPUs are the GPUs collective rounds have run on, in index order,
 	// with what the rounds cost each.
 	GPUs []CollectiveGPU

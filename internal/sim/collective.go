@@ -65,21 +65,28 @@ var (
 
 // RunCollectives returns the collective round the NCCL child would print
 // on this node, with results that follow the simulated links as they are
-// now. A run cut short by ctx's deadline is a timeout, as the daemon sees
-// a child it killed.
+// now. Options the child would refuse are a crash, as the daemon sees the
+// child that refuses them exit without a round; a run cut short by ctx's
+// deadline is a timeout, as the daemon sees a child it killed.
 func (r *Runner) RunCollectives(ctx context.Context, o probes.CollectiveOptions, ids chan<- string) (*probes.CollectiveRound, error) {
 	gpus := strings.Join(o.GPUs, ",")
+	fail := func(result string, err error) (*probes.CollectiveRound, error) {
+		return nil, &probes.RunFailure{GPU: gpus, Collectives: true, Result: result, Err: err}
+	}
 	if err := ctx.Err(); err != nil {
-		return nil, &probes.RunFailure{GPU: gpus, Result: probes.RunError, Err: fmt.Errorf("not started: %w", err)}
+		return fail(probes.RunError, fmt.Errorf("not started: %w", err))
+	}
+	if err := o.Validate(); err != nil {
+		return fail(probes.RunCrash, err)
 	}
 	snap, err := r.reader.Sample(ctx)
 	if snap == nil {
-		return nil, &probes.RunFailure{GPU: gpus, Result: probes.RunError, Err: fmt.Errorf("simulated driver: %w", err)}
+		return fail(probes.RunError, fmt.Errorf("simulated driver: %w", err))
 	}
 	topo, _ := r.n.fs.Topology() // a value it could not read is left out, as for the exporter
 	round := probes.MeasureCollectiveRound(ctx, &collectiveMeasurer{r: r, snap: snap, topo: topo}, o, ids)
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return round, &probes.RunFailure{GPU: gpus, Result: probes.RunTimeout, Err: errors.New("no round within the deadline; child killed")}
+		return round, &probes.RunFailure{GPU: gpus, Collectives: true, Result: probes.RunTimeout, Err: errors.New("no round within the deadline; child killed")}
 	}
 	return round, nil
 }
@@ -100,9 +107,6 @@ func (ms *collectiveMeasurer) OpenComm(_ context.Context, o probes.CollectiveOpt
 	if o.Ranks != len(o.GPUs) || o.FirstRank != 0 || o.UniqueID != "" {
 		return nil, fmt.Errorf("the simulated node runs collectives over its own GPUs only: %d ranks from %d, %d GPUs here",
 			o.Ranks, o.FirstRank, len(o.GPUs))
-	}
-	if len(o.GPUs) < 2 {
-		return nil, fmt.Errorf("ncclCommInitAll: %d GPUs, want 2 or more", len(o.GPUs))
 	}
 	c := &comm{r: ms.r, o: o, snap: ms.snap, topo: ms.topo, faults: ms.r.n.Faults(), channels: map[probes.Transport]bool{}}
 	for _, addr := range o.GPUs {

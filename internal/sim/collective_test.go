@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -11,7 +12,8 @@ import (
 
 // collectiveOptions are the daemon's defaults over the node's GPUs.
 func collectiveOptions(n *Node) probes.CollectiveOptions {
-	o := probes.CollectiveOptions{SizeBytes: 256 << 20, SmallBytes: 8 << 10, Warmup: 5, Iterations: 20, Samples: 3}
+	o := probes.CollectiveOptions{SizeBytes: probes.DefaultCollectiveSizeBytes, SmallBytes: probes.DefaultCollectiveSmallBytes,
+		Warmup: probes.DefaultCollectiveWarmup, Iterations: probes.DefaultCollectiveIterations, Samples: probes.DefaultCollectiveSamples}
 	for _, g := range n.gpus {
 		o.GPUs = append(o.GPUs, g.Addr)
 	}
@@ -220,8 +222,8 @@ func TestCollectivesRefused(t *testing.T) {
 	}{
 		{"another node", func(o *probes.CollectiveOptions) { o.Ranks = 16 }, "own GPUs only"},
 		{"unknown GPU", func(o *probes.CollectiveOptions) { o.GPUs[1] = "0000:42:00.0" }, "no CUDA device with PCI bus id 0000:42:00.0"},
-		{"one GPU", func(o *probes.CollectiveOptions) { o.GPUs, o.Ranks = o.GPUs[:1], 1 }, "want 2 or more"},
-		{"GPU twice", func(o *probes.CollectiveOptions) { o.GPUs[1] = strings.ToUpper(o.GPUs[0]) }, "given twice"},
+		// One address in two forms: the child normalises them as NVML does.
+		{"GPU twice", func(o *probes.CollectiveOptions) { o.GPUs[1] = strings.ToUpper(o.GPUs[5]) }, "0000:ab:00.0 given twice"},
 	} {
 		o := ok
 		o.GPUs = append([]string(nil), ok.GPUs...)
@@ -229,6 +231,21 @@ func TestCollectivesRefused(t *testing.T) {
 		r, err := n.Runner().RunCollectives(context.Background(), o, nil)
 		if err != nil || !strings.Contains(r.Error, tc.want) || len(r.Results) != 0 {
 			t.Errorf("%s: round %+v, err %v; want a round saying %q", tc.name, r, err, tc.want)
+		}
+	}
+	// Options the child refuses: a crash, as of a child that exits
+	// without a round.
+	for name, edit := range map[string]func(*probes.CollectiveOptions){
+		"one GPU":       func(o *probes.CollectiveOptions) { o.GPUs, o.Ranks = o.GPUs[:1], 1 },
+		"no iterations": func(o *probes.CollectiveOptions) { o.Iterations = 0 },
+		"GPU twice":     func(o *probes.CollectiveOptions) { o.GPUs[1] = o.GPUs[0] },
+	} {
+		o := ok
+		o.GPUs = append([]string(nil), ok.GPUs...)
+		edit(&o)
+		var rf *probes.RunFailure
+		if r, err := n.Runner().RunCollectives(context.Background(), o, nil); r != nil || !errors.As(err, &rf) || rf.Result != probes.RunCrash {
+			t.Errorf("%s: round %+v, err %v; want a crash", name, r, err)
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -92,6 +92,15 @@ func newExporterPolicy(t *testing.T, profile, policy string) *exporter {
 		Annotate: func(g *probes.GPURound) {
 			probes.PathFor(e.nvml.LatestData(), e.topo.LatestData(), g.PCIBusID).Annotate(g)
 		},
+		// A collective round after the first pass; the tests run more
+		// with RunCollectiveRound (the interval is an hour).
+		CollectiveRunner: n.Runner(),
+		CollectiveOptions: probes.CollectiveOptions{SizeBytes: probes.DefaultCollectiveSizeBytes,
+			SmallBytes: probes.DefaultCollectiveSmallBytes, Warmup: probes.DefaultCollectiveWarmup, Iterations: probes.DefaultCollectiveIterations,
+			Samples: probes.DefaultCollectiveSamples},
+		CollectiveAnnotate: func(r *probes.CollectiveRound) []probes.PairTransport {
+			return probes.CollectivePathFor(e.nvml.LatestData(), e.topo.LatestData(), r.GPUs).Annotate(r)
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -104,6 +113,7 @@ func newExporterPolicy(t *testing.T, profile, policy string) *exporter {
 		{"nic", collector.NewNICCollector(e.nic)},
 		{"process", collector.NewProcessCollector(e.place, true)},
 		{"probe", collector.NewProbeCollector(e.sched)},
+		{"collective", collector.NewCollectiveCollector(e.sched)},
 		{"exporter", collector.NewExporterCollector(e.nvml, e.xid, e.topo, e.place, e.nic, e.sched, n)},
 	}
 	for _, c := range e.sources {
@@ -255,6 +265,28 @@ func TestSimulatedExporter(t *testing.T) {
 				t.Errorf("GPU 7 successful rounds %g, want 2", v)
 			}
 			energy := value(t, body, "gpulink_gpu_energy_joules_total", gpu0)
+			// Both profiles are 8 H100 on NVSwitch.
+			allReduce := map[string]string{"collective": "all_reduce"}
+			if v := value(t, body, "gpulink_collective_bus_bandwidth_bytes_per_second", allReduce); v < 0.95*370e9 || v > 1.05*370e9 {
+				t.Errorf("all_reduce bus bandwidth %g, want about 370e9", v)
+			}
+			if v := value(t, body, "gpulink_collective_bus_bandwidth_ratio", allReduce); v < 0.78 || v > 0.86 {
+				t.Errorf("all_reduce ratio %g, want about 0.82", v)
+			}
+			if v := value(t, body, "gpulink_collective_runs_total", map[string]string{"result": "success"}); v != 1 {
+				t.Errorf("collective rounds %g after two passes within the interval, want 1", v)
+			}
+			pair12 := map[string]string{"gpu": "1", "peer_gpu": "2"}
+			with := func(m map[string]string, k, v string) map[string]string {
+				out := map[string]string{k: v}
+				for k, v := range m {
+					out[k] = v
+				}
+				return out
+			}
+			if v := value(t, body, "gpulink_collective_channels", with(pair12, "transport", "p2p")); v != 16 {
+				t.Errorf("GPU 1 to 2: %g P2P channels, want 16", v)
+			}
 
 			// A fault file, read while running.
 			faults := `faults:
@@ -263,11 +295,13 @@ func TestSimulatedExporter(t *testing.T) {
 - {kind: throttle, gpu: 4, reason: hw_thermal_slowdown}
 - {kind: xid, gpu: 5, code: 79}
 - {kind: process_far_socket, gpu: 3}
+- {kind: nccl_transport, transport: shm, gpus: [1]}
 `
 			if err := os.WriteFile(e.faults, []byte(faults), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			e.tick(t, time.Second)
+			e.sched.RunCollectiveRound(context.Background())
 			testwait.Until(t, func() bool { return len(e.xid.Counts()) == 1 })
 			body = e.scrape(t)
 			promtoolCheck(t, c.profile+" with faults", body)
@@ -300,18 +334,36 @@ func TestSimulatedExporter(t *testing.T) {
 			if v := value(t, body, "gpulink_gpu_energy_joules_total", gpu0); v <= energy {
 				t.Errorf("energy did not grow: %g -> %g", energy, v)
 			}
+			// GPU 1's connections through host memory where P2P is
+			// expected: what GpulinkCollectiveWrongTransport joins.
+			if v := value(t, body, "gpulink_collective_channels", with(pair12, "transport", "shm")); v != 2 {
+				t.Errorf("GPU 1 to 2: %g shm channels, want 2", v)
+			}
+			if v := value(t, body, "gpulink_collective_expected_transport_info", with(pair12, "transport", "p2p")); v != 1 {
+				t.Errorf("GPU 1 to 2 expected transport p2p: %g", v)
+			}
+			if v := value(t, body, "gpulink_collective_send_recv_bandwidth_ratio", map[string]string{"gpu": "1", "peer_gpu": "5"}); v > 0.1 {
+				t.Errorf("GPU 1 to 5 over shared memory: ratio %g", v)
+			}
+			if v := value(t, body, "gpulink_collective_bus_bandwidth_ratio", allReduce); v > 0.1 {
+				t.Errorf("all_reduce over GPU 1's shared memory: ratio %g", v)
+			}
 
 			// Removing them restores health.
 			if err := os.WriteFile(e.faults, nil, 0o644); err != nil {
 				t.Fatal(err)
 			}
 			e.tick(t, time.Second)
+			e.sched.RunCollectiveRound(context.Background())
 			body = e.scrape(t)
 			if v := value(t, body, "gpulink_gpu_pcie_link_width", gpu0); v != 16 {
 				t.Errorf("GPU 0 PCIe width %g after removal", v)
 			}
 			if v := value(t, body, "gpulink_nic_port_up", map[string]string{"device": c.nic}); v != 1 {
 				t.Errorf("%s up %g after removal", c.nic, v)
+			}
+			if v := value(t, body, "gpulink_collective_channels", with(pair12, "transport", "p2p")); v != 16 {
+				t.Errorf("GPU 1 to 2: %g P2P channels after removal, want 16", v)
 			}
 			if v := value(t, body, "gpulink_gpu_clock_event_reason_active", map[string]string{"gpu": "4", "reason": "hw_thermal_slowdown"}); v != 0 {
 				t.Errorf("GPU 4 hw_thermal_slowdown %g after removal", v)
@@ -337,13 +389,15 @@ const (
 	// nodeBudget bounds the whole node as the daemon runs it by default,
 	// probe policy idle, after a round: issue 12's 3000 (2874 today; its
 	// three GPUs with a job, and their pairs, are not probed). 2982 since
-	// the GPUDirect readings and three more mlx5 counters (108) came.
+	// the GPUDirect readings and three more mlx5 counters (108) came;
+	// 2988 with the collective source's (its runs from 0, and the skip of
+	// a round beside the jobs).
 	nodeBudget = 3000
 	// beforeBudget bounds what the node serves before its first probe
 	// round: every source but the probe results (2666 today: 2558 and
 	// the GPUDirect readings, ACS of the bridges on GPU paths, IOMMU,
-	// peermem and dma-buf, and three more mlx5 error counters). The
-	// per-link NVLink speed (144 series) is off by default; the NVLink
+	// peermem and dma-buf, and three more mlx5 error counters; 2671 with
+	// the collective runs from 0). The per-link NVLink speed (144 series) is off by default; the NVLink
 	// version and the pairs' peer-to-peer capabilities are labels of
 	// the per-link and per-pair info series, not series of their own.
 	beforeBudget = 2700
@@ -351,10 +405,22 @@ const (
 	// always, the most a round can add: about 72 series a GPU (a value
 	// for each host copy from each NUMA node, copy to and from each peer
 	// and latency; one expectation per probe and peer; whether the round
-	// was contended; the runs, skips and cost of probing). 574 today, so
-	// the node serves about 3240 after such a round, over issue 12's
-	// 3000: what remains is the measurements themselves.
+	// was contended; the runs, skips and cost of probing). 574 today;
+	// the node serves about 3240 after such a round, and 3508 with a
+	// collective round (collectiveBudget), over issue 12's 3000: what
+	// remains is the measurements themselves.
 	probeBudget = 600
+	// collectiveBudget bounds the collective source: 268 series after a
+	// collective round over the 8 GPUs under policy always, the 5 runs
+	// counters of them there from the start (with the skips, all there is
+	// under policy idle, where the node's busy GPUs skip every round). Per
+	// ordered pair (56), the channels and the expected transport; per pair
+	// sent to (28), send/recv bandwidth, expectation, ratio and latency;
+	// per collective (4), bus and algorithm bandwidth, expectation, ratio
+	// and latency; per GPU (8), busy seconds and memory; runs (5), ranks,
+	// timestamp and NCCL version; a skip reason once counted. The round's
+	// 263 come on top of the probe round's.
+	collectiveBudget = 272
 )
 
 // TestSeriesBudget holds the simulated DGX H100 to its series budget.
@@ -364,7 +430,7 @@ func TestSeriesBudget(t *testing.T) {
 	e := newExporter(t, "dgx-h100")
 	before, total, body := e.budgetScrapes(t)
 
-	var sum int
+	var sum, collective int
 	t.Logf("| source | series | bytes | families of 40 series or more |")
 	t.Logf("|---|---|---|---|")
 	for _, c := range e.sources {
@@ -386,6 +452,9 @@ func TestSeriesBudget(t *testing.T) {
 			}
 		}
 		n := countSeries(buf.String())
+		if c.name == "collective" {
+			collective = n
+		}
 		t.Logf("| %s | %d | %d | %s |", c.name, n, buf.Len(), strings.Join(big, ", "))
 		sum += n
 	}
@@ -397,8 +466,11 @@ func TestSeriesBudget(t *testing.T) {
 	if before > beforeBudget {
 		t.Errorf("the simulated DGX H100 serves %d series before its first probe round, over the budget of %d", before, beforeBudget)
 	}
-	if total-before > probeBudget {
-		t.Errorf("a probe round of every GPU adds %d series, over the budget of %d", total-before, probeBudget)
+	if collective > collectiveBudget {
+		t.Errorf("the collective source serves %d series after a round over every GPU, over the budget of %d", collective, collectiveBudget)
+	}
+	if total-before > probeBudget+collectiveBudget {
+		t.Errorf("a probe round of every GPU and a collective round add %d series, over the budget of %d", total-before, probeBudget+collectiveBudget)
 	}
 
 	_, idle, _ := newExporterPolicy(t, "dgx-h100", probes.PolicyIdle).budgetScrapes(t)

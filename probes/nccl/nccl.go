@@ -82,6 +82,12 @@ func (e *Error) Error() string {
 	return msg
 }
 
+// ErrLoad is why Open failed: the library is not there, is not NCCL, or
+// is older than 2.14. A collective round whose child could not load NCCL
+// carries it at the start of its Error, and the daemon counts that round
+// as skipped for want of the library (no_library), not as failed.
+var ErrLoad = errors.New("loading NCCL")
+
 // Library is a loaded libnccl.
 type Library struct {
 	api *C.gn_api
@@ -98,7 +104,7 @@ func Open(path string) (*Library, error) {
 	var msg [512]C.char
 	if C.gn_open(cpath, api, &msg[0], C.size_t(len(msg))) != 0 {
 		C.free(unsafe.Pointer(api))
-		return nil, fmt.Errorf("loading NCCL: %s", C.GoString(&msg[0]))
+		return nil, fmt.Errorf("%w: %s", ErrLoad, C.GoString(&msg[0]))
 	}
 	return &Library{api: api}, nil
 }
