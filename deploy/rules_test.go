@@ -24,6 +24,9 @@ var contractAlerts = []string{
 	"GPUProcessCrossNUMA", "GPUThrottled", "GPUXIDResetRequired", "GPUProbeLatencyHigh",
 	"GPULost", "GPUECCUncorrectableErrors", "GPURowRemapFailed", "GPURowRemapPending", "GPUNICAcrossSockets",
 	"GPUProbeFailing", "GPULinkExporterDown", "GPULinkSourceDown", "GPULinkSourceStale", "NetInterfaceDown",
+	// The collective and node-to-node alerts agreed for issue 13.
+	"GpulinkCollectiveBusBandwidthLow", "GpulinkSendRecvPairSlow", "GpulinkCollectiveWrongTransport",
+	"GpulinkNodeProbeFailing", "GpulinkNodeProbeBandwidthLow",
 }
 
 const runbookBase = "https://github.com/gpulink/gpulink_exporter/blob/main/deploy/prometheus/README.md#alert-"
