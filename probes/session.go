@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 )
@@ -80,6 +81,12 @@ func (s *Scheduler) TryAcquire(n int, only []string) (gpus []SessionGPU, release
 	slices.SortFunc(order, func(a, b *nvml.GPUState) int {
 		return cmp.Compare(nvml.NormalizeBusID(a.PCIBusID), nvml.NormalizeBusID(b.PCIBusID))
 	})
+	// A sample read while a round or the session before this one ran on
+	// a GPU, or just after, shows that work's kernels, not another's.
+	var taken time.Time
+	if s.cfg.GPUsTaken != nil {
+		taken = s.cfg.GPUsTaken()
+	}
 	var picked []*nvml.GPUState
 	for _, g := range order {
 		if len(picked) == n {
@@ -87,7 +94,7 @@ func (s *Scheduler) TryAcquire(n int, only []string) (gpus []SessionGPU, release
 		}
 		why := staticSkip(g)
 		if why == "" {
-			why = s.busy(g, procs, procsOK)
+			why = s.busy(s.withoutOwnUtilization(g, taken), procs, procsOK)
 		}
 		if why != "" {
 			reason = cmp.Or(reason, why)

@@ -124,3 +124,39 @@ func TestTryAcquireExcludesRounds(t *testing.T) {
 		t.Error("the session's GPU is not marked as measured")
 	}
 }
+
+// The utilisation a session leaves in NVML's next sample is its own: a
+// sample read within a second of the release does not decline the next
+// session as busy; a later one that shows work does. (On two H100s a
+// /probe one second after another was declined busy_utilization.)
+func TestTryAcquireIgnoresTheSessionsOwnUtilization(t *testing.T) {
+	var taken time.Time
+	busy := idleGPU(0)
+	busy.Utilization = sampler.Some(0.8)
+	f := newSched(t, &nvml.Snapshot{GPUs: []nvml.GPUState{idleGPU(0)}}, func(c *SchedulerConfig) {
+		c.GPUsTaken = func() time.Time { return taken }
+	})
+	_, release, reason := f.s.TryAcquire(1, nil)
+	if reason != "" {
+		t.Fatalf("first session: %q", reason)
+	}
+	release()
+	f.s.mu.Lock()
+	ended := f.s.probedUntil[gpuKey(&f.snap.GPUs[0])]
+	f.s.mu.Unlock()
+
+	f.setSnap(&nvml.Snapshot{GPUs: []nvml.GPUState{busy}})
+	taken = ended.Add(utilizationWindow / 2)
+	_, release, reason = f.s.TryAcquire(1, nil)
+	if reason != "" {
+		t.Fatalf("a sample read half a second after the session: declined %q", reason)
+	}
+	release()
+	f.s.mu.Lock()
+	ended = f.s.probedUntil[gpuKey(&f.snap.GPUs[0])]
+	f.s.mu.Unlock()
+	taken = ended.Add(2 * utilizationWindow)
+	if _, _, reason = f.s.TryAcquire(1, nil); reason != SkipBusyUtilization {
+		t.Errorf("a sample read well after the session that shows work: %q, want %q", reason, SkipBusyUtilization)
+	}
+}
