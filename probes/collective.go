@@ -242,7 +242,7 @@ func MeasureCollectiveRound(ctx context.Context, m CollectiveMeasurer, o Collect
 		round.Transports = comm.Transports()
 		round.ContextSeconds = comm.Close()
 	}()
-	for _, c := range collectivesToRun(o.Collectives) {
+	for _, c := range inRunOrder(Collectives, o.Collectives) {
 		for _, size := range []int64{o.SizeBytes, o.SmallBytes} {
 			if ctx.Err() != nil {
 				return round
@@ -266,19 +266,6 @@ func MeasureCollectiveRound(ctx context.Context, m CollectiveMeasurer, o Collect
 		}
 	}
 	return round
-}
-
-func collectivesToRun(want []Collective) []Collective {
-	if len(want) == 0 {
-		return Collectives
-	}
-	var out []Collective
-	for _, c := range Collectives {
-		if slices.Contains(want, c) {
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 // sendRecvPairs is every pair of ranks once, lower to higher, in order.

@@ -139,7 +139,7 @@ func measureGPU(ctx context.Context, m Measurer, o Options) (g GPURound) {
 		return g
 	}
 	r := &gpuRound{dev: dev, o: o, g: &g}
-	for _, kind := range kindsToRun(o.Probes) {
+	for _, kind := range inRunOrder(Kinds, o.Probes) {
 		if ctx.Err() != nil {
 			break
 		}
@@ -155,14 +155,17 @@ type gpuRound struct {
 	g   *GPURound
 }
 
-func kindsToRun(want []Kind) []Kind {
+// inRunOrder is what of all want names, in all's order; all when want is
+// empty. Probe kinds and collectives both run in their lists' order
+// whatever order the flags named them in.
+func inRunOrder[T comparable](all, want []T) []T {
 	if len(want) == 0 {
-		return Kinds
+		return all
 	}
-	var out []Kind
-	for _, k := range Kinds {
-		if slices.Contains(want, k) {
-			out = append(out, k)
+	var out []T
+	for _, v := range all {
+		if slices.Contains(want, v) {
+			out = append(out, v)
 		}
 	}
 	return out
