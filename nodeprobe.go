@@ -39,9 +39,6 @@ func startNodeProbe(w *wiring, _ setting) {
 		w.err = err
 		return
 	}
-	if runner == nil {
-		w.logger.Info("the simulated node runs collectives over its own GPUs only: node-to-node sessions are declined as " + nodeprobe.ReasonUnavailable)
-	}
 	name, err := os.Hostname()
 	if err != nil {
 		w.logger.Warn("no host name to give node-to-node targets", "err", err)
@@ -60,13 +57,12 @@ func startNodeProbe(w *wiring, _ setting) {
 
 // collectiveRunner runs this node's part of a session: the collectives
 // child (`gpulink_exporter collectives`, NCCL over CUDA, the libraries and
-// NVLS setting of the flags) on a real node. The simulated node's
-// collectives model its own GPUs only, and refuse a round with ranks on
-// another node: under --sim nil, and every session is declined as
-// unavailable.
+// NVLS setting of the flags) on a real node, the simulated node's model of
+// its side (its GPUs' rail NICs) under --sim, so two simulated exporters
+// probe each other.
 func collectiveRunner(w *wiring) (probes.CollectiveRunner, error) {
 	if w.sim != nil {
-		return nil, nil
+		return w.sim.Runner(), nil
 	}
 	exe, err := os.Executable()
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/exporter-toolkit/web"
 
 	"github.com/gpulink/gpulink_exporter/internal/nodeprobe"
@@ -103,6 +106,151 @@ func TestNodeProbeRoutes(t *testing.T) {
 		cancel()
 		w.close()
 		node.Close()
+	}
+}
+
+// simExporter is one simulated exporter as main wires it, its routes on a
+// loopback server, and its fault file.
+type simExporter struct {
+	node   *sim.Node
+	faults string
+	srv    *httptest.Server
+}
+
+func startSimExporter(t *testing.T, profile string, args ...string) *simExporter {
+	t.Helper()
+	faults := filepath.Join(t.TempDir(), "faults.yml")
+	l := newCLI()
+	command, err := l.app.Parse(append([]string{"--sim=" + profile, "--sim.faults=" + faults}, args...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.validate(command, quiet); err != nil {
+		t.Fatal(err)
+	}
+	node, err := sim.Start(sim.Config{Profile: l.cfg.sim, FaultsFile: faults, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &wiring{ctx: ctx, cfg: l.cfg, logger: quiet, reg: scrape.NewRegistry(), fsys: node.FS(), newNVML: node.NVML, sim: node}
+	if err := w.startSources(); err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	for _, r := range w.routes {
+		mux.Handle(r.path, r.handler)
+	}
+	e := &simExporter{node: node, faults: faults, srv: httptest.NewServer(mux)}
+	t.Cleanup(func() {
+		e.srv.Close()
+		cancel()
+		w.close()
+		node.Close()
+	})
+	return e
+}
+
+// probe asks the exporter to probe target as Prometheus does, and parses
+// the answer.
+func (e *simExporter) probe(t *testing.T, target *simExporter) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get(e.srv.URL + nodeprobe.ProbePath + "?target=" + strings.TrimPrefix(target.srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/probe: %s", resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mfs
+}
+
+// gauge is the value of name's series with labels (name, value pairs),
+// and whether there is one.
+func gauge(mfs map[string]*dto.MetricFamily, name string, labels ...string) (float64, bool) {
+	for _, m := range mfs[name].GetMetric() {
+		match := len(m.GetLabel())*2 == len(labels)
+		for i, l := range m.GetLabel() {
+			match = match && l.GetName() == labels[2*i] && l.GetValue() == labels[2*i+1]
+		}
+		if match {
+			return m.GetGauge().GetValue(), true
+		}
+	}
+	return 0, false
+}
+
+// Two simulated exporters probe each other through the real wiring: the
+// simulated node's runner on both sides, each modelling its own GPU's
+// rail NIC (a 400 Gb/s ConnectX-7, 50 GB/s, of which NCCL's network
+// transport gets 0.8). A port of the prober's rail NIC down fails the
+// session; a target-side NIC fault is the target's to report.
+func TestNodeProbeBetweenSimulatedNodes(t *testing.T) {
+	// --probe.policy=always: the profile's GPU 0 runs a job, and the
+	// session takes the first GPU the policy allows.
+	args := []string{"--probe.policy=always", "--node-probe.enabled", "--node-probe.min-interval=0"}
+	prober, target := startSimExporter(t, "dgx-h100", args...), startSimExporter(t, "dgx-h100", args...)
+
+	// The first answers may come before the first NVML, topology and NIC
+	// samples: declined, or without what the path should carry.
+	var mfs map[string]*dto.MetricFamily
+	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+		mfs = prober.probe(t, target)
+		ok, _ := gauge(mfs, "probe_success")
+		_, expected := gauge(mfs, "gpulink_node_probe_expected_bus_bandwidth_bytes_per_second", "collective", "send_recv", "gpu", "0")
+		if ok == 1 && expected {
+			break
+		}
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("no successful probe with its expectation within 20s; the last: %v", mfs)
+		}
+	}
+	for _, c := range []struct{ collective, gpu string }{{"send_recv", "0"}, {"all_reduce", "all"}} {
+		bw, _ := gauge(mfs, "gpulink_node_probe_bus_bandwidth_bytes_per_second", "collective", c.collective, "gpu", c.gpu)
+		want, _ := gauge(mfs, "gpulink_node_probe_expected_bus_bandwidth_bytes_per_second", "collective", c.collective, "gpu", c.gpu)
+		ratio, _ := gauge(mfs, "gpulink_node_probe_bus_bandwidth_ratio", "collective", c.collective, "gpu", c.gpu)
+		if bw < 39e9 || bw > 41e9 || want != 50e9 || ratio < 0.78 || ratio > 0.82 {
+			t.Errorf("%s gpu=%s: %.4g B/s, expected %.4g, ratio %.3g; want about 40e9 of 50e9", c.collective, c.gpu, bw, want, ratio)
+		}
+	}
+	if lat, _ := gauge(mfs, "gpulink_node_probe_latency_seconds", "collective", "send_recv", "gpu", "0"); lat <= 0 || lat > 100e-6 {
+		t.Errorf("send_recv latency %g s", lat)
+	}
+	// Ring and send/recv, both nodes' ranks: 4 channels each way.
+	if n, _ := gauge(mfs, "gpulink_node_probe_channels", "transport", "net"); n != 8 || len(mfs["gpulink_node_probe_channels"].GetMetric()) != 1 {
+		t.Errorf("channels %v, want 8 over net only", mfs["gpulink_node_probe_channels"])
+	}
+
+	// The prober's GPU 0 sends through mlx5_0: down, nothing goes.
+	if err := os.WriteFile(prober.faults, []byte("faults:\n- {kind: nic_down, device: mlx5_0}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The node reads its fault file and writes its tree on its tick.
+	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+		mfs = prober.probe(t, target)
+		if ok, _ := gauge(mfs, "probe_success"); ok == 0 {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("probe_success still 1 10s after the prober's rail port went down")
+		}
+	}
+	if v, _ := gauge(mfs, "gpulink_node_probe_failure_info", "reason", nodeprobe.ReasonNCCLError); v != 1 {
+		t.Errorf("failure %v, want nccl_error", mfs["gpulink_node_probe_failure_info"])
+	}
+	if _, ok := gauge(mfs, "gpulink_node_probe_bus_bandwidth_bytes_per_second", "collective", "send_recv", "gpu", "0"); ok {
+		t.Error("a send_recv bandwidth from a GPU whose NIC is down")
+	}
+	// The other way round the failed port is on the target, which
+	// reports no send: the prober's own side is healthy.
+	if ok, _ := gauge(target.probe(t, prober), "probe_success"); ok != 1 {
+		t.Errorf("probe_success %g from the healthy node", ok)
 	}
 }
 

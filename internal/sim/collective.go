@@ -23,6 +23,9 @@ import (
 // host memory where a pair has no NVLink; and where an nccl_transport
 // fault is in force, host shared memory or the network at the GPUs'
 // nearest NICs' rates, as NCCL falls back when peer to peer is refused.
+// A communicator with ranks in another process (a node-to-node session)
+// adds each local GPU's link to the other node (nodetonode.go); this
+// process models, and reports, only what its own GPUs do.
 
 // ncclVersionCode is what the modelled child's NCCL reports: 2.27.3.
 const ncclVersionCode = 22703
@@ -101,12 +104,13 @@ type collectiveMeasurer struct {
 func (*collectiveMeasurer) NCCLVersion() int { return ncclVersionCode }
 
 // OpenComm finds every GPU in the NVML sample, as the child finds them by
-// PCI address. The simulated node has no other node to join: every rank
-// is one of its GPUs.
-func (ms *collectiveMeasurer) OpenComm(_ context.Context, o probes.CollectiveOptions, _ chan<- string) (probes.Communicator, error) {
-	if o.Ranks != len(o.GPUs) || o.FirstRank != 0 || o.UniqueID != "" {
-		return nil, fmt.Errorf("the simulated node runs collectives over its own GPUs only: %d ranks from %d, %d GPUs here",
-			o.Ranks, o.FirstRank, len(o.GPUs))
+// PCI address. With ranks in another process it first makes the unique id
+// and hands it out, or takes the one given, as the child does.
+func (ms *collectiveMeasurer) OpenComm(ctx context.Context, o probes.CollectiveOptions, ids chan<- string) (probes.Communicator, error) {
+	if o.Ranks > len(o.GPUs) {
+		if err := openPeers(ctx, o, ids); err != nil {
+			return nil, err
+		}
 	}
 	c := &comm{r: ms.r, o: o, snap: ms.snap, topo: ms.topo, faults: ms.r.n.Faults(), channels: map[probes.Transport]bool{}}
 	for _, addr := range o.GPUs {
@@ -126,6 +130,9 @@ func (ms *collectiveMeasurer) OpenComm(_ context.Context, o probes.CollectiveOpt
 		c.gpus = append(c.gpus, g)
 	}
 	c.links = c.pairLinks()
+	if o.Ranks > len(o.GPUs) {
+		c.net = c.netLinks()
+	}
 	return c, nil
 }
 
@@ -133,10 +140,24 @@ func (ms *collectiveMeasurer) OpenComm(_ context.Context, o probes.CollectiveOpt
 type link struct {
 	kind string
 	rate float64 // bytes per second one direction; 0 when no path
+	// why there is no path, where rate is 0 and that is known.
+	why string
+	// details are NCCL's names of the connection, channel by channel in
+	// turn; none: the kind's usual one.
+	details []string
 }
 
-// comm is the simulated communicator: the GPUs in rank order and the link
-// between each pair.
+// detail is NCCL's name for the connection on channel ch.
+func (l link) detail(ch int) string {
+	if len(l.details) == 0 {
+		return transportDetail[l.kind]
+	}
+	return l.details[ch%len(l.details)]
+}
+
+// comm is the simulated communicator: this process's GPUs in rank order
+// from o.FirstRank, the link between each pair of them and, when other
+// ranks are another node's, each one's link to that node.
 type comm struct {
 	r      *Runner
 	o      probes.CollectiveOptions
@@ -145,6 +166,7 @@ type comm struct {
 	faults []Fault
 	gpus   []*nvml.GPUState
 	links  [][]link
+	net    []link
 
 	// What the round has done so far: the connections made, GPU seconds,
 	// the most device memory held at once.
@@ -176,19 +198,19 @@ func (c *comm) pairLinks() [][]link {
 					if nics == nil {
 						nics = c.nicRates()
 					}
-					out[i][j] = link{probes.TransportNet, min(nics[a.PCIBusID], nics[b.PCIBusID]) * netEfficiency}
+					out[i][j] = link{kind: probes.TransportNet, rate: min(nics[a.PCIBusID], nics[b.PCIBusID]) * netEfficiency}
 					continue
 				}
-				out[i][j] = link{probes.TransportSHM, min(shmBytesPerSecond, host[i], host[j])}
+				out[i][j] = link{kind: probes.TransportSHM, rate: min(shmBytesPerSecond, host[i], host[j])}
 				continue
 			}
 			switch {
 			case a.Index < len(nvlinks) && b.Index < len(nvlinks[a.Index]) && nvlinks[a.Index][b.Index] > 0:
-				out[i][j] = link{probes.TransportP2P, paths[i].PeerBytesPerSecond[b.PCIBusID] * nvlinkCollectiveEfficiency}
+				out[i][j] = link{kind: probes.TransportP2P, rate: paths[i].PeerBytesPerSecond[b.PCIBusID] * nvlinkCollectiveEfficiency}
 			case c.p2pWrite(a.Index, b.Index):
-				out[i][j] = link{probes.TransportP2P, min(host[i], host[j]) * pcieP2PEfficiency}
+				out[i][j] = link{kind: probes.TransportP2P, rate: min(host[i], host[j]) * pcieP2PEfficiency}
 			default:
-				out[i][j] = link{probes.TransportSHM, min(shmBytesPerSecond, host[i], host[j])}
+				out[i][j] = link{kind: probes.TransportSHM, rate: min(shmBytesPerSecond, host[i], host[j])}
 			}
 		}
 	}
@@ -246,79 +268,112 @@ func (c *comm) nicRates() map[string]float64 {
 	return out
 }
 
-// slowest is the slowest link among the ranks, with its ranks; rate 0
-// where a pair has no path.
-func (c *comm) slowest() (link, int, int) {
-	best, from, to := link{}, -1, -1
-	for i := range c.links {
-		for j := range c.links[i] {
-			if l := c.links[i][j]; i != j && (from < 0 || l.rate < best.rate) {
-				best, from, to = l, i, j
+// local is the index among this process's GPUs of rank, if it is one of
+// theirs.
+func (c *comm) local(rank int) (int, bool) {
+	i := rank - c.o.FirstRank
+	return i, i >= 0 && i < len(c.gpus)
+}
+
+// linkFrom is the link from this process's GPU i to rank to.
+func (c *comm) linkFrom(i, to int) link {
+	if j, ok := c.local(to); ok {
+		return c.links[i][j]
+	}
+	return c.net[i]
+}
+
+// outgoing calls f with every link from one of this process's ranks to
+// another rank, and the two ranks: what this process knows of the
+// communicator.
+func (c *comm) outgoing(f func(l link, from, to int)) {
+	for i := range c.gpus {
+		from := c.o.FirstRank + i
+		for to := range c.o.Ranks {
+			if to != from {
+				f(c.linkFrom(i, to), from, to)
 			}
 		}
 	}
+}
+
+// slowest is the slowest link from this process's ranks, with its ranks;
+// rate 0 where a pair has no path.
+func (c *comm) slowest() (link, int, int) {
+	best, from, to := link{}, -1, -1
+	c.outgoing(func(l link, a, b int) {
+		if from < 0 || l.rate < best.rate {
+			best, from, to = l, a, b
+		}
+	})
 	return best, from, to
 }
 
 // worstLatency is the most latency any of the links' transports adds.
 func (c *comm) worstLatency() float64 {
 	worst := 0.0
-	for i := range c.links {
-		for j := range c.links[i] {
-			if i != j {
-				worst = max(worst, transportLatency[c.links[i][j].kind])
-			}
-		}
-	}
+	c.outgoing(func(l link, _, _ int) { worst = max(worst, transportLatency[l.kind]) })
 	return worst
 }
 
+// noPath is NCCL's failure on a link without a path.
+func noPath(l link, from, to int) error {
+	err := fmt.Errorf("ncclSystemError: no %s path from rank %d to rank %d", l.kind, from, to)
+	if l.why != "" {
+		err = fmt.Errorf("%w: %s", err, l.why)
+	}
+	return err
+}
+
 // Collective times op over every rank: nccl-tests' size over the slowest
-// link, scaled by the bus factor (what each rank's link carries), plus
-// the operation's latency.
+// link from this process's ranks, scaled by the bus factor over all the
+// ranks (what each rank's link carries), plus the operation's latency.
+// This process connects its own ranks: to the next in the ring, or to
+// every other for the all-to-all.
 func (c *comm) Collective(op probes.Collective, size int64) (probes.Measured, error) {
 	l, from, to := c.slowest()
 	if l.rate <= 0 {
-		return probes.Measured{}, fmt.Errorf("ncclSystemError: no %s path from rank %d to rank %d", l.kind, from, to)
+		return probes.Measured{}, noPath(l, from, to)
 	}
-	n := len(c.gpus)
+	n := c.o.Ranks
 	c.hold(op, size)
-	if op == probes.AllToAll {
-		for i := range n {
-			for j := range n {
-				if i != j {
-					c.connect(i, j)
-				}
-			}
+	c.outgoing(func(l link, from, to int) {
+		if op == probes.AllToAll || to == (from+1)%n {
+			c.connect(from, to, l)
 		}
-	} else {
-		for i := range n {
-			c.connect(i, (i+1)%n) // the ring
-		}
-	}
+	})
 	seconds := collectiveLatency[op] + c.worstLatency() + float64(size)*probes.BusFactor(op, n)/l.rate
 	return c.timed(seconds), nil
 }
 
 // SendRecv times rank from sending size bytes to rank to over their link.
+// A process holding only the receiver times its side through its own
+// link to the sender's node; one holding neither returns at once.
 func (c *comm) SendRecv(from, to int, size int64) (probes.Measured, error) {
-	if from < 0 || to < 0 || from >= len(c.gpus) || to >= len(c.gpus) || from == to {
-		return probes.Measured{}, fmt.Errorf("ncclInvalidArgument: send/recv from rank %d to rank %d of %d", from, to, len(c.gpus))
+	if from < 0 || to < 0 || from >= c.o.Ranks || to >= c.o.Ranks || from == to {
+		return probes.Measured{}, fmt.Errorf("ncclInvalidArgument: send/recv from rank %d to rank %d of %d", from, to, c.o.Ranks)
 	}
-	l := c.links[from][to]
+	var l link
+	if i, ok := c.local(from); ok {
+		l = c.linkFrom(i, to)
+	} else if j, ok := c.local(to); ok {
+		l = c.net[j]
+	} else {
+		return probes.Measured{}, nil
+	}
 	if l.rate <= 0 {
-		return probes.Measured{}, fmt.Errorf("ncclSystemError: no %s path from rank %d to rank %d", l.kind, from, to)
+		return probes.Measured{}, noPath(l, from, to)
 	}
 	c.hold(probes.SendRecv, size)
-	c.connect(from, to)
+	c.connect(from, to, l)
 	return c.timed(collectiveLatency[probes.SendRecv] + transportLatency[l.kind] + float64(size)/l.rate), nil
 }
 
-// connect notes the channels NCCL connects rank from to rank to with.
-func (c *comm) connect(from, to int) {
-	kind := c.links[from][to].kind
-	for ch := range channelsOf[kind] {
-		c.channels[probes.Transport{Channel: ch, FromRank: from, ToRank: to, Kind: kind, Detail: transportDetail[kind]}] = true
+// connect notes the channels NCCL connects rank from to rank to with,
+// over l.
+func (c *comm) connect(from, to int, l link) {
+	for ch := range channelsOf[l.kind] {
+		c.channels[probes.Transport{Channel: ch, FromRank: from, ToRank: to, Kind: l.kind, Detail: l.detail(ch)}] = true
 	}
 }
 
@@ -336,7 +391,7 @@ func (c *comm) timed(seconds float64) probes.Measured {
 func (c *comm) hold(op probes.Collective, size int64) {
 	mem := 2 * size
 	if op == probes.AllGather || op == probes.ReduceScatter {
-		mem = size + size/int64(len(c.gpus))
+		mem = size + size/int64(c.o.Ranks)
 	}
 	c.devMem = max(c.devMem, mem)
 }

@@ -220,7 +220,8 @@ func TestCollectivesRefused(t *testing.T) {
 		edit func(*probes.CollectiveOptions)
 		want string
 	}{
-		{"another node", func(o *probes.CollectiveOptions) { o.Ranks = 16 }, "own GPUs only"},
+		// Ranks on another node and no one to hand the unique id to.
+		{"another node", func(o *probes.CollectiveOptions) { o.Ranks = 16 }, "8 of 16 ranks are in other processes"},
 		{"unknown GPU", func(o *probes.CollectiveOptions) { o.GPUs[1] = "0000:42:00.0" }, "no CUDA device with PCI bus id 0000:42:00.0"},
 		// One address in two forms: the child normalises them as NVML does.
 		{"GPU twice", func(o *probes.CollectiveOptions) { o.GPUs[1] = strings.ToUpper(o.GPUs[5]) }, "0000:ab:00.0 given twice"},

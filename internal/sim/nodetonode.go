@@ -1,0 +1,160 @@
+package sim
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"slices"
+
+	"github.com/gpulink/gpulink_exporter/internal/nic"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/numa"
+	"github.com/gpulink/gpulink_exporter/probes"
+	"github.com/gpulink/gpulink_exporter/probes/nccl"
+)
+
+// This node's part of a node-to-node session: a communicator whose other
+// ranks are another process's, on another node. The two simulated
+// processes never meet (the unique id is made and handed over as the
+// child's is, then each side goes on alone), so each models its own part
+// from its own node: what leaves one of its GPUs for the other node goes
+// through the GPU's rail NICs, at netEfficiency of their ports' rate, and
+// fails where one of those ports is down. What the other node's NICs do is
+// the other node's model: a fault there shows in the results that node's
+// process reports (the send/recv it sends), not in this one's.
+
+// openPeers makes or takes the unique id the other process joins with,
+// as the collectives child does: rank 0's process makes it and sends it
+// on ids before initialising, any other is given it.
+func openPeers(ctx context.Context, o probes.CollectiveOptions, ids chan<- string) error {
+	if o.UniqueID != "" {
+		_, err := nccl.ParseUniqueID(o.UniqueID) // checked by Validate too; the child parses it again
+		return err
+	}
+	if ids == nil {
+		return fmt.Errorf("%d of %d ranks are in other processes, and there is no one to hand them the unique id", o.Ranks-len(o.GPUs), o.Ranks)
+	}
+	var id nccl.UniqueID
+	_, _ = rand.Read(id[:]) // never fails: crypto/rand aborts the program instead
+	select {
+	case ids <- id.String():
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("handing out the unique id: %w", context.Cause(ctx))
+	}
+}
+
+// netLinks are, for each of this process's GPUs, its link to the ranks on
+// the other node: NCCL's network transport through the GPU's rail NICs.
+// The ports are read through the exporter's own NIC reader, so nic_rate,
+// nic_down and a flapping port in its down phase show.
+func (c *comm) netLinks() []link {
+	out := make([]link, len(c.gpus))
+	ports, err := (&nic.Reader{FS: c.r.n.fs}).Sample(context.Background())
+	for i, g := range c.gpus {
+		switch nics := c.railNICs(g); {
+		case len(nics) == 0:
+			out[i] = link{kind: probes.TransportNet, why: "no NIC near GPU " + g.PCIBusID}
+		case ports == nil:
+			out[i] = link{kind: probes.TransportNet, why: fmt.Sprintf("the NIC ports cannot be read: %v", err)}
+		default:
+			out[i] = c.railLink(nics, ports)
+		}
+	}
+	return out
+}
+
+// railNICs are the NICs NCCL sends g's traffic to another node through,
+// in address order: of the NICs nearest g, g's share among the GPUs as
+// near to them, as NCCL's ncclTopoGetLocalNet deals them out (the k-th of
+// m such GPUs takes ceil(nets/m) of them from the k-th share on). A DGX
+// H100's switch holds two GPUs and two NICs: one NIC each, a rail. A p5's
+// tray holds one GPU and four EFAs: all four. None without a topology or
+// a NIC.
+func (c *comm) railNICs(g *nvml.GPUState) []*numa.PCIDevice {
+	if c.topo == nil {
+		return nil
+	}
+	d := c.topo.Device(nvml.NormalizeBusID(g.PCIBusID))
+	if d == nil {
+		return nil
+	}
+	nearest, _ := c.topo.NearestNICs(d)
+	if len(nearest) == 0 {
+		return nil
+	}
+	// The GPUs as near the first of those NICs as any GPU is, in address
+	// order (topo.GPUs is).
+	var sharing []*numa.PCIDevice
+	for _, o := range c.topo.GPUs {
+		switch p := c.topo.Path(o, nearest[0]); {
+		case len(sharing) == 0 || p < c.topo.Path(sharing[0], nearest[0]):
+			sharing = []*numa.PCIDevice{o}
+		case p == c.topo.Path(sharing[0], nearest[0]):
+			sharing = append(sharing, o)
+		}
+	}
+	k := max(slices.Index(sharing, d), 0)
+	per := (len(nearest) + len(sharing) - 1) / len(sharing)
+	out := make([]*numa.PCIDevice, 0, per)
+	for j := range per {
+		out = append(out, nearest[(k*per+j)%len(nearest)])
+	}
+	return out
+}
+
+// railLink is the link through nics: netEfficiency of the rate of their
+// ports, RDMA ports or, on a function that has none, its network
+// interfaces (NCCL's socket transport). A port known to be down leaves no
+// path: NCCL's channels over that NIC fail, and with them the operation.
+func (c *comm) railLink(nics []*numa.PCIDevice, ports *nic.Snapshot) link {
+	l := link{kind: probes.TransportNet}
+	total := 0.0
+	for _, n := range nics {
+		rate, plugin, found := 0.0, "IB", false // found: n has RDMA ports
+		for i := range ports.Ports {
+			p := &ports.Ports[i]
+			if !slices.Contains(n.RDMANames, p.Device) {
+				continue
+			}
+			found = true
+			if up := p.Up(); up.Valid && !up.V {
+				return link{kind: probes.TransportNet, why: fmt.Sprintf("%s port %d is down", p.Device, p.Port)}
+			}
+			if p.RateBytes.Valid {
+				rate += p.RateBytes.V
+			}
+			if p.Kind == nic.RDMAEFA {
+				plugin = "AWS Libfabric"
+			}
+		}
+		if !found {
+			plugin = "Socket"
+			for i := range ports.Interfaces {
+				f := &ports.Interfaces[i]
+				if f.PCIAddress != n.Address {
+					continue
+				}
+				if up := f.Up(); up.Valid && !up.V {
+					return link{kind: probes.TransportNet, why: fmt.Sprintf("%s is down", f.Name)}
+				}
+				if f.SpeedBytes.Valid {
+					rate += f.SpeedBytes.V
+				}
+			}
+		}
+		total += rate
+		// NCCL numbers its network devices; here a NIC's place among the
+		// node's stands in for that number.
+		detail := fmt.Sprintf("NET/%s/%d", plugin, slices.Index(c.topo.NICs, n))
+		if found {
+			detail += "/GDRDMA"
+		}
+		l.details = append(l.details, detail)
+	}
+	if total <= 0 {
+		l.why = "no rate known for the ports of " + nics[0].Name()
+	}
+	l.rate = total * netEfficiency
+	return l
+}
