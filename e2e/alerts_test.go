@@ -23,34 +23,60 @@ import (
 // instance (a node-wide alert is its name alone). Every fault sits on its
 // own GPU, NIC or bridge, or on one whose other fault raises a different
 // alert, so each alert names its fault.
+//
+// probed are the alerts of the node-to-node probe the DGX runs as prober,
+// whose instance is the node it probes (the p5); the p5's probe of the
+// DGX stays healthy, as the p5's model of its own side does not see the
+// DGX's NICs. rounds is how many of the node's collective rounds (one
+// after each probe pass) an alert needs after the fault; none: one.
 var injected = []struct {
 	fault  string
 	alerts []string
+	probed []string
+	rounds int
 }{
 	// GPU 0 runs a job (the profile's pid 4242), so its probe rounds are
 	// contended: the x8 link shows in the width read under load, and its
 	// low host copies, which a job's own traffic would explain as well,
 	// fire no GPUProbeHostBandwidthLow (the test fails on one that does).
-	{`{kind: pcie_width, gpu: 0, width: 8}`, []string{"GPUPCIeLinkDowntrained gpu=0"}},
-	{`{kind: pcie_generation, gpu: 1, generation: 3}`, []string{"GPUPCIeLinkDowntrained gpu=1", "GPUProbeHostBandwidthLow gpu=1"}},
-	{`{kind: nvlink_down, gpu: 2, link: 5}`, []string{"GPUNVLinkDown gpu=2"}},
-	{`{kind: nvlink_errors, gpu: 3, link: 2, per_second: 50}`, []string{"GPUNVLinkErrors gpu=3"}},
-	{`{kind: process_far_socket, gpu: 3}`, []string{"GPUProcessCrossNUMA gpu=3"}},
-	{`{kind: throttle, gpu: 4, reason: hw_thermal_slowdown}`, []string{"GPUThrottled gpu=4"}},
-	{`{kind: xid, gpu: 5, code: 79}`, []string{"GPUXIDResetRequired gpu=5"}},
-	{`{kind: probe_bandwidth, gpu: 5, probe: peer_copy, fraction: 0.5}`, []string{"GPUProbePeerBandwidthLow gpu=5"}},
-	{`{kind: probe_bandwidth, gpu: 6, probe: host_to_device, fraction: 0.5}`, []string{"GPUProbeHostBandwidthLow gpu=6"}},
-	{`{kind: probe_latency, gpu: 7, probe: host_latency, factor: 3}`, []string{"GPUProbeLatencyHigh gpu=7"}},
-	{`{kind: fabric_down, gpu: 6}`, []string{"GPUFabricNotCompleted gpu=6"}},
-	{`{kind: recovery_action, gpu: 7, action: 1}`, []string{"GPURecoveryActionRequired gpu=7"}},
+	{`{kind: pcie_width, gpu: 0, width: 8}`, []string{"GPUPCIeLinkDowntrained gpu=0"}, nil, 0},
+	{`{kind: pcie_generation, gpu: 1, generation: 3}`, []string{"GPUPCIeLinkDowntrained gpu=1", "GPUProbeHostBandwidthLow gpu=1"}, nil, 0},
+	{`{kind: nvlink_down, gpu: 2, link: 5}`, []string{"GPUNVLinkDown gpu=2"}, nil, 0},
+	{`{kind: nvlink_errors, gpu: 3, link: 2, per_second: 50}`, []string{"GPUNVLinkErrors gpu=3"}, nil, 0},
+	{`{kind: process_far_socket, gpu: 3}`, []string{"GPUProcessCrossNUMA gpu=3"}, nil, 0},
+	{`{kind: throttle, gpu: 4, reason: hw_thermal_slowdown}`, []string{"GPUThrottled gpu=4"}, nil, 0},
+	{`{kind: xid, gpu: 5, code: 79}`, []string{"GPUXIDResetRequired gpu=5"}, nil, 0},
+	{`{kind: probe_bandwidth, gpu: 5, probe: peer_copy, fraction: 0.5}`, []string{"GPUProbePeerBandwidthLow gpu=5"}, nil, 0},
+	{`{kind: probe_bandwidth, gpu: 6, probe: host_to_device, fraction: 0.5}`, []string{"GPUProbeHostBandwidthLow gpu=6"}, nil, 0},
+	{`{kind: probe_latency, gpu: 7, probe: host_latency, factor: 3}`, []string{"GPUProbeLatencyHigh gpu=7"}, nil, 0},
+	{`{kind: fabric_down, gpu: 6}`, []string{"GPUFabricNotCompleted gpu=6"}, nil, 0},
+	{`{kind: recovery_action, gpu: 7, action: 1}`, []string{"GPURecoveryActionRequired gpu=7"}, nil, 0},
 	// GPU 1's downstream port (17:04.0) redirects peer traffic; the node
 	// loses its only way into GPU memory for its InfiniBand ports.
-	{`{kind: acs_redirect, gpu: 1}`, []string{"PCIeACSRedirectOnGPUPath pci_bus_id=0000:17:04.0"}},
-	{`{kind: peermem_missing}`, []string{"GPUDirectRDMAUnavailable"}},
-	{`{kind: nic_rate, device: mlx5_0, fraction: 0.5}`, []string{"NICPortRateDegraded device=mlx5_0"}},
-	{`{kind: nic_down, device: mlx5_1}`, []string{"NICPortDown device=mlx5_1"}},
-	{`{kind: nic_flapping, device: mlx5_2, period: 3s}`, []string{"NICPortFlapping device=mlx5_2"}},
-	{`{kind: nic_symbol_errors, device: mlx5_3, per_second: 5}`, []string{"NICPortErrors device=mlx5_3"}},
+	{`{kind: acs_redirect, gpu: 1}`, []string{"PCIeACSRedirectOnGPUPath pci_bus_id=0000:17:04.0"}, nil, 0},
+	{`{kind: peermem_missing}`, []string{"GPUDirectRDMAUnavailable"}, nil, 0},
+	// GPU 1's rail NIC: GPU 1 is not in the node-to-node session, which
+	// takes GPU 0 (the first the policy allows), so no probe notices.
+	{`{kind: nic_rate, device: mlx5_1, fraction: 0.5}`, []string{"NICPortRateDegraded device=mlx5_1"}, nil, 0},
+	// GPU 0's rail NIC: what GPU 0 sends to the p5 has no path, and the
+	// DGX's probes of the p5 fail (nccl_error) until none in the window
+	// succeeded.
+	{`{kind: nic_down, device: mlx5_0}`, []string{"NICPortDown device=mlx5_0"}, []string{"GpulinkNodeProbeFailing"}, 0},
+	{`{kind: nic_flapping, device: mlx5_2, period: 3s}`, []string{"NICPortFlapping device=mlx5_2"}, nil, 0},
+	{`{kind: nic_symbol_errors, device: mlx5_3, per_second: 5}`, []string{"NICPortErrors device=mlx5_3"}, nil, 0},
+	// NCCL connects GPU 7 through host memory: every pair with it on the
+	// wrong transport (each from-GPU names its alerts: 7 sends to every
+	// GPU, every GPU to 7 in the all-to-all), its send/recv pairs (lower
+	// GPU to higher) far below the node's median pair, and every
+	// collective over all eight GPUs at 20 GB/s, in two rounds running.
+	{`{kind: nccl_transport, transport: shm, gpus: [7]}`, []string{
+		"GpulinkCollectiveWrongTransport gpu=0", "GpulinkCollectiveWrongTransport gpu=1", "GpulinkCollectiveWrongTransport gpu=2",
+		"GpulinkCollectiveWrongTransport gpu=3", "GpulinkCollectiveWrongTransport gpu=4", "GpulinkCollectiveWrongTransport gpu=5",
+		"GpulinkCollectiveWrongTransport gpu=6", "GpulinkCollectiveWrongTransport gpu=7",
+		"GpulinkSendRecvPairSlow gpu=0", "GpulinkSendRecvPairSlow gpu=1", "GpulinkSendRecvPairSlow gpu=2", "GpulinkSendRecvPairSlow gpu=3",
+		"GpulinkSendRecvPairSlow gpu=4", "GpulinkSendRecvPairSlow gpu=5", "GpulinkSendRecvPairSlow gpu=6",
+		"GpulinkCollectiveBusBandwidthLow",
+	}, nil, 2},
 }
 
 const (
@@ -85,18 +111,32 @@ func TestAlertsEndToEnd(t *testing.T) {
 	faults := filepath.Join(dir, "faults.yml")
 	writeFile(t, faults, "faults: []\n")
 	dgx, p5 := freeAddr(t), freeAddr(t)
+	// A collective round after every probe pass: the interval shorter
+	// than a pass's, and each round's GPU time too (a round is followed
+	// by at least its GPU time over --probe.max-duty): one sample of 5
+	// iterations, where a round over host memory would otherwise take
+	// 10 s of each GPU's time at the default 5 warm-up, 20 iterations
+	// and 3 samples. Node-to-node sessions as often as Prometheus asks.
 	common := []string{"--probe.policy=always", "--probe.interval=" + probeEvery.String(), "--probe.first-delay=0",
-		"--probe.max-duty=1", "--nvml.interval=1s", "--nvml.slow-interval=1s", "--nic.interval=1s", "--topology.interval=1s", "--process.interval=1s"}
+		"--probe.max-duty=1", "--nvml.interval=1s", "--nvml.slow-interval=1s", "--nic.interval=1s", "--topology.interval=1s", "--process.interval=1s",
+		"--collective.interval=1s", "--collective.warmup=1", "--collective.iterations=5", "--collective.samples=1",
+		"--node-probe.enabled", "--node-probe.min-interval=1s"}
 	start(t, dir, "exporter-dgx", bin, append([]string{"--sim=dgx-h100", "--sim.faults=" + faults, "--web.listen-address=" + dgx}, common...)...)
 	start(t, dir, "exporter-p5", bin, append([]string{"--sim=aws-p5", "--web.listen-address=" + p5}, common...)...)
 	waitHTTP(t, "http://"+dgx+"/metrics", 30*time.Second)
 	waitHTTP(t, "http://"+p5+"/metrics", 30*time.Second)
-	s := startStack(t, dir, prometheus, alertmanager, filepath.Join(dir, "rules.yml"), []string{dgx, p5})
+	// A ring of two: each node probes the other, every 3 s and every
+	// 4 s, so that their sessions do not meet each time (see startStack).
+	s := startStack(t, dir, prometheus, alertmanager, filepath.Join(dir, "rules.yml"), []string{dgx, p5},
+		[]probePair{{prober: dgx, target: p5, every: 3 * time.Second}, {prober: p5, target: dgx, every: 4 * time.Second}})
 	ctx := context.Background()
 
-	// Healthy: both nodes run with probes, nothing may fire.
+	// Healthy: both nodes run with probes, collective rounds and
+	// node-to-node probes; nothing may fire.
 	waitFor(t, 30*time.Second, "both targets up and probed", func() (bool, error) {
-		v, err := s.query(ctx, `count(up{job="gpulink"} == 1) == 2 and count(count by (instance) (gpulink_probe_bandwidth_bytes_per_second)) == 2`)
+		v, err := s.query(ctx, `count(up{job="gpulink"} == 1) == 2 and count(count by (instance) (gpulink_probe_bandwidth_bytes_per_second)) == 2
+			and count(count by (instance) (gpulink_collective_bus_bandwidth_bytes_per_second)) == 2
+			and count(max_over_time(probe_success{job=~"gpulink-node-probe-.*"}[10s]) == 1) == 2`)
 		return len(v) == 1, err
 	})
 	time.Sleep(healthyFor)
@@ -109,21 +149,25 @@ func TestAlertsEndToEnd(t *testing.T) {
 	t.Run("DashboardQueriesReturnData", func(t *testing.T) { checkDashboards(t, s, dgx) })
 
 	// Faults: each expected alert must fire within its for: plus two
-	// source intervals, the plumbing and the time its short windows take
-	// to fill (a rate over 10m, 20 s here).
+	// source intervals (one more for each collective round past the
+	// first it needs: a round runs after a probe pass), the plumbing and
+	// the time its short windows take to fill (a rate over 10m, 20 s
+	// here; the node-to-node probes' 30m, 60 s).
 	var text strings.Builder
 	text.WriteString("faults:\n")
 	want := map[string]time.Duration{}
 	for _, f := range injected {
 		text.WriteString("- " + f.fault + "\n")
-		for _, a := range f.alerts {
-			name := strings.Fields(a)[0]
-			tm, ok := timings[name]
-			if !ok {
-				t.Fatalf("the rules have no alert %s", name)
+		for instance, alerts := range map[string][]string{dgx: f.alerts, p5: f.probed} {
+			for _, a := range alerts {
+				name := strings.Fields(a)[0]
+				tm, ok := timings[name]
+				if !ok {
+					t.Fatalf("the rules have no alert %s", name)
+				}
+				key := name + " " + instance + strings.TrimPrefix(a, name)
+				want[key] = tm.For + tm.Fill + time.Duration(1+max(f.rounds, 1))*probeEvery + plumbing
 			}
-			key := name + " " + dgx + strings.TrimPrefix(a, name)
-			want[key] = tm.For + tm.Fill + 2*probeEvery + plumbing
 		}
 	}
 	injectedAt := time.Now()

@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpulink/gpulink_exporter/deploy"
 	"github.com/prometheus/common/model"
 	yaml "go.yaml.in/yaml/v2"
+
+	"github.com/gpulink/gpulink_exporter/deploy"
 )
 
 // The rules are written with production durations (for: 15m, [10m],
