@@ -60,6 +60,9 @@ type fakeRunner struct {
 	// block, when set, holds every operation until ctx ends: a hung
 	// communicator.
 	block bool
+	// solo measures without waiting for the other node, as the simulated
+	// node's model does: it has results even when the target declined.
+	solo bool
 
 	mu        sync.Mutex
 	runs      []probes.CollectiveOptions
@@ -96,6 +99,9 @@ func (m fakeMeasurer) OpenComm(ctx context.Context, o probes.CollectiveOptions, 
 	if o.UniqueID == "" {
 		id, joined := m.r.fab.open()
 		ids <- id
+		if m.r.solo {
+			return &fakeComm{r: m.r, o: o, ctx: ctx}, nil
+		}
 		select {
 		case <-joined:
 		case <-ctx.Done():

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -291,29 +292,38 @@ func TestProbeTargetDeclines(t *testing.T) {
 		{"MIG", func(b *testNode) { b.gate.refuse(probes.SkipMIG) }, ReasonUnavailable, http.StatusServiceUnavailable},
 		{"no runner", func(b *testNode) { b.node.cfg.Runner = nil }, ReasonUnavailable, http.StatusServiceUnavailable},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			fab := newFabric()
-			a := newTestNode(t, fab, "a", 50e9, true, nil)
-			b := newTestNode(t, fab, "b", 50e9, true, nil)
-			tc.setup(b)
-			_, body := a.probe(t, target(b.hostport()), "")
-			parse(t, body).failed(t, tc.reason)
-			runs, cancelled := a.runner.calls()
-			if len(runs) != 1 || cancelled != 1 {
-				t.Errorf("prober's child: %d runs, %d cancelled; want 1 run, cancelled", len(runs), cancelled)
-			}
-			if runs, _ := b.runner.calls(); len(runs) != 0 {
-				t.Errorf("the declining target ran %d children", len(runs))
-			}
-			if sessions(a.node, RoleProber, ResultDeclined) != 1 || sessions(b.node, RoleTarget, ResultDeclined) != 1 {
-				t.Error("the decline is not counted on both nodes")
-			}
-			// The target's own answer, as the prober got it.
-			status, d := postJoin(t, b, validJoin())
-			if status != tc.status || d.Reason != tc.reason {
-				t.Errorf("target answered %d %+v, want %d %s", status, d, tc.status, tc.reason)
-			}
-		})
+		for _, solo := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/solo=%v", tc.name, solo), func(t *testing.T) {
+				fab := newFabric()
+				a := newTestNode(t, fab, "a", 50e9, true, nil)
+				// solo: the prober's side measures without the target, as
+				// the simulated node's does; what it measured alone is no
+				// result of the session.
+				a.runner.solo = solo
+				b := newTestNode(t, fab, "b", 50e9, true, nil)
+				tc.setup(b)
+				_, body := a.probe(t, target(b.hostport()), "")
+				parse(t, body).failed(t, tc.reason)
+				if strings.Contains(body, "gpulink_node_probe_bus_bandwidth_bytes_per_second") {
+					t.Errorf("a declined probe has bandwidth series:\n%s", body)
+				}
+				runs, cancelled := a.runner.calls()
+				if len(runs) != 1 || (!solo && cancelled != 1) {
+					t.Errorf("prober's child: %d runs, %d cancelled; want 1 run, cancelled", len(runs), cancelled)
+				}
+				if runs, _ := b.runner.calls(); len(runs) != 0 {
+					t.Errorf("the declining target ran %d children", len(runs))
+				}
+				if sessions(a.node, RoleProber, ResultDeclined) != 1 || sessions(b.node, RoleTarget, ResultDeclined) != 1 {
+					t.Error("the decline is not counted on both nodes")
+				}
+				// The target's own answer, as the prober got it.
+				status, d := postJoin(t, b, validJoin())
+				if status != tc.status || d.Reason != tc.reason {
+					t.Errorf("target answered %d %+v, want %d %s", status, d, tc.status, tc.reason)
+				}
+			})
+		}
 	}
 }
 

@@ -239,6 +239,12 @@ func (n *Node) finish(ctx context.Context, out *outcome, u, target, name string,
 		j = <-joinc
 	}
 	out.local, out.remote, out.remoteRates = l.round, j.round, j.rates
+	if isDecline(j.reason) {
+		// No session took place: whatever this node's child measured
+		// without a peer (the simulated node's model can) is no result
+		// of one.
+		out.local = nil
+	}
 	// The side that failed first is the session's reason: the other was
 	// cancelled for it.
 	switch {
