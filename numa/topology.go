@@ -224,6 +224,38 @@ func (t *Topology) NearestNICs(d *PCIDevice) ([]*PCIDevice, PathClass) {
 	return out, best
 }
 
+// RailNICs are the NICs NCCL sends d's traffic to another node through,
+// in address order: of the NICs nearest d, d's share among the GPUs as
+// near to them, as NCCL's ncclTopoGetLocalNet deals them out (the k-th of
+// m such GPUs takes ceil(nets/m) of them from the k-th share on). A DGX
+// H100's switch holds two GPUs and two NICs: one NIC each, a rail. A p5's
+// tray holds one GPU and four EFAs: all four. None when the machine has
+// no NIC.
+func (t *Topology) RailNICs(d *PCIDevice) []*PCIDevice {
+	nearest, _ := t.NearestNICs(d)
+	if len(nearest) == 0 {
+		return nil
+	}
+	// The GPUs as near the first of those NICs as any GPU is, in address
+	// order (t.GPUs is).
+	var sharing []*PCIDevice
+	for _, o := range t.GPUs {
+		switch p := t.Path(o, nearest[0]); {
+		case len(sharing) == 0 || p < t.Path(sharing[0], nearest[0]):
+			sharing = []*PCIDevice{o}
+		case p == t.Path(sharing[0], nearest[0]):
+			sharing = append(sharing, o)
+		}
+	}
+	k := max(slices.Index(sharing, d), 0)
+	per := (len(nearest) + len(sharing) - 1) / len(sharing)
+	out := make([]*PCIDevice, 0, per)
+	for j := range per {
+		out = append(out, nearest[(k*per+j)%len(nearest)])
+	}
+	return out
+}
+
 // Hop is one PCIe link on the way from a device up to the CPU.
 type Hop struct {
 	// Device is the lower end of the link: the endpoint itself or a

@@ -7,15 +7,14 @@ import (
 	"github.com/gpulink/gpulink_exporter/numa"
 )
 
-// NearestNICRate is what one port of the NIC nearest the GPU at gpu (any
-// PCI address form) carries, one direction, in bytes per second: NCCL
-// sends a GPU's traffic to another node through a NIC closest to it, one
-// port per GPU on a rail-optimised machine. Among the nearest NICs (equal
-// path class) the fastest port that is not down is taken; a port that is
-// down reports a rate that means nothing (an InfiniBand port shows SDR).
-// RDMA ports before Ethernet interfaces on the same function. 0 when the
-// topology or the NIC sample is missing, or no nearest port is up with a
-// known rate.
+// NearestNICRate is what the NICs NCCL sends the GPU at gpu (any PCI
+// address form) to another node through carry, one direction, in bytes
+// per second: the GPU's rail (numa.Topology.RailNICs), one ConnectX port
+// on a DGX H100, four EFA devices on an AWS p5. Each NIC counts with its
+// fastest port that is not down (a port that is down reports a rate that
+// means nothing: an InfiniBand port shows SDR), RDMA ports before
+// Ethernet interfaces on the same function. 0 when the topology or the
+// NIC sample is missing, or no rail NIC has a port up with a known rate.
 func NearestNICRate(topo *numa.Topology, nics *nic.Snapshot, gpu string) float64 {
 	if topo == nil || nics == nil {
 		return 0
@@ -24,14 +23,15 @@ func NearestNICRate(topo *numa.Topology, nics *nic.Snapshot, gpu string) float64
 	if d == nil {
 		return 0
 	}
-	nearest, _ := topo.NearestNICs(d)
-	best := 0.0
-	for _, n := range nearest {
+	total := 0.0
+	for _, n := range topo.RailNICs(d) {
+		best := 0.0
 		for _, r := range functionRates(nics, n.Address) {
 			best = max(best, r)
 		}
+		total += best
 	}
-	return best
+	return total
 }
 
 // functionRates are the rates of the ports on the PCI function at addr

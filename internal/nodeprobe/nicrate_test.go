@@ -14,9 +14,10 @@ import (
 )
 
 // The simulated DGX H100: each GPU has one ConnectX-7 port at 400 Gb/s
-// behind its PCIe switch, beside its neighbour's. The faster of the two
-// that is up is what the GPU's side of a node-to-node path should carry;
-// with both down it is unknown.
+// behind its PCIe switch, beside its neighbour's. NCCL gives each GPU one
+// of the two, its rail (the first GPU the first NIC): that NIC's rate is
+// what the GPU's side of a node-to-node path should carry, whatever the
+// neighbour's does; with it down, nothing.
 func TestNearestNICRate(t *testing.T) {
 	faults := filepath.Join(t.TempDir(), "faults.yaml")
 	node, err := sim.Start(sim.Config{Profile: "dgx-h100", FaultsFile: faults, Dir: t.TempDir(), Seed: 1})
@@ -59,12 +60,12 @@ func TestNearestNICRate(t *testing.T) {
 		fault string
 		want  float64
 	}{
-		// The faster port is the one the path can have.
-		{"[{kind: nic_rate, device: " + one + ", fraction: 0.5}]", 50e9},
-		{"[{kind: nic_rate, device: " + one + ", fraction: 0.5}, {kind: nic_rate, device: " + other + ", fraction: 0.25}]", 25e9},
-		// A port down is not a way out (its rate file says SDR).
-		{"[{kind: nic_rate, device: " + one + ", fraction: 0.5}, {kind: nic_down, device: " + other + "}]", 25e9},
-		{"[{kind: nic_down, device: " + one + "}, {kind: nic_down, device: " + other + "}]", 0},
+		// GPU 0's rail is the first NIC; the neighbour's is not its way out.
+		{"[{kind: nic_rate, device: " + one + ", fraction: 0.5}]", 25e9},
+		{"[{kind: nic_rate, device: " + other + ", fraction: 0.5}]", 50e9},
+		{"[{kind: nic_down, device: " + other + "}]", 50e9},
+		// A port down carries nothing (its rate file says SDR).
+		{"[{kind: nic_down, device: " + one + "}]", 0},
 	} {
 		if err := os.WriteFile(faults, []byte("faults: "+tc.fault), 0o600); err != nil {
 			t.Fatal(err)
@@ -94,5 +95,35 @@ func TestNearestNICRate(t *testing.T) {
 		if got := NearestNICRate(tc.topo, tc.nics, tc.addr); got != 0 {
 			t.Errorf("%s: %g, want 0 (unknown)", tc.name, got)
 		}
+	}
+}
+
+// The simulated AWS p5: each GPU's tray holds four EFA devices, and NCCL
+// sends through all four: the rail carries four ports' worth, not one.
+func TestNearestNICRateSumsTheRail(t *testing.T) {
+	node, err := sim.Start(sim.Config{Profile: "aws-p5", Dir: t.TempDir(), Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { node.Close() })
+	topo, err := (&numa.TopologyReader{FS: node.FS()}).Sample(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nics, err := (&nic.Reader{FS: node.FS()}).Sample(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu := topo.GPUs[0]
+	rail := topo.RailNICs(gpu)
+	if len(rail) != 4 {
+		t.Fatalf("GPU %s: rail of %d NICs, want its tray's four EFAs", gpu.Address, len(rail))
+	}
+	one := 0.0
+	for _, r := range functionRates(nics, rail[0].Address) {
+		one = max(one, r)
+	}
+	if got := NearestNICRate(topo, nics, gpu.Address); one <= 0 || got != 4*one {
+		t.Errorf("GPU %s: %g, want the four EFAs' %g", gpu.Address, got, 4*one)
 	}
 }

@@ -64,13 +64,8 @@ func (c *comm) netLinks() []link {
 	return out
 }
 
-// railNICs are the NICs NCCL sends g's traffic to another node through,
-// in address order: of the NICs nearest g, g's share among the GPUs as
-// near to them, as NCCL's ncclTopoGetLocalNet deals them out (the k-th of
-// m such GPUs takes ceil(nets/m) of them from the k-th share on). A DGX
-// H100's switch holds two GPUs and two NICs: one NIC each, a rail. A p5's
-// tray holds one GPU and four EFAs: all four. None without a topology or
-// a NIC.
+// railNICs are the NICs NCCL sends g's traffic to another node through
+// (numa.Topology.RailNICs); none without a topology.
 func (c *comm) railNICs(g *nvml.GPUState) []*numa.PCIDevice {
 	if c.topo == nil {
 		return nil
@@ -79,28 +74,7 @@ func (c *comm) railNICs(g *nvml.GPUState) []*numa.PCIDevice {
 	if d == nil {
 		return nil
 	}
-	nearest, _ := c.topo.NearestNICs(d)
-	if len(nearest) == 0 {
-		return nil
-	}
-	// The GPUs as near the first of those NICs as any GPU is, in address
-	// order (topo.GPUs is).
-	var sharing []*numa.PCIDevice
-	for _, o := range c.topo.GPUs {
-		switch p := c.topo.Path(o, nearest[0]); {
-		case len(sharing) == 0 || p < c.topo.Path(sharing[0], nearest[0]):
-			sharing = []*numa.PCIDevice{o}
-		case p == c.topo.Path(sharing[0], nearest[0]):
-			sharing = append(sharing, o)
-		}
-	}
-	k := max(slices.Index(sharing, d), 0)
-	per := (len(nearest) + len(sharing) - 1) / len(sharing)
-	out := make([]*numa.PCIDevice, 0, per)
-	for j := range per {
-		out = append(out, nearest[(k*per+j)%len(nearest)])
-	}
-	return out
+	return c.topo.RailNICs(d)
 }
 
 // railLink is the link through nics: netEfficiency of the rate of their
