@@ -324,7 +324,9 @@ func (c *ncclComm) Collective(op Collective, size int64) (Measured, error) {
 	default:
 		return Measured{}, fmt.Errorf("%s is not a collective this probe runs", op)
 	}
-	return c.timed(string(op), c.gpus, enqueue)
+	// Every rank takes part, so one float all-reduced is a barrier.
+	barrier := func(g *commGPU) error { return g.comm.AllReduce(g.send, g.recv, 1, g.stream) }
+	return c.timed(string(op), c.gpus, enqueue, barrier)
 }
 
 // SendRecv times rank from sending size bytes (rounded down to whole
@@ -344,12 +346,23 @@ func (c *ncclComm) SendRecv(from, to int, size int64) (Measured, error) {
 		}
 	}
 	elems := uint64(size / 4)
+	// The two ranks swap one float: a barrier between just them.
+	barrier := func(g *commGPU) error {
+		peer := from
+		if g == src {
+			peer = to
+		}
+		if err := g.comm.Send(g.send, 1, peer, g.stream); err != nil {
+			return err
+		}
+		return g.comm.Recv(g.recv, 1, peer, g.stream)
+	}
 	return c.timed(fmt.Sprintf("send/recv %d->%d", from, to), gpus, func(g *commGPU) error {
 		if g == src {
 			return g.comm.Send(g.send, elems, to, g.stream)
 		}
 		return g.comm.Recv(g.recv, elems, from, g.stream)
-	})
+	}, barrier)
 }
 
 func (c *ncclComm) local(rank int) *commGPU {
@@ -364,16 +377,43 @@ func (c *ncclComm) local(rank int) *commGPU {
 // as nccl-tests does. A sample's time is the slowest GPU's, between an
 // event before its operations and one after; an operation's is that over
 // Iterations. The warm-up is timed too, for the GPU time.
-func (c *ncclComm) timed(what string, gpus []*commGPU, enqueue func(*commGPU) error) (Measured, error) {
+//
+// When other processes hold ranks (two nodes), each sample starts after
+// barrier, one tiny operation every rank of the sample takes part in,
+// has completed: as nccl-tests starts its timer after a barrier. Without
+// it the side that starts first times its wait for the other (on two
+// H100s over sockets the exporter's send/recv read 10-17% under the
+// reference in one run).
+func (c *ncclComm) timed(what string, gpus []*commGPU, enqueue, barrier func(*commGPU) error) (Measured, error) {
 	busy := make([]time.Duration, len(gpus))
 	var secs []float64
+	sync := func() error { return nil }
+	if c.o.Ranks > len(c.gpus) {
+		sync = func() error {
+			if err := c.group(gpus, barrier); err != nil {
+				return fmt.Errorf("barrier: %w", err)
+			}
+			for _, g := range gpus {
+				if err := g.record(g.end); err != nil {
+					return err
+				}
+			}
+			return c.wait(gpus)
+		}
+	}
 	err := c.run(what, func() error {
 		if c.o.Warmup > 0 {
+			if err := sync(); err != nil {
+				return err
+			}
 			if _, err := c.sample(gpus, c.o.Warmup, enqueue, busy); err != nil {
 				return fmt.Errorf("warm-up: %w", err)
 			}
 		}
 		for range c.o.Samples {
+			if err := sync(); err != nil {
+				return err
+			}
 			d, err := c.sample(gpus, c.o.Iterations, enqueue, busy)
 			if err != nil {
 				return err
