@@ -3,7 +3,9 @@
 # always, no duty stretch), a collective round every minute, and one
 # scrape a second, for DURATION (default 1h). Every minute it samples the
 # exporter's RSS (VmRSS), goroutines (go_goroutines from the scrape) and
-# open files (/proc/PID/fd), then prints the least-squares slope of each
+# open files (/proc/PID/fd) and the Go heap in use
+# (go_memstats_heap_inuse_bytes, to tell heap growth from memory outside
+# Go), then prints the least-squares slope of each
 # after WARMUP (default 5m) and writes soak.csv.
 # Usage: bench/soak.sh [-b BINARY] OUTDIR
 set -uo pipefail
@@ -21,7 +23,7 @@ trap 'kill $pid $scraper 2>/dev/null' EXIT
 sleep 2
 ( while kill -0 $pid 2>/dev/null; do curl -s -o /dev/null http://$addr/metrics; sleep 1; done ) &
 scraper=$!
-echo "t_seconds,rss_kb,goroutines,fds,scrape_series" >"$out/soak.csv"
+echo "t_seconds,rss_kb,goroutines,fds,scrape_series,heap_inuse_kb" >"$out/soak.csv"
 t0=$SECONDS
 while [ $((SECONDS - t0)) -le "$DURATION" ]; do
   kill -0 $pid 2>/dev/null || { echo "exporter exited" >&2; exit 1; }
@@ -30,7 +32,8 @@ while [ $((SECONDS - t0)) -le "$DURATION" ]; do
   curl -s http://$addr/metrics >"$out/last.txt"
   gor=$(awk '/^go_goroutines / {print $2}' "$out/last.txt")
   series=$(grep -vc '^#' "$out/last.txt")
-  echo "$((SECONDS - t0)),$rss,$gor,$fds,$series" | tee -a "$out/soak.csv"
+  heap=$(awk '/^go_memstats_heap_inuse_bytes / {printf "%d", $2 / 1024}' "$out/last.txt")
+  echo "$((SECONDS - t0)),$rss,$gor,$fds,$series,$heap" | tee -a "$out/soak.csv"
   sleep 60
 done
 python3 - "$out/soak.csv" "$WARMUP" <<'PY' | tee "$out/slope.txt"
@@ -41,7 +44,7 @@ def slope(key):
     n = len(xs); mx = sum(xs) / n; my = sum(ys) / n
     den = sum((x - mx) ** 2 for x in xs)
     return (sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den if den else 0), min(ys), max(ys)
-for key, unit in (("rss_kb", "kB"), ("goroutines", ""), ("fds", ""), ("scrape_series", "")):
+for key, unit in (("rss_kb", "kB"), ("heap_inuse_kb", "kB"), ("goroutines", ""), ("fds", ""), ("scrape_series", "")):
     s, lo, hi = slope(key)
     print("%-13s slope %+9.1f %s/hour after warm-up; range %g-%g over %d samples" % (key, s, unit, lo, hi, len(rows)))
 PY
