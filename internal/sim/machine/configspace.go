@@ -1,6 +1,10 @@
 package machine
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/gpulink/gpulink_exporter/internal/pciconfig"
+)
 
 // A PCIe port's configuration space as sysfs shows it to root
 // (/sys/bus/pci/devices/<addr>/config, 4096 bytes): what internal/pciconfig
@@ -17,22 +21,14 @@ import "encoding/binary"
 // configSize is the extended configuration space of a PCIe function.
 const configSize = 4096
 
-// Extended capability IDs and where the image puts them.
+// Extended capability IDs (ACS is pciconfig.ExtCapACS) and where the image
+// puts them.
 const (
 	extCapAER = 0x0001
-	extCapACS = 0x000d
 	extCapDPC = 0x001d
 	aerAt     = 0x100
 	acsAt     = 0x148
 	dpcAt     = 0x160
-)
-
-// ACS control bits (pci_regs.h PCI_ACS_*).
-const (
-	ACSSourceValidation      = 1 << 0
-	ACSP2PRequestRedirect    = 1 << 2
-	ACSP2PCompletionRedirect = 1 << 3
-	ACSUpstreamForwarding    = 1 << 4
 )
 
 // ACSRedirect is the ACS control the kernel writes into every port that
@@ -40,7 +36,7 @@ const (
 // validation, request and completion redirect, upstream forwarding): peer
 // requests and completions below the port are sent up to the root complex.
 // A port without redirect, as a DGX is set up for GPUDirect, reads 0.
-const ACSRedirect = ACSSourceValidation | ACSP2PRequestRedirect | ACSP2PCompletionRedirect | ACSUpstreamForwarding
+const ACSRedirect = pciconfig.SourceValidation | pciconfig.P2PRequestRedirect | pciconfig.P2PCompletionRedirect | pciconfig.UpstreamForwarding
 
 // acsCapability is the ACS capability register of the ports modelled: every
 // control bit from source validation to direct translated P2P implemented.
@@ -63,7 +59,7 @@ func ConfigSpace(vendor, device uint16, class uint32, rev uint8, hasACS bool, ac
 		return b
 	}
 	le.PutUint32(b[aerAt:], extCapHeader(extCapAER, 1, acsAt))
-	le.PutUint32(b[acsAt:], extCapHeader(extCapACS, 1, dpcAt))
+	le.PutUint32(b[acsAt:], extCapHeader(pciconfig.ExtCapACS, 1, dpcAt))
 	le.PutUint16(b[acsAt+4:], acsCapability)
 	le.PutUint16(b[acsAt+6:], acsControl)
 	le.PutUint32(b[dpcAt:], extCapHeader(extCapDPC, 1, 0))
