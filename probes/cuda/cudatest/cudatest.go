@@ -3,12 +3,7 @@
 // in the environment of the process that loads it; see c/fakecuda.c.
 package cudatest
 
-import (
-	_ "embed"
-	"os"
-	"os/exec"
-	"path/filepath"
-)
+import _ "embed"
 
 //go:embed c/fakecuda.c
 var source []byte
@@ -20,27 +15,10 @@ type TB interface {
 	Fatalf(format string, args ...any)
 }
 
-// Build compiles the fake with gcc into a new temporary directory and
-// returns the library's path. Each define (e.g. "OMIT_cuMemHostRegister_v2")
-// is passed as -D.
+// Build returns the path of a fresh copy of the fake libcuda.so.1 (see
+// Compile). Each define (e.g. "OMIT_cuMemHostRegister_v2") is passed as
+// -D.
 func Build(tb TB, defines ...string) string {
 	tb.Helper()
-	dir := tb.TempDir()
-	src := filepath.Join(dir, "fakecuda.c")
-	if err := os.WriteFile(src, source, 0o644); err != nil {
-		tb.Fatalf("writing fake libcuda source: %v", err)
-	}
-	lib := filepath.Join(dir, "libcuda.so.1")
-	args := []string{"-std=gnu11", "-Wall", "-Werror", "-Wno-unused-parameter", "-shared", "-fPIC", "-O1", "-o", lib, src, "-lpthread"}
-	for _, d := range defines {
-		args = append(args, "-D"+d)
-	}
-	cc := os.Getenv("CC")
-	if cc == "" {
-		cc = "gcc"
-	}
-	if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
-		tb.Fatalf("building fake libcuda: %v\n%s", err, out)
-	}
-	return lib
+	return Compile(tb, "fakecuda.c", "libcuda.so.1", source, []string{"pthread"}, defines...)
 }
