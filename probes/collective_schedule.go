@@ -309,15 +309,11 @@ func classifyCollectiveRun(round *CollectiveRound, err error) (string, *Collecti
 	case r.Error != "":
 		return RunError, r, fmt.Errorf("no communicator: %s", r.Error)
 	}
-	failed, first := 0, ""
-	for _, res := range r.Results {
-		if res.Error != "" {
-			if failed == 0 {
-				first = fmt.Sprintf("%s at %d bytes: %s", res.Collective, res.SizeBytes, res.Error)
-			}
-			failed++
+	result, err := completedRun(r.Results, "collectives", func(res CollectiveResult) string {
+		if res.Error == "" {
+			return ""
 		}
-	}
-	result, err := completedRun(failed, len(r.Results), "collectives", first)
+		return fmt.Sprintf("%s at %d bytes: %s", res.Collective, res.SizeBytes, res.Error)
+	})
 	return result, r, err
 }

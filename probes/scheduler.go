@@ -653,16 +653,12 @@ func classifyRun(rnd *Round, err error, busID string) (string, *GPURound, error)
 	case gr.Error != "":
 		return RunError, gr, fmt.Errorf("GPU could not be probed: %s", gr.Error)
 	}
-	failed, first := 0, ""
-	for _, r := range gr.Results {
-		if r.Error != "" {
-			if failed == 0 {
-				first = fmt.Sprintf("%s %s: %s", r.Probe, cmp.Or(r.Peer, r.Direction), r.Error)
-			}
-			failed++
+	result, err := completedRun(gr.Results, "probes", func(r Result) string {
+		if r.Error == "" {
+			return ""
 		}
-	}
-	result, err := completedRun(failed, len(gr.Results), "probes", first)
+		return fmt.Sprintf("%s %s: %s", r.Probe, cmp.Or(r.Peer, r.Direction), r.Error)
+	})
 	return result, gr, err
 }
 
@@ -677,11 +673,22 @@ func failedRun(err error) string {
 }
 
 // completedRun is the result of a run that returned its results: success,
-// or partial when failed of the total (of what) failed, first saying how.
-// Probe rounds and collective rounds are sorted alike.
-func completedRun(failed, total int, what, first string) (string, error) {
+// or partial when some of them (what they are: probes, collectives)
+// failed, the error naming how many and the first. failure says how a
+// result failed, "" when it did not. Probe rounds and collective rounds
+// are sorted alike.
+func completedRun[R any](results []R, what string, failure func(R) string) (string, error) {
+	failed, first := 0, ""
+	for _, r := range results {
+		if f := failure(r); f != "" {
+			if failed == 0 {
+				first = f
+			}
+			failed++
+		}
+	}
 	if failed > 0 {
-		return RunPartial, fmt.Errorf("%d of %d %s failed, first: %s", failed, total, what, first)
+		return RunPartial, fmt.Errorf("%d of %d %s failed, first: %s", failed, len(results), what, first)
 	}
 	return RunSuccess, nil
 }
