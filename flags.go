@@ -191,27 +191,21 @@ func collectiveFlags(app *kingpin.Application, c *config) {
 	app.Flag("collective.warmup", "Untimed operations before the timed ones, as nccl-tests' -w.").Default(strconv.Itoa(probes.DefaultCollectiveWarmup)).IntVar(&p.CollectiveOptions.Warmup)
 	app.Flag("collective.iterations", "Operations timed together and averaged, as nccl-tests' -n.").Default(strconv.Itoa(probes.DefaultCollectiveIterations)).IntVar(&p.CollectiveOptions.Iterations)
 	app.Flag("collective.samples", "Timed samples of the iterations per result; the median is exported.").Default(strconv.Itoa(probes.DefaultCollectiveSamples)).IntVar(&p.CollectiveOptions.Samples)
-	app.Flag("collective.kind", "Collective to run (repeatable); default all: "+strings.Join(collectiveNames(), ", ")+".").
-		EnumsVar(&c.collectiveKinds, collectiveNames()...)
+	app.Flag("collective.kind", "Collective to run (repeatable); default all: "+strings.Join(probes.CollectiveNames(), ", ")+".").
+		EnumsVar(&c.collectiveKinds, probes.CollectiveNames()...)
 	app.Flag("nccl.library", "Path or name of the NCCL library the collective child loads.").Default(nccl.DefaultLibrary).StringVar(&c.ncclLib)
 	app.Flag("nccl.nvls", "Let NCCL use NVLink SHARP (multicast) in the collective child. Off, the child runs with NCCL_NVLS_ENABLE=0: on shared machines a multicast program can put the host's GPUs out of service.").
 		Default("false").BoolVar(&c.ncclNVLS)
 }
 
-func collectiveNames() []string {
-	names := make([]string, len(probes.Collectives))
-	for i, k := range probes.Collectives {
-		names[i] = string(k)
+// typed is names, which flags checked against the known values, as the
+// kinds (probes.Kind, probes.Collective) they name.
+func typed[T ~string](names []string) []T {
+	var out []T
+	for _, n := range names {
+		out = append(out, T(n))
 	}
-	return names
-}
-
-func collectiveKinds(names []string) []probes.Collective {
-	var kinds []probes.Collective
-	for _, k := range names {
-		kinds = append(kinds, probes.Collective(k))
-	}
-	return kinds
+	return out
 }
 
 // collectors names the switched-on collectors, sorted, for the log.

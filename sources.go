@@ -350,7 +350,7 @@ func startProbes(w *wiring, s setting) {
 		// the first topology sample and bind no host buffer.
 		c.Ready = w.topology.Sampled
 	}
-	c.Interval, c.Timeout, c.Options.Probes = s.interval, s.timeout, probeKinds(w.cfg.probeKinds)
+	c.Interval, c.Timeout, c.Options.Probes = s.interval, s.timeout, typed[probes.Kind](w.cfg.probeKinds)
 	c.GPUs, c.Processes, c.Logger = w.nvml.LatestData, w.reader.ComputeProcesses, w.logger
 	// NVML utilisation averages up to a second before the sample: the
 	// scheduler reads it as another's work only in a sample taken clear
@@ -363,7 +363,7 @@ func startProbes(w *wiring, s setting) {
 	}
 	c.HostNodes = func(addr string) []int { return topo().HostNodes(addr) }
 	c.Annotate = func(g *probes.GPURound) { probes.PathFor(w.nvml.LatestData(), topo(), g.PCIBusID).Annotate(g) }
-	c.CollectiveOptions.Collectives = collectiveKinds(w.cfg.collectiveKinds)
+	c.CollectiveOptions.Collectives = typed[probes.Collective](w.cfg.collectiveKinds)
 	c.CollectiveAnnotate = func(r *probes.CollectiveRound) []probes.PairTransport {
 		return probes.CollectivePathFor(w.nvml.LatestData(), topo(), r.GPUs).Annotate(r)
 	}
@@ -387,12 +387,4 @@ func collectivesCommand(exe string, c *config) []string {
 		cmd = append(cmd, "--nvls")
 	}
 	return cmd
-}
-
-func probeKinds(names []string) []probes.Kind {
-	var kinds []probes.Kind
-	for _, k := range names {
-		kinds = append(kinds, probes.Kind(k))
-	}
-	return kinds
 }

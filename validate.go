@@ -13,6 +13,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/sysfs"
+	"github.com/gpulink/gpulink_exporter/probes"
 )
 
 // flagError is a flag whose value start-up refuses.
@@ -146,7 +147,7 @@ func checkProbes(c *config, st setting, warn func(string, ...any)) error {
 	}
 	// What a round measures with: probes names its flags.
 	o := p.Options
-	o.Probes = probeKinds(c.probeKinds)
+	o.Probes = typed[probes.Kind](c.probeKinds)
 	if err := o.Validate(); err != nil {
 		return err
 	}
@@ -189,7 +190,7 @@ func checkCollectives(c *config, warn func(string, ...any)) error {
 	}
 	// What a round measures with: probes names the flags.
 	o := p.CollectiveOptions
-	o.Collectives = collectiveKinds(c.collectiveKinds)
+	o.Collectives = typed[probes.Collective](c.collectiveKinds)
 	if err := o.Validate(); err != nil {
 		return err
 	}

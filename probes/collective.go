@@ -41,6 +41,10 @@ const (
 // Collectives lists every collective in run order.
 var Collectives = []Collective{AllReduce, AllGather, ReduceScatter, AllToAll, SendRecv}
 
+// CollectiveNames are the collectives as strings, in run order (for flags
+// and error messages).
+func CollectiveNames() []string { return asStrings(Collectives) }
+
 // BusFactor is nccl-tests' factor from algorithm bandwidth to bus
 // bandwidth for a collective over n ranks: what each rank's link must
 // carry per byte of the operation's size. 0 for an unknown collective

@@ -112,13 +112,7 @@ func shorten(s string, n int) string {
 	return s[:n] + "..."
 }
 
-func collectiveList() string {
-	names := make([]string, len(Collectives))
-	for i, c := range Collectives {
-		names[i] = string(c)
-	}
-	return strings.Join(names, ", ")
-}
+func collectiveList() string { return strings.Join(CollectiveNames(), ", ") }
 
 // Args are the collectives child's flags for o, in a fixed order. o is
 // sent as it is: the child validates it again.

@@ -37,10 +37,14 @@ var Kinds = []Kind{HostToDevice, DeviceToHost, HostBidirectional, DeviceLocalCop
 
 // KindNames are the probe kinds as strings, in run order (for flags and
 // error messages).
-func KindNames() []string {
-	out := make([]string, len(Kinds))
-	for i, k := range Kinds {
-		out[i] = string(k)
+func KindNames() []string { return asStrings(Kinds) }
+
+// asStrings is v as strings: probe kinds and collectives as flags and
+// messages name them.
+func asStrings[T ~string](v []T) []string {
+	out := make([]string, len(v))
+	for i, x := range v {
+		out[i] = string(x)
 	}
 	return out
 }

@@ -208,13 +208,7 @@ func (m *Module) options() probes.CollectiveOptions {
 		Warmup: m.Warmup, Iterations: m.Iterations, Samples: m.Samples}
 }
 
-func collectiveList() string {
-	var names []string
-	for _, c := range probes.Collectives {
-		names = append(names, string(c))
-	}
-	return strings.Join(names, ", ")
-}
+func collectiveList() string { return strings.Join(probes.CollectiveNames(), ", ") }
 
 // Validate checks every module, in name order so the first error is
 // always the same one.
