@@ -266,23 +266,7 @@ func TestWiring(t *testing.T) {
 		{[]string{"--no-collector.nvml", "--no-collector.xid", "--no-collector.topology", "--no-collector.nic"},
 			[]string{"process", "sim", "topology"}}, // the topology sampler, without its collector
 	} {
-		l := newCLI()
-		command, err := l.app.Parse(append(c.args, "--sim=dgx-h100"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.validate(command, quiet); err != nil {
-			t.Fatal(err)
-		}
-		node, err := sim.Start(sim.Config{Profile: l.cfg.sim, Dir: t.TempDir()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		w := &wiring{ctx: ctx, cfg: l.cfg, logger: quiet, reg: scrape.NewRegistry(), fsys: node.FS(), newNVML: node.NVML, sim: node}
-		if err := w.startSources(); err != nil {
-			t.Fatal(err)
-		}
+		w, l := wireSim(t, append(c.args, "--sim=dgx-h100")...)
 		var got []string
 		for _, s := range w.statuses {
 			got = append(got, s.Status().Name)
@@ -297,10 +281,37 @@ func TestWiring(t *testing.T) {
 		if _, err := w.reg.Gather(); err != nil {
 			t.Errorf("%q: gather: %v", c.args, err)
 		}
+	}
+}
+
+// wireSim parses args (which name a --sim profile), checks them as start-up
+// does, and starts the sources over the simulated node they name, with the
+// faults file of --sim.faults; everything is stopped when the test ends.
+func wireSim(t *testing.T, args ...string) (*wiring, *cli) {
+	t.Helper()
+	l := newCLI()
+	command, err := l.app.Parse(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.validate(command, quiet); err != nil {
+		t.Fatal(err)
+	}
+	node, err := sim.Start(sim.Config{Profile: l.cfg.sim, FaultsFile: l.cfg.simFaults, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &wiring{ctx: ctx, cfg: l.cfg, logger: quiet, reg: scrape.NewRegistry(), fsys: node.FS(), newNVML: node.NVML, sim: node}
+	t.Cleanup(func() {
 		cancel()
 		w.close()
 		node.Close()
+	})
+	if err := w.startSources(); err != nil {
+		t.Fatal(err)
 	}
+	return w, l
 }
 
 // The collective child gets the libraries of the flags, and NVLS only

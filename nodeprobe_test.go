@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 
 	"github.com/gpulink/gpulink_exporter/internal/nodeprobe"
-	"github.com/gpulink/gpulink_exporter/internal/scrape"
 	"github.com/gpulink/gpulink_exporter/internal/sim"
 	"github.com/gpulink/gpulink_exporter/probes"
 )
@@ -69,23 +68,7 @@ func TestNodeProbeRoutes(t *testing.T) {
 		{nil, []string{nodeprobe.ProbePath}},
 		{[]string{"--node-probe.enabled"}, []string{nodeprobe.ProbePath, nodeprobe.JoinPath}},
 	} {
-		l := newCLI()
-		command, err := l.app.Parse(append(tc.args, "--sim=dgx-h100"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.validate(command, quiet); err != nil {
-			t.Fatal(err)
-		}
-		node, err := sim.Start(sim.Config{Profile: l.cfg.sim, Dir: t.TempDir()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		w := &wiring{ctx: ctx, cfg: l.cfg, logger: quiet, reg: scrape.NewRegistry(), fsys: node.FS(), newNVML: node.NVML, sim: node}
-		if err := w.startSources(); err != nil {
-			t.Fatal(err)
-		}
+		w, _ := wireSim(t, append(tc.args, "--sim=dgx-h100")...)
 		var paths []string
 		for _, r := range w.routes {
 			paths = append(paths, r.path)
@@ -103,9 +86,6 @@ func TestNodeProbeRoutes(t *testing.T) {
 		if !slices.ContainsFunc(mfs, func(mf *dto.MetricFamily) bool { return mf.GetName() == "gpulink_node_probe_sessions_total" }) {
 			t.Errorf("%q: no gpulink_node_probe_sessions_total on /metrics", tc.args)
 		}
-		cancel()
-		w.close()
-		node.Close()
 	}
 }
 
@@ -120,34 +100,13 @@ type simExporter struct {
 func startSimExporter(t *testing.T, profile string, args ...string) *simExporter {
 	t.Helper()
 	faults := filepath.Join(t.TempDir(), "faults.yml")
-	l := newCLI()
-	command, err := l.app.Parse(append([]string{"--sim=" + profile, "--sim.faults=" + faults}, args...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.validate(command, quiet); err != nil {
-		t.Fatal(err)
-	}
-	node, err := sim.Start(sim.Config{Profile: l.cfg.sim, FaultsFile: faults, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &wiring{ctx: ctx, cfg: l.cfg, logger: quiet, reg: scrape.NewRegistry(), fsys: node.FS(), newNVML: node.NVML, sim: node}
-	if err := w.startSources(); err != nil {
-		t.Fatal(err)
-	}
+	w, _ := wireSim(t, append([]string{"--sim=" + profile, "--sim.faults=" + faults}, args...)...)
 	mux := http.NewServeMux()
 	for _, r := range w.routes {
 		mux.Handle(r.path, r.handler)
 	}
-	e := &simExporter{node: node, faults: faults, srv: httptest.NewServer(mux)}
-	t.Cleanup(func() {
-		e.srv.Close()
-		cancel()
-		w.close()
-		node.Close()
-	})
+	e := &simExporter{node: w.sim, faults: faults, srv: httptest.NewServer(mux)}
+	t.Cleanup(e.srv.Close) // before wireSim's: cleanups run last first
 	return e
 }
 
