@@ -32,6 +32,7 @@ type config struct {
 	metricsPath       string
 	maxRequests       int
 	noExporterMetrics bool
+	pprof             bool
 	maxProcs          int
 	sysfs, procfs     string
 	cudaLib           string
@@ -46,7 +47,9 @@ type config struct {
 	nvmlSlow time.Duration
 	// nvlinkSpeed exports the per-link speed series.
 	nvlinkSpeed bool
-	perProcess  bool
+	// nvlinkTraffic reads and exports each NVLink's data counters.
+	nvlinkTraffic bool
+	perProcess    bool
 	// probe holds the scheduler's flags; main adds what it runs on.
 	probe      probes.SchedulerConfig
 	probeKinds []string
@@ -106,6 +109,7 @@ func newCLI() *cli {
 	app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&c.metricsPath)
 	app.Flag("web.max-requests", "Maximum number of parallel scrape requests; 0 disables the limit.").Default("10").IntVar(&c.maxRequests)
 	app.Flag("web.disable-exporter-metrics", "Exclude the exporter's own go_* and process_* metrics.").BoolVar(&c.noExporterMetrics)
+	app.Flag("web.enable-pprof", "Serve Go's profiles under /debug/pprof/ (behind the web config), to find where the exporter's own CPU and memory go.").BoolVar(&c.pprof)
 	app.Flag("path.sysfs", "sysfs mount point.").Default("/sys").StringVar(&c.sysfs)
 	app.Flag("path.procfs", "procfs mount point.").Default("/proc").StringVar(&c.procfs)
 	app.Flag("cuda.library", "Path or name of the CUDA driver library the probes load.").Default("libcuda.so.1").StringVar(&c.cudaLib)

@@ -102,7 +102,11 @@ func run(l *cli, command string, logger *slog.Logger) int {
 		return 1
 	}
 	metrics := scrape.NewHandler(reg, w.versions, c.maxRequests, logger)
-	if err := serve(ctx, logger, metrics, w.routes, c.web, c.metricsPath); err != nil {
+	routes := w.routes
+	if c.pprof {
+		routes = append(routes, pprofRoutes()...)
+	}
+	if err := serve(ctx, logger, metrics, routes, c.web, c.metricsPath); err != nil {
 		logger.Error("server failed", "err", err)
 		return 1
 	}

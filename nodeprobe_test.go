@@ -235,8 +235,9 @@ func TestNodeProbeRunsTheCollectivesChild(t *testing.T) {
 const ringPasswordHash = "$2a$04$mmiXph5GLp45j0kVikuH/.L8BN0avj8WiTT8pgRHs40os.POn3D3."
 
 // serve puts the routes behind the web config as it puts /metrics: with
-// basic auth on, /probe and /node-probe/join refuse a caller without the
-// password and reach their handlers with it.
+// basic auth on, /probe, /node-probe/join and --web.enable-pprof's
+// profiles refuse a caller without the password and reach their handlers
+// with it.
 func TestServeCoversNodeProbe(t *testing.T) {
 	dir := t.TempDir()
 	webConfig := filepath.Join(dir, "web.yml")
@@ -250,7 +251,7 @@ func TestServeCoversNodeProbe(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	n := nodeprobe.New(nodeprobe.Config{})
-	routes := []route{{nodeprobe.ProbePath, n.ProbeHandler()}, {nodeprobe.JoinPath, n.JoinHandler()}}
+	routes := append([]route{{nodeprobe.ProbePath, n.ProbeHandler()}, {nodeprobe.JoinPath, n.JoinHandler()}}, pprofRoutes()...)
 	ctx, cancel := context.WithCancel(context.Background())
 	none := false
 	errc := make(chan error, 1)
@@ -296,6 +297,8 @@ func TestServeCoversNodeProbe(t *testing.T) {
 		{http.MethodGet, nodeprobe.ProbePath, "", http.StatusUnauthorized},
 		{http.MethodPost, nodeprobe.JoinPath, "ring-secret", http.StatusBadRequest}, // the handler read "{}"
 		{http.MethodGet, nodeprobe.ProbePath, "ring-secret", http.StatusBadRequest}, // no target
+		{http.MethodGet, "/debug/pprof/cmdline", "", http.StatusUnauthorized},
+		{http.MethodGet, "/debug/pprof/cmdline", "ring-secret", http.StatusOK},
 	} {
 		if got := call(tc.method, tc.path, tc.password); got != tc.want {
 			t.Errorf("%s %s (password %q): %d, want %d", tc.method, tc.path, tc.password, got, tc.want)

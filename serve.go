@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/common/version"
@@ -47,5 +48,18 @@ func serve(ctx context.Context, logger *slog.Logger, metrics http.Handler, route
 			return err
 		}
 		return nil
+	}
+}
+
+// pprofRoutes are net/http/pprof's handlers, served only with
+// --web.enable-pprof: importing the package for its side effect would put
+// them on http.DefaultServeMux, which this server does not use anyway.
+func pprofRoutes() []route {
+	return []route{
+		{path: "/debug/pprof/", handler: http.HandlerFunc(pprof.Index)},
+		{path: "/debug/pprof/cmdline", handler: http.HandlerFunc(pprof.Cmdline)},
+		{path: "/debug/pprof/profile", handler: http.HandlerFunc(pprof.Profile)},
+		{path: "/debug/pprof/symbol", handler: http.HandlerFunc(pprof.Symbol)},
+		{path: "/debug/pprof/trace", handler: http.HandlerFunc(pprof.Trace)},
 	}
 }
