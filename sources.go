@@ -90,6 +90,8 @@ var sources = [numSources]source{
 				Default(nvml.DefaultSlowInterval.String()).DurationVar(&c.nvmlSlow)
 			f("nvlink-speed", "Export gpulink_gpu_nvlink_speed_bytes_per_second for every NVLink: a constant per link that no shipped rule or panel reads (18 series a GPU on NVLink 4).").
 				Default("false").BoolVar(&c.nvlinkSpeed)
+			f("nvlink-link-traffic", "Read and export each NVLink's data counters (gpulink_gpu_nvlink_link_{transmit,receive}_bytes_total) every sample, beside the GPU's totals over all its links, which are always read. Costly: on two H100s with 18 links each, 36 field values that took 27 ms of CPU a GPU a sample.").
+				Default("false").BoolVar(&c.nvlinkTraffic)
 		},
 		check: checkNVML,
 		start: func(w *wiring, s setting) {
@@ -227,7 +229,8 @@ func (w *wiring) startSources() error {
 		w.statuses, w.versions = append(w.statuses, w.sim), append(w.versions, w.sim)
 	}
 	if w.anyOn(func(s *source) bool { return s.usesNVML }) {
-		w.reader = nvml.NewReader(w.newNVML(), w.fsys.Sys, w.logger, nvml.WithSlowInterval(w.cfg.nvmlSlow))
+		w.reader = nvml.NewReader(w.newNVML(), w.fsys.Sys, w.logger, nvml.WithSlowInterval(w.cfg.nvmlSlow),
+			nvml.WithLinkTraffic(w.cfg.nvlinkTraffic))
 		w.closers = append(w.closers, w.reader.Shutdown)
 		if err := w.reader.Init(); err != nil {
 			// Not fatal: a machine without a driver still serves the rest,

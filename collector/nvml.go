@@ -47,6 +47,7 @@ type nvmlDescs struct {
 	memReserved                                       *prometheus.Desc
 	nvlinks, nvlinksActive, nvlinkUp, nvlinkSpeed     *prometheus.Desc
 	nvlinkRemote, nvlinkErrors, nvlinkTX, nvlinkRX    *prometheus.Desc
+	nvlinkLinkTX, nvlinkLinkRX                        *prometheus.Desc
 	pairInfo, pairNVLinks                             *prometheus.Desc
 	fabricState, fabricStatus, fabricHealth           *prometheus.Desc
 	fabricInfo, recoveryAction                        *prometheus.Desc
@@ -114,8 +115,13 @@ func NewNVMLCollector(src latester[*nvml.Snapshot], opts ...NVMLOption) *NVMLCol
 			"What an active NVLink connects to, and its NVLink version as NVML numbers it (empty where NVML does not say); value 1.",
 			"link", "remote_pci_bus_id", "remote_type", "version"),
 		nvlinkErrors: gpuDesc("gpu", "nvlink_errors_total", "NVLink data-link errors by type: crc_flit, crc_data, replay, recovery.", "link", "type"),
-		nvlinkTX:     gpuDesc("gpu", "nvlink_transmit_bytes_total", "Data bytes sent over the NVLink.", "link"),
-		nvlinkRX:     gpuDesc("gpu", "nvlink_receive_bytes_total", "Data bytes received over the NVLink.", "link"),
+		nvlinkTX:     gpuDesc("gpu", "nvlink_transmit_bytes_total", "Data bytes sent over all of the GPU's NVLinks."),
+		nvlinkRX:     gpuDesc("gpu", "nvlink_receive_bytes_total", "Data bytes received over all of the GPU's NVLinks."),
+		// Each link's counters cost 36 NVML field values a GPU a sample
+		// on NVLink 4, and only with --nvml.nvlink-link-traffic are they
+		// read: absent otherwise.
+		nvlinkLinkTX: gpuDesc("gpu", "nvlink_link_transmit_bytes_total", "Data bytes sent over the NVLink (with --nvml.nvlink-link-traffic).", "link"),
+		nvlinkLinkRX: gpuDesc("gpu", "nvlink_link_receive_bytes_total", "Data bytes received over the NVLink (with --nvml.nvlink-link-traffic).", "link"),
 		// The peer-to-peer capabilities are labels of the pair, not a
 		// series each: four constant series a pair were 224 on an 8-GPU
 		// node.
@@ -159,7 +165,7 @@ func (d *nvmlDescs) all() []*prometheus.Desc {
 		d.remapPending, d.remapFailed, d.retired, d.retiredPending, d.pcieGen, d.pcieMaxGen, d.pcieGPUMaxGen,
 		d.pcieWidth, d.pcieMaxWidth, d.pcieReplays, d.pcieCorrectable, d.memReserved, d.nvlinks,
 		d.nvlinksActive, d.nvlinkUp, d.nvlinkSpeed, d.nvlinkRemote, d.nvlinkErrors,
-		d.nvlinkTX, d.nvlinkRX, d.pairInfo, d.pairNVLinks, d.fabricState, d.fabricStatus,
+		d.nvlinkTX, d.nvlinkRX, d.nvlinkLinkTX, d.nvlinkLinkRX, d.pairInfo, d.pairNVLinks, d.fabricState, d.fabricStatus,
 		d.fabricHealth, d.fabricInfo, d.recoveryAction}
 }
 
@@ -321,6 +327,8 @@ func (c *NVMLCollector) renderNVLinks(o *out, g *nvml.GPUState) {
 		return
 	}
 	o.gauge(d.nvlinksActive, float64(g.ActiveNVLinks()))
+	o.optCounter(d.nvlinkTX, g.NVLinkTransmitBytes)
+	o.optCounter(d.nvlinkRX, g.NVLinkReceiveBytes)
 	for _, l := range g.NVLinks {
 		link := itoa(l.Link)
 		o.gauge(d.nvlinkUp, boolFloat(l.Active), link)
@@ -339,7 +347,7 @@ func (c *NVMLCollector) renderNVLinks(o *out, g *nvml.GPUState) {
 				o.add(d.nvlinkErrors, prometheus.CounterValue, v, link, t)
 			}
 		}
-		o.optCounter(d.nvlinkTX, l.TransmitBytes, link)
-		o.optCounter(d.nvlinkRX, l.ReceiveBytes, link)
+		o.optCounter(d.nvlinkLinkTX, l.TransmitBytes, link)
+		o.optCounter(d.nvlinkLinkRX, l.ReceiveBytes, link)
 	}
 }

@@ -21,6 +21,9 @@ type fieldSpec struct {
 	id uint32
 	// perLink fields are read once per NVLink, the link as scope.
 	perLink bool
+	// allLinks fields are a GPU's value summed over its NVLinks (scope
+	// allLinks), asked only of a GPU that has NVLinks.
+	allLinks bool
 	// what names the field in logs and errors, and in the GPU's record of
 	// what it does not support.
 	what string
@@ -75,7 +78,13 @@ var NVLinkErrorTypes = []string{"crc_flit", "crc_data", "replay", "recovery"}
 var P2PCapabilities = []string{"read", "write", "nvlink", "atomics"}
 
 // The tiers' fields; built by init, with their fallbacks.
-var fastFields, fastFieldsWithState, slowFields []fieldSpec
+var fastFields, slowFields []fieldSpec
+
+// fastTierKey picks one of the fast tier's field lists: NVLink states as
+// fields (else calls), and each link's data counters.
+type fastTierKey struct{ linkStates, linkTraffic bool }
+
+var fastTiers = map[fastTierKey][]fieldSpec{}
 
 func init() {
 	fastFields = []fieldSpec{
@@ -125,16 +134,42 @@ func init() {
 		fastFields = append(fastFields, fieldSpec{id: t.field, what: "clock event time " + reason, fb: fb,
 			set: func(g *GPUState, _ int, v float64) { g.Throttle.Seconds[reason] = v / 1e9 }})
 	}
+	// NVLink data counters: the GPU's total over its links every sample,
+	// one field each (scope allLinks); each link's only when asked for
+	// (WithLinkTraffic). On two H100s with 18 links each, the 36 per-link
+	// fields cost 26.7 ms of a GPU's 33.7 ms fast batch, the two totals
+	// 1.3 ms (bench/RESULTS.md, 2026-11-25, third session).
 	fastFields = append(fastFields,
-		fieldSpec{id: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, perLink: true, what: "NVLink TX bytes", fb: -1,
-			set: func(g *GPUState, l int, v float64) { g.NVLinks[l].TransmitBytes = sampler.Some(v * 1024) }},
-		fieldSpec{id: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, perLink: true, what: "NVLink RX bytes", fb: -1,
-			set: func(g *GPUState, l int, v float64) { g.NVLinks[l].ReceiveBytes = sampler.Some(v * 1024) }},
+		fieldSpec{id: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, allLinks: true, what: "NVLink TX bytes, all links",
+			set: func(g *GPUState, _ int, v float64) { g.NVLinkTransmitBytes = sampler.Some(v * 1024) },
+			fb:  fallback(sumOfLinks(nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, "NVLink TX bytes", func(g *GPUState) *sampler.Opt[float64] { return &g.NVLinkTransmitBytes }))},
+		fieldSpec{id: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, allLinks: true, what: "NVLink RX bytes, all links",
+			set: func(g *GPUState, _ int, v float64) { g.NVLinkReceiveBytes = sampler.Some(v * 1024) },
+			fb:  fallback(sumOfLinks(nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, "NVLink RX bytes", func(g *GPUState) *sampler.Opt[float64] { return &g.NVLinkReceiveBytes }))},
 	)
-	fastFieldsWithState = append([]fieldSpec{{id: nvml.FI_DEV_NVLINK_GET_STATE, perLink: true, what: "NVLink state (field)",
+	linkTraffic := []fieldSpec{
+		{id: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, perLink: true, what: "NVLink TX bytes", fb: -1,
+			set: func(g *GPUState, l int, v float64) { g.NVLinks[l].TransmitBytes = sampler.Some(v * 1024) }},
+		{id: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, perLink: true, what: "NVLink RX bytes", fb: -1,
+			set: func(g *GPUState, l int, v float64) { g.NVLinks[l].ReceiveBytes = sampler.Some(v * 1024) }},
+	}
+	linkState := fieldSpec{id: nvml.FI_DEV_NVLINK_GET_STATE, perLink: true, what: "NVLink state (field)",
 		set: func(g *GPUState, l int, v float64) { g.NVLinks[l].Active = v == nvml.NVLINK_STATE_ACTIVE },
 		fb:  fallback(func(rd *read, h nvml.Device, g *GPUState, l int) { readNVLinkState(rd, h, g.NVLinks, l) }),
-	}}, fastFields...)
+	}
+	for _, states := range []bool{false, true} {
+		for _, links := range []bool{false, true} {
+			var tier []fieldSpec
+			if states {
+				tier = append(tier, linkState)
+			}
+			tier = append(tier, fastFields...)
+			if links {
+				tier = append(tier, linkTraffic...)
+			}
+			fastTiers[fastTierKey{states, links}] = tier
+		}
+	}
 
 	ecc := func(id uint32, what string, typ nvml.MemoryErrorType, kind nvml.EccCounterType, dst func(*ECC) *sampler.Opt[float64]) fieldSpec {
 		return fieldSpec{id: id, what: what + " (field)",
@@ -216,6 +251,42 @@ func init() {
 	}
 }
 
+// allLinks is the scope that asks NVML for a GPU's value summed over
+// every NVLink ("A scopeId of UINT_MAX returns aggregate value summed up
+// across all links", nvml.h).
+const allLinks = math.MaxUint32
+
+// sumOfLinks is the fallback of an all-links field a driver does not
+// support: the per-link fields in one call, summed. A sum that misses a
+// link is not set, so that the counter never falls back.
+func sumOfLinks(id uint32, what string, dst func(*GPUState) *sampler.Opt[float64]) func(rd *read, h nvml.Device, g *GPUState, link int) {
+	return func(rd *read, h nvml.Device, g *GPUState, _ int) {
+		if len(g.NVLinks) == 0 || !rd.asks(what, -1) {
+			return
+		}
+		fv := make([]nvml.FieldValue, len(g.NVLinks))
+		for l := range fv {
+			fv[l] = nvml.FieldValue{FieldId: id, ScopeId: uint32(l)}
+		}
+		if !rd.ok(what, h.GetFieldValues(fv)) {
+			return
+		}
+		sum := 0.0
+		for l := range fv {
+			if !rd.okAt(what, l, nvml.Return(fv[l].NvmlReturn)) {
+				return
+			}
+			v, ok := fieldFloat(fv[l])
+			if !ok {
+				rd.errs.Add(fmt.Errorf("GPU %d %s link %d: unknown value type %d", rd.d.id.Index, what, l, fv[l].ValueType))
+				return
+			}
+			sum += v
+		}
+		*dst(g) = sampler.Some(sum * 1024)
+	}
+}
+
 // maxFieldsPerCall keeps each GetFieldValues request small; NVML documents
 // no limit but drivers have differed.
 const maxFieldsPerCall = 64
@@ -259,8 +330,11 @@ func readFieldTier(rd *read, h nvml.Device, g *GPUState, specs []fieldSpec) {
 	for si := range specs {
 		s := &specs[si]
 		first, last := -1, -1
-		if s.perLink {
+		switch {
+		case s.perLink:
 			first, last = 0, len(g.NVLinks)-1
+		case s.allLinks && len(g.NVLinks) == 0:
+			continue
 		}
 		for link := first; link <= last; link++ {
 			if !batched || !rd.asks(s.what, link) {
@@ -268,8 +342,11 @@ func readFieldTier(rd *read, h nvml.Device, g *GPUState, specs []fieldSpec) {
 				continue
 			}
 			scope := uint32(0)
-			if link >= 0 {
+			switch {
+			case link >= 0:
 				scope = uint32(link)
+			case s.allLinks:
+				scope = allLinks
 			}
 			b.reqs = append(b.reqs, fieldReq{int32(si), int32(link)})
 			b.fv = append(b.fv, nvml.FieldValue{FieldId: s.id, ScopeId: scope})

@@ -97,8 +97,9 @@ func TestRealCallCost(t *testing.T) {
 		{"statics (max clocks, PCIe max)", func() { readStatics(rd, h) }},
 		{"fast calls (P-state..PCIe link)", func() { _, _ = h.GetPerformanceState(); readFastCalls(rd, h, g) }},
 		{"fast: NVLink states, calls", func() { readNVLinkStates(rd, h, g.NVLinks) }},
-		{"fast: fields", func() { readFieldTier(rd, h, g, fastFields) }},
-		{"fast: fields with NVLink states", func() { readFieldTier(rd, h, g, fastFieldsWithState) }},
+		{"fast: fields", func() { readFieldTier(rd, h, g, fastTiers[fastTierKey{}]) }},
+		{"fast: fields with NVLink states", func() { readFieldTier(rd, h, g, fastTiers[fastTierKey{linkStates: true}]) }},
+		{"fast: fields with each link's traffic", func() { readFieldTier(rd, h, g, fastTiers[fastTierKey{linkTraffic: true}]) }},
 		{"slow: fields and their fallbacks", func() { readFieldTier(rd, h, g, slowFields) }},
 		{"slow: compute and MIG mode", func() { _, _ = h.GetComputeMode(); _, _, _ = h.GetMigMode() }},
 		{"link statics, all links", func() { d.links = nil; readLinkStatics(rd, h, g.NVLinks) }},
@@ -167,7 +168,7 @@ func TestRealFieldAgreement(t *testing.T) {
 				g.NVLinks[i].Errors = map[string]float64{}
 			}
 		}
-		all := append(append([]fieldSpec{}, fastFieldsWithState...), slowFields...)
+		all := append(append([]fieldSpec{}, fastTiers[fastTierKey{true, true}]...), slowFields...)
 		done := map[[2]int]bool{}
 		for _, s := range all {
 			first, last := -1, -1
@@ -181,7 +182,7 @@ func TestRealFieldAgreement(t *testing.T) {
 				}
 			}
 		}
-		readFieldTier(rd, h, &fields, fastFieldsWithState)
+		readFieldTier(rd, h, &fields, fastTiers[fastTierKey{true, true}])
 		readFieldTier(rd, h, &fields, slowFields)
 		near := func(a, b sampler.Opt[float64], tol float64) bool {
 			return !a.Valid || !b.Valid || (a.V-b.V <= tol && b.V-a.V <= tol)
@@ -192,6 +193,8 @@ func TestRealFieldAgreement(t *testing.T) {
 			tol         float64
 		}{
 			{"power W", calls.Power, fields.Power, 40},
+			{"NVLink TX bytes, all links", calls.NVLinkTransmitBytes, fields.NVLinkTransmitBytes, 1 << 20},
+			{"NVLink RX bytes, all links", calls.NVLinkReceiveBytes, fields.NVLinkReceiveBytes, 1 << 20},
 			{"power limit W", calls.PowerLimit, fields.PowerLimit, 0},
 			{"energy J", calls.Energy, fields.Energy, 100},
 			{"ECC corrected volatile", calls.ECC.CorrectedVolatile, fields.ECC.CorrectedVolatile, 0},

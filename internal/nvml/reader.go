@@ -64,6 +64,9 @@ type Reader struct {
 	// the 18 calls took 0.012 ms together, where field values cost
 	// 0.06-0.25 ms each (bench/RESULTS.md, 2026-11-21).
 	linkStateFields bool
+	// linkTraffic reads each NVLink's data counters in the fast tier, not
+	// just the GPU's totals (WithLinkTraffic).
+	linkTraffic bool
 	// fabricCall is which fabric info call the library has, looked up on
 	// first use.
 	fabricCall fabricCall
@@ -90,6 +93,14 @@ type Option func(*Reader)
 // sample. The default is DefaultSlowInterval.
 func WithSlowInterval(d time.Duration) Option {
 	return func(r *Reader) { r.slowInterval = max(d, 0) }
+}
+
+// WithLinkTraffic reads each NVLink's data counters every sample
+// (GPUState.NVLinks[].TransmitBytes, ReceiveBytes) beside the GPU's totals
+// over all its links, which are always read. Off by default: 36 field
+// values a GPU on NVLink 4, the most costly part of a sample.
+func WithLinkTraffic(on bool) Option {
+	return func(r *Reader) { r.linkTraffic = on }
 }
 
 // WithClock sets the clock the slow interval is measured on (time.Now by

@@ -3,6 +3,7 @@ package nvml_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -69,6 +70,43 @@ func TestDGXH100Identity(t *testing.T) {
 	}
 }
 
+// TestNVLinkTraffic: each link's data counters are read only when asked
+// for; the GPU's totals always, from the all-links scope or, where a driver
+// does not support it, as the sum of the links.
+func TestNVLinkTraffic(t *testing.T) {
+	const total = 171000 * 1024 // the model's link l carries 1000 (l+1) KiB
+	m := nvmlmodel.NewH200Pair()
+	g := sample(t, nvml.NewReader(m, "", nil)).GPUs[0]
+	if !g.NVLinkTransmitBytes.Valid || g.NVLinkTransmitBytes.V != total || !g.NVLinkReceiveBytes.Valid {
+		t.Errorf("totals TX %+v RX %+v, want TX %d", g.NVLinkTransmitBytes, g.NVLinkReceiveBytes, total)
+	}
+	if g.NVLinks[2].TransmitBytes.Valid {
+		t.Errorf("link 2 TX read without WithLinkTraffic: %+v", g.NVLinks[2].TransmitBytes)
+	}
+
+	g = sample(t, nvml.NewReader(m, "", nil, nvml.WithLinkTraffic(true))).GPUs[0]
+	if tx := g.NVLinks[2].TransmitBytes; !tx.Valid || tx.V != 3000*1024 || !g.NVLinks[2].ReceiveBytes.Valid {
+		t.Errorf("with WithLinkTraffic, link 2 TX %+v RX %+v, want TX %d", tx, g.NVLinks[2].ReceiveBytes, 3000*1024)
+	}
+	if g.NVLinkTransmitBytes.V != total {
+		t.Errorf("with WithLinkTraffic, total TX %g, want %d", g.NVLinkTransmitBytes.V, total)
+	}
+
+	m.Update(func() {
+		for _, g := range m.GPUs {
+			g.Unsupported[fmt.Sprintf("field:%d:all", gonvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX)] = true
+		}
+	})
+	r := nvml.NewReader(m, "", nil)
+	// sample fails the test on any error: an unsupported scope is quiet.
+	for i := range 2 { // the fallback from the first sample on, and again
+		snap := sample(t, r)
+		if tx := snap.GPUs[0].NVLinkTransmitBytes; !tx.Valid || tx.V != total {
+			t.Errorf("sample %d without the all-links scope: total TX %+v, want the links' sum %d", i, tx, total)
+		}
+	}
+}
+
 func TestReadingsInBaseUnits(t *testing.T) {
 	m := nvmlmodel.NewH200Pair()
 	m.Update(func() {
@@ -107,7 +145,8 @@ func TestReadingsInBaseUnits(t *testing.T) {
 		{"hw thermal seconds", g.Throttle.Seconds["hw_thermal_slowdown"], 2.5, true},
 		{"sw power cap seconds", g.Throttle.Seconds["sw_power_cap"], 1.5, true},
 		{"NVLink speed B/s", g.NVLinks[0].SpeedBytes.V, 26562e6, g.NVLinks[0].SpeedBytes.Valid},
-		{"NVLink 2 TX bytes", g.NVLinks[2].TransmitBytes.V, 3000 * 1024, g.NVLinks[2].TransmitBytes.Valid},
+		// The model's link l carries 1000 (l+1) KiB: 171,000 KiB over 18.
+		{"NVLink TX bytes, all links", g.NVLinkTransmitBytes.V, 171000 * 1024, g.NVLinkTransmitBytes.Valid},
 		{"NVLink 3 CRC flit", g.NVLinks[3].Errors["crc_flit"], 17, true},
 	}
 	for _, c := range checks {

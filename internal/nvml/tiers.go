@@ -132,10 +132,8 @@ func (r *Reader) readFast(rd *read, h nvml.Device, g *GPUState) {
 		return
 	}
 	g.NVLinks = newLinks(rd.d.id.NVLinkCount)
-	fields := fastFields
-	if r.linkStateFields {
-		fields = fastFieldsWithState
-	} else {
+	fields := fastTiers[fastTierKey{r.linkStateFields, r.linkTraffic}]
+	if !r.linkStateFields {
 		readNVLinkStates(rd, h, g.NVLinks)
 	}
 	g.Throttle.Seconds = make(map[string]float64, len(throttleFields))

@@ -95,7 +95,9 @@ type NVLink struct {
 	RemotePCIBusID string
 	RemoteType     string // gpu, switch, ibmnpu, unknown
 	// Errors by kind: crc_flit, crc_data, replay, recovery.
-	Errors                      map[string]float64
+	Errors map[string]float64
+	// Data bytes over the link since the driver loaded; read only with
+	// WithLinkTraffic.
 	TransmitBytes, ReceiveBytes sampler.Opt[float64]
 }
 
@@ -120,6 +122,8 @@ type GPUState struct {
 	ECC     ECC
 	PCIe    PCIeLink
 	NVLinks []NVLink
+	// Data bytes over all of the GPU's NVLinks since the driver loaded.
+	NVLinkTransmitBytes, NVLinkReceiveBytes sampler.Opt[float64]
 
 	ComputeMode sampler.Opt[string]
 	MIGEnabled  sampler.Opt[bool]

@@ -391,22 +391,25 @@ const (
 	// three GPUs with a job, and their pairs, are not probed). 2982 since
 	// the GPUDirect readings and three more mlx5 counters (108) came;
 	// 2988 with the collective source's (its runs from 0, and the skip of
-	// a round beside the jobs).
+	// a round beside the jobs); 2716 since each NVLink's data counters
+	// (288) gave way to the GPU's totals (16).
 	nodeBudget = 3000
 	// beforeBudget bounds what the node serves before its first probe
 	// round: every source but the probe results (2666 today: 2558 and
 	// the GPUDirect readings, ACS of the bridges on GPU paths, IOMMU,
 	// peermem and dma-buf, and three more mlx5 error counters; 2671 with
-	// the collective runs from 0). The per-link NVLink speed (144 series) is off by default; the NVLink
+	// the collective runs from 0; 2399 with the GPUs' NVLink totals in
+	// place of each link's counters). The per-link NVLink speed and data
+	// counters (144 + 288 series) are off by default; the NVLink
 	// version and the pairs' peer-to-peer capabilities are labels of
 	// the per-link and per-pair info series, not series of their own.
-	beforeBudget = 2700
+	beforeBudget = 2450
 	// probeBudget bounds what a round of every GPU adds under policy
 	// always, the most a round can add: about 72 series a GPU (a value
 	// for each host copy from each NUMA node, copy to and from each peer
 	// and latency; one expectation per probe and peer; whether the round
 	// was contended; the runs, skips and cost of probing). 574 today;
-	// the node serves about 3240 after such a round, and 3508 with a
+	// the node serves 2973 after such a round, and 3236 with a
 	// collective round (collectiveBudget), over issue 12's 3000: what
 	// remains is the measurements themselves.
 	probeBudget = 600

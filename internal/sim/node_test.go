@@ -67,7 +67,8 @@ func step(t *testing.T, n *Node, d time.Duration) {
 // gpus samples NVML as the exporter does.
 func gpus(t *testing.T, n *Node) *nvml.Snapshot {
 	t.Helper()
-	r := nvml.NewReader(n.NVML(), n.FS().Sys, nil)
+	// Each link's traffic too, to see which links a fault stops.
+	r := nvml.NewReader(n.NVML(), n.FS().Sys, nil, nvml.WithLinkTraffic(true))
 	snap, err := r.Sample(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -236,6 +237,9 @@ func TestHealthyNode(t *testing.T) {
 					if busy && link.TransmitBytes.V <= before.GPUs[i].NVLinks[l].TransmitBytes.V {
 						t.Errorf("busy GPU %d link %d transmit bytes did not grow", i, l)
 					}
+				}
+				if busy && g.NVLinkTransmitBytes.V <= before.GPUs[i].NVLinkTransmitBytes.V {
+					t.Errorf("busy GPU %d NVLink transmit bytes did not grow", i)
 				}
 			}
 			s := nics(t, n)

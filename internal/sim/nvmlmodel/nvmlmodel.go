@@ -8,6 +8,7 @@ package nvmlmodel
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -42,7 +43,8 @@ type GPU struct {
 
 	Lost bool
 	// Unsupported names methods (GetPowerUsage, GetRemappedRows, ...) or
-	// fields ("field:82") that answer NOT_SUPPORTED.
+	// fields ("field:82"; "field:138:all" for only a field's all-links
+	// scope) that answer NOT_SUPPORTED.
 	Unsupported map[string]bool
 	// Errors names methods that answer with a given error.
 	Errors map[string]gonvml.Return
@@ -98,6 +100,28 @@ type Link struct {
 	RemoteBus  string // NVML form, 00000000:18:00.0
 	RemoteType gonvml.IntNvLinkDeviceType
 	Errors     [4]uint64 // by gonvml.NvLinkErrorCounter up to CRC_DATA
+}
+
+// allLinks is the scope of a field summed over every NVLink, as NVML
+// answers the throughput fields for scope UINT_MAX.
+const allLinks = math.MaxUint32
+
+// linkSummed are the per-link fields NVML also sums over all links.
+var linkSummed = map[uint32]bool{
+	gonvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX: true, gonvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX: true,
+	gonvml.FI_DEV_NVLINK_THROUGHPUT_RAW_TX: true, gonvml.FI_DEV_NVLINK_THROUGHPUT_RAW_RX: true,
+}
+
+// sumOverLinks is field id summed over the GPU's links; false when no link
+// has it.
+func (g *GPU) sumOverLinks(id uint32) (float64, bool) {
+	sum, any := 0.0, false
+	for l := range g.NVLinks {
+		if v, ok := g.Fields[FieldKey{id, uint32(l)}]; ok {
+			sum, any = sum+v, true
+		}
+	}
+	return sum, any
 }
 
 // linkErrorFields serve Link.Errors as field values too, as the driver does.
@@ -646,6 +670,9 @@ func (g *GPU) setDeviceFuncs() {
 				v, ok := g.Fields[k]
 				if c, isErr := linkErrorFields[k.ID]; isErr && int(k.Scope) < len(g.NVLinks) {
 					v, ok = float64(g.NVLinks[k.Scope].Errors[c]), true
+				}
+				if k.Scope == allLinks && linkSummed[k.ID] && !g.Unsupported[fmt.Sprintf("field:%d:all", k.ID)] {
+					v, ok = g.sumOverLinks(k.ID)
 				}
 				ret := gonvml.SUCCESS
 				if mv, method, isMethod := g.methodField(k); isMethod {
