@@ -32,6 +32,7 @@ for _ in $(seq 300); do
 	curl -sf "http://$addr/metrics" 2>/dev/null | grep -qF "$up" && break
 	sleep 0.2
 done
+kill -0 "$pid" 2>/dev/null || { echo "profile.sh: the exporter exited; last lines of $out/exporter.log:" >&2; tail -n 5 "$out/exporter.log" >&2; exit 1; }
 sleep "$settle"
 
 # ticks: utime+stime of the exporter in clock ticks (fields 14 and 15).

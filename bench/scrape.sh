@@ -7,7 +7,8 @@
 #                          <repo>/.device, in the current directory, in <repo>)
 #   -s  scrapebench binary (looked up the same way)
 #   -o  output directory for exporter.log, result.txt, result.json,
-#       latencies.txt (one line a scrape) and metrics.txt (default: a new
+#       latencies.txt (one line a scrape), metrics.txt and the exporter's
+#       smaps.txt and smaps_rollup.txt at the end (default: a new
 #       directory under ${TMPDIR:-/tmp})
 #
 # Environment:
@@ -88,6 +89,9 @@ pid="" sbpid=""
 cleanup() { # stop scrapebench (if running) and the exporter
 	[[ -n $sbpid ]] && kill -TERM "$sbpid" 2>/dev/null || true
 	[[ -n $pid ]] || return 0
+	# Where the resident memory lies, by mapping, for the RSS figure.
+	cp "/proc/$pid/smaps_rollup" "$out/smaps_rollup.txt" 2>/dev/null || true
+	cp "/proc/$pid/smaps" "$out/smaps.txt" 2>/dev/null || true
 	if kill -0 "$pid" 2>/dev/null; then
 		kill -TERM "$pid" 2>/dev/null || true
 		# Give it 5 s to shut down cleanly, then SIGKILL.
