@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/gpulink/gpulink_exporter/probes"
 )
@@ -63,6 +64,10 @@ type fakeRunner struct {
 	// solo measures without waiting for the other node, as the simulated
 	// node's model does: it has results even when the target declined.
 	solo bool
+	// meet, when set, is called as a prober's child starts, before it
+	// makes the id: while the node holds its session lock and before it
+	// asks the target.
+	meet func()
 
 	mu        sync.Mutex
 	runs      []probes.CollectiveOptions
@@ -73,6 +78,9 @@ func (r *fakeRunner) RunCollectives(ctx context.Context, o probes.CollectiveOpti
 	r.mu.Lock()
 	r.runs = append(r.runs, o)
 	r.mu.Unlock()
+	if r.meet != nil && o.UniqueID == "" {
+		r.meet()
+	}
 	round := probes.MeasureCollectiveRound(ctx, fakeMeasurer{r}, o, ids)
 	if ctx.Err() != nil {
 		r.mu.Lock()
@@ -163,6 +171,9 @@ func (c *fakeComm) Close() float64 { return 0.2 }
 // reason.
 type fakeGate struct {
 	gpus []probes.SessionGPU
+	// leave, when set, is called as a session gives the GPUs back, before
+	// the node lets go of its session lock.
+	leave func()
 
 	mu     sync.Mutex
 	reason string
@@ -181,7 +192,11 @@ func (g *fakeGate) TryAcquire(n int, _ []string) ([]probes.SessionGPU, func(), s
 		return nil, nil, probes.SessionTooFewGPUs
 	}
 	g.held = true
+	leave := g.leave
 	return slices.Clone(g.gpus[:n]), sync.OnceFunc(func() {
+		if leave != nil {
+			leave()
+		}
 		g.mu.Lock()
 		g.held = false
 		g.mu.Unlock()
@@ -198,4 +213,51 @@ func (g *fakeGate) isHeld() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.held
+}
+
+// virtualClock is real time plus what the node has slept: its waits
+// between tries pass at once, and its clock says they passed. onSleep,
+// when set, is called with the count of sleeps so far after each.
+type virtualClock struct {
+	mu      sync.Mutex
+	slept   time.Duration
+	sleeps  []time.Duration
+	onSleep func(n int)
+}
+
+func (c *virtualClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.slept)
+}
+
+func (c *virtualClock) sleep(ctx context.Context, d time.Duration) bool {
+	c.mu.Lock()
+	c.slept += d
+	c.sleeps = append(c.sleeps, d)
+	n, on := len(c.sleeps), c.onSleep
+	c.mu.Unlock()
+	if on != nil {
+		on(n)
+	}
+	return ctx.Err() == nil
+}
+
+func (c *virtualClock) waits() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.sleeps)
+}
+
+// meeting is a barrier for n nodes, each of which calls its func once:
+// each waits there until all n have come.
+func meeting(n int) func() func() {
+	var wg sync.WaitGroup
+	wg.Add(n)
+	return func() func() {
+		return sync.OnceFunc(func() {
+			wg.Done()
+			wg.Wait()
+		})
+	}
 }

@@ -11,7 +11,9 @@
 package nodeprobe
 
 import (
+	"context"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -80,12 +82,15 @@ type Node struct {
 	session sync.Mutex
 
 	mu   sync.Mutex
-	last map[string]time.Time // start of the latest session, by role
+	last map[string]time.Time     // start of the latest session, by role
+	took map[string]time.Duration // the latest successful session as prober, by module
 
 	sessions *prometheus.CounterVec
 
 	// Seams for the tests.
-	now func() time.Time
+	now   func() time.Time
+	rand  func() float64 // in [0, 1)
+	sleep func(ctx context.Context, d time.Duration) bool
 }
 
 // New makes the node's side of node-to-node probes.
@@ -100,13 +105,16 @@ func New(cfg Config) *Node {
 		cfg:    cfg,
 		logger: cfg.Logger.With("source", "node-probe"),
 		last:   map[string]time.Time{},
+		took:   map[string]time.Duration{},
 		sessions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpulink_node_probe_sessions_total",
 			Help: "Node-to-node probe sessions this exporter took part in, by role (prober: it answered /probe; target: it was " +
 				"asked to join) and result (success; failed: a child failed, timed out or gave a result without a value; " +
 				"declined: a node was busy, in another session, rate limited or unable to take part).",
 		}, []string{"role", "result"}),
-		now: time.Now,
+		now:   time.Now,
+		rand:  rand.Float64,
+		sleep: sleepUnlessDone,
 	}
 	// Every series from the start, so the first of each is an increase.
 	for _, role := range []string{RoleProber, RoleTarget} {
@@ -129,6 +137,10 @@ func (n *Node) count(role, result string) { n.sessions.WithLabelValues(role, res
 type hold struct {
 	gpus    []probes.SessionGPU
 	release func()
+	// forget takes the session's start back from its role's rate limit,
+	// for a session that never took place (the target declined): a
+	// prober trying again is not held back by its own declined try.
+	forget func()
 }
 
 // enter takes the session lock, the role's rate limit and k GPUs, in that
@@ -166,7 +178,15 @@ func (n *Node) enter(role string, k int) (h *hold, reason, detail string) {
 	n.last[role] = now
 	n.mu.Unlock()
 	entered = true
-	return &hold{gpus: gpus, release: func() { release(); n.session.Unlock() }}, "", ""
+	forget := func() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		// Unless another session in the role has started since.
+		if n.last[role].Equal(now) {
+			n.last[role] = last
+		}
+	}
+	return &hold{gpus: gpus, release: func() { release(); n.session.Unlock() }, forget: forget}, "", ""
 }
 
 // gateReason sorts the gate's reason: the GPUs are busy (try again

@@ -34,6 +34,7 @@ type testNode struct {
 	node   *Node
 	runner *fakeRunner
 	gate   *fakeGate
+	clock  *virtualClock // the node's now and sleep, its rand a fixed 0.5
 	srv    *httptest.Server
 	mux    *http.ServeMux
 	log    syncBuffer // the node's log
@@ -75,6 +76,8 @@ func newTestNode(t *testing.T, fab *fabric, name string, nic float64, join bool,
 		edit(&cfg)
 	}
 	tn.node = New(cfg)
+	tn.clock = &virtualClock{}
+	tn.node.now, tn.node.sleep, tn.node.rand = tn.clock.now, tn.clock.sleep, func() float64 { return 0.5 }
 	tn.mux = http.NewServeMux()
 	tn.mux.Handle(ProbePath, tn.node.ProbeHandler())
 	if join {
@@ -279,6 +282,7 @@ func TestProbeExpectedNeedsBothNodes(t *testing.T) {
 
 // A target that declines: its reason reaches the prober's answer, and the
 // prober's child, waiting for ranks that will never come, is cancelled.
+// (A target in another session is tried again: retry_test.go.)
 func TestProbeTargetDeclines(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -288,7 +292,6 @@ func TestProbeTargetDeclines(t *testing.T) {
 	}{
 		{"busy GPU", func(b *testNode) { b.gate.refuse(probes.SkipBusyProcess) }, ReasonBusy, http.StatusConflict},
 		{"probe round running", func(b *testNode) { b.gate.refuse(probes.SessionRoundRunning) }, ReasonBusy, http.StatusConflict},
-		{"in a session", func(b *testNode) { b.node.session.Lock() }, ReasonSession, http.StatusConflict},
 		{"MIG", func(b *testNode) { b.gate.refuse(probes.SkipMIG) }, ReasonUnavailable, http.StatusServiceUnavailable},
 		{"no runner", func(b *testNode) { b.node.cfg.Runner = nil }, ReasonUnavailable, http.StatusServiceUnavailable},
 	} {

@@ -73,9 +73,9 @@ func (n *Node) serveProbe(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	start := n.now()
-	out := n.probe(ctx, u, target, name, m)
+	out := n.probe(ctx, u, target, name, m, timeout, start.Add(timeout))
 	out.duration = n.now().Sub(start)
-	logger := n.logger.With("module", name, "target", target, "duration_seconds", out.duration.Seconds())
+	logger := n.logger.With("module", name, "target", target, "duration_seconds", out.duration.Seconds(), "attempts", out.attempts)
 	if out.reason == "" {
 		logger.Debug("node-to-node probe succeeded")
 	} else {
@@ -150,22 +150,36 @@ type joined struct {
 	reason, detail string
 }
 
-// probe runs one session as the prober and says how it went.
-func (n *Node) probe(ctx context.Context, u, target, name string, m Module) *outcome {
-	out := &outcome{module: m}
-	h, reason, detail := n.enter(RoleProber, m.GPUsPerNode)
-	if reason != "" {
-		n.count(RoleProber, ResultDeclined)
-		out.reason, out.detail = reason, detail
-		return out
-	}
-	defer h.release()
-	out.gpus, out.localRates = h.gpus, n.nicRates(h.gpus)
-	n.finish(ctx, out, u, target, name, m, h)
-	if out.reason != "" && !isDecline(out.reason) && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		// Whatever failed first, the deadline is what ended the session:
-		// a child cut off mid-operation, a target that did not answer.
-		out.reason = ReasonTimeout
+// probe runs one session as the prober and says how it went. While
+// either node is in another session it tries again after a jittered
+// wait (retry.go), as long as what is left of the budget, ending at end,
+// holds a session; the sessions counter counts the probe once, by how it
+// ended.
+func (n *Node) probe(ctx context.Context, u, target, name string, m Module, budget time.Duration, end time.Time) *outcome {
+	var out *outcome
+	for tries := 1; ; tries++ {
+		start := n.now()
+		var forget func()
+		out, forget = n.try(ctx, u, target, name, m)
+		out.attempts = tries
+		if out.reason == "" {
+			n.tookSession(name, n.now().Sub(start))
+		}
+		if out.reason != ReasonSession {
+			break
+		}
+		wait, ok := n.retryWait(name, tries, budget, end)
+		if !ok {
+			out.detail += fmt.Sprintf(" (%d %s; too little of the probe's %s left for another session)", tries, plural(tries, "try", "tries"), budget)
+			break
+		}
+		if forget != nil {
+			forget()
+		}
+		if !n.sleep(ctx, wait) {
+			out.detail += fmt.Sprintf(" (%d %s; the probe ended while waiting to try again)", tries, plural(tries, "try", "tries"))
+			break
+		}
 	}
 	result := ResultFailed
 	switch {
@@ -176,6 +190,37 @@ func (n *Node) probe(ctx context.Context, u, target, name string, m Module) *out
 	}
 	n.count(RoleProber, result)
 	return out
+}
+
+// try is one try at a session as the prober. forget, when not nil, takes
+// the try's start back from the prober's rate limit: the target declined,
+// so no session took place.
+func (n *Node) try(ctx context.Context, u, target, name string, m Module) (out *outcome, forget func()) {
+	out = &outcome{module: m}
+	h, reason, detail := n.enter(RoleProber, m.GPUsPerNode)
+	if reason != "" {
+		out.reason, out.detail = reason, detail
+		return out, nil
+	}
+	defer h.release()
+	out.gpus, out.localRates = h.gpus, n.nicRates(h.gpus)
+	n.finish(ctx, out, u, target, name, m, h)
+	if isDecline(out.reason) {
+		return out, h.forget
+	}
+	if out.reason != "" && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// Whatever failed first, the deadline is what ended the session:
+		// a child cut off mid-operation, a target that did not answer.
+		out.reason = ReasonTimeout
+	}
+	return out, nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // finish runs both children of a session this node has entered: its own,

@@ -34,6 +34,9 @@ var (
 	channelsDesc = prometheus.NewDesc("gpulink_node_probe_channels",
 		"Connections NCCL made in the session, both nodes' ranks, by transport (p2p, shm, net, collnet, nvls, unknown); "+
 			"between two nodes anything but net is a misconfiguration.", []string{"transport"}, nil)
+	attemptsDesc = prometheus.NewDesc("gpulink_node_probe_attempts",
+		"Tries the probe took: 1, or more where either node was in another session (declined_session) and the prober "+
+			"waited and tried again within its budget.", nil, nil)
 	failureDesc = prometheus.NewDesc("gpulink_node_probe_failure_info",
 		"Why probe_success is 0; value 1. reason: declined_busy, declined_session, declined_rate_limited, declined_unavailable, "+
 			"declined_disabled (either node declined), unauthorized, unreachable, timeout, nccl_error, bad_response, bad_module.",
@@ -56,6 +59,7 @@ type outcome struct {
 	// reason is "" for a success.
 	reason, detail string
 	duration       time.Duration
+	attempts       int // tries at a session, the last of which this is
 
 	describeOnly bool
 }
@@ -63,7 +67,7 @@ type outcome struct {
 // Describe implements prometheus.Collector.
 func (o *outcome) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{successDesc, durationDesc, busBandwidthDesc, expectedDesc, ratioDesc,
-		latencyDesc, channelsDesc, failureDesc} {
+		latencyDesc, channelsDesc, attemptsDesc, failureDesc} {
 		ch <- d
 	}
 }
@@ -82,6 +86,7 @@ func (o *outcome) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(successDesc, success)
 	gauge(durationDesc, o.duration.Seconds())
+	gauge(attemptsDesc, float64(o.attempts))
 	if o.reason != "" {
 		gauge(failureDesc, 1, o.reason)
 	}
