@@ -121,7 +121,7 @@ done
 echo "$SAMPLES /probe samples in Prometheus after $((SECONDS - t0)) s"
 for m in probe_success probe_duration_seconds gpulink_node_probe_bus_bandwidth_bytes_per_second \
   gpulink_node_probe_expected_bus_bandwidth_bytes_per_second gpulink_node_probe_latency_seconds \
-  gpulink_node_probe_channels gpulink_node_probe_failure_info; do
+  gpulink_node_probe_channels gpulink_node_probe_attempts gpulink_node_probe_failure_info; do
   q "$m" >"$out/prom-$m.json"
 done
 # Every sample of the window, and their median: the figure judged.
