@@ -149,12 +149,9 @@ type stack struct {
 	hook *webhook
 }
 
-// probePair is a node-to-node probe Prometheus asks for every every:
-// prober's exporter probes target's. The exporters'
-// --node-probe.min-interval must be shorter.
+// probePair is a node-to-node probe: prober's exporter probes target's.
 type probePair struct {
 	prober, target string
-	every          time.Duration
 }
 
 // probeScrapeTimeout bounds a node-to-node probe's scrape; the simulated
@@ -163,15 +160,16 @@ const probeScrapeTimeout = 2 * time.Second
 
 // startStack writes the configurations and starts both. rules is the path
 // of the (scaled) rules file; targets are host:port of the exporters,
-// ring the node-to-node probes, each scraped as the shipped example's
-// gpulink-node-probe job scrapes its ring (deploy/prometheus/
-// scrape-config.example.yml): the target in __param_target and instance,
-// the prober's address from the target's __prober__ label. Each pair is
-// a job of its own, gpulink-node-probe-<n>, on its own interval: two
-// nodes probing each other on one interval would start their sessions at
-// the same fixed offsets every time, or never, and a node already in a
-// session (as prober) declines to join another.
-func startStack(t *testing.T, dir, prometheus, alertmanager, rules string, targets []string, ring []probePair) *stack {
+// ring the node-to-node probes, scraped every probeScrapeEvery as the
+// shipped example's gpulink-node-probe job scrapes its ring (deploy/
+// prometheus/scrape-config.example.yml): one job, the target in
+// __param_target and instance, the prober's address from the target's
+// __prober__ label. Prometheus' offsets within the interval are fixed per
+// target, so two probes of the ring may fall at the same moment at every
+// scrape; a prober declined_session tries again (internal/nodeprobe), so
+// both still run. The exporters' --node-probe.min-interval must be
+// shorter than the interval.
+func startStack(t *testing.T, dir, prometheus, alertmanager, rules string, targets []string, ring []probePair, probeScrapeEvery time.Duration) *stack {
 	hook := &webhook{}
 	srv := httptest.NewServer(hook)
 	t.Cleanup(srv.Close)
@@ -200,18 +198,20 @@ receivers:
 	for i, tg := range targets {
 		quoted[i] = "'" + tg + "'"
 	}
-	var probeJobs strings.Builder
-	for i, p := range ring {
-		fmt.Fprintf(&probeJobs, `  - job_name: gpulink-node-probe-%d
+	var ringTargets strings.Builder
+	for _, p := range ring {
+		fmt.Fprintf(&ringTargets, `      - targets: ['%s']
+        labels: {__prober__: '%s'}
+`, p.target, p.prober)
+	}
+	probeJob := fmt.Sprintf(`  - job_name: gpulink-node-probe
     metrics_path: /probe
     params:
       module: [nccl_ring]
     scrape_interval: %s
     scrape_timeout: %s
     static_configs:
-      - targets: ['%s']
-        labels: {__prober__: '%s'}
-    relabel_configs:
+%s    relabel_configs:
       - source_labels: [__address__]
         target_label: __param_target
       - source_labels: [__param_target]
@@ -220,8 +220,7 @@ receivers:
         target_label: prober
       - source_labels: [__prober__]
         target_label: __address__
-`, i+1, fmtDur(p.every), fmtDur(probeScrapeTimeout), p.target, p.prober)
-	}
+`, fmtDur(probeScrapeEvery), fmtDur(probeScrapeTimeout), ringTargets.String())
 	promConfig := fmt.Sprintf(`global:
   scrape_interval: 1s
   evaluation_interval: 1s
@@ -234,7 +233,7 @@ scrape_configs:
   - job_name: gpulink
     static_configs:
       - targets: [%s]
-%s`, rules, amAddr, strings.Join(quoted, ", "), probeJobs.String())
+%s`, rules, amAddr, strings.Join(quoted, ", "), probeJob)
 	writeFile(t, filepath.Join(dir, "prometheus.yml"), promConfig)
 	start(t, dir, "prometheus", prometheus,
 		"--config.file="+filepath.Join(dir, "prometheus.yml"),
