@@ -28,6 +28,7 @@ import (
 	"syscall"
 
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/internal/sysfs"
 	"github.com/gpulink/gpulink_exporter/numa"
 
 	"github.com/prometheus/procfs"
@@ -140,7 +141,7 @@ func readFiles(root string, pid int, buf []byte) (Placement, error) {
 	}
 	p.Comm = comm
 
-	b, err := readProcFile(dir+"/status", buf)
+	b, err := sysfs.ReadFile(dir+"/status", buf, maxProcFile)
 	if gone := procErr(&t, pid, dir, err); gone != nil {
 		return p, gone
 	}
@@ -189,7 +190,7 @@ func threadCPUs(dir string, buf []byte, t *sampler.Tally) ([]int, error) {
 	cpus := make([]int, 0, len(names))
 	for _, tid := range names {
 		path := dir + "/task/" + tid + "/stat"
-		b, err := readProcFile(path, buf)
+		b, err := sysfs.ReadFile(path, buf, maxProcFile)
 		buf = b
 		switch {
 		case err == nil:
@@ -231,12 +232,12 @@ func readMemory(root string, pid int, s *mapsScratch) (sampler.Opt[map[int]uint6
 	var t sampler.Tally
 	dir := filepath.Join(root, strconv.Itoa(pid))
 	path := dir + "/numa_maps"
-	fd, err := openProcFile(path)
+	fd, err := sysfs.Open(path)
 	if gone := procErr(&t, pid, dir, err); gone != nil || err != nil {
 		return sampler.Opt[map[int]uint64]{}, cmp.Or(gone, t.Err())
 	}
 	defer syscall.Close(fd)
-	m, err := s.numa.parse(fdReader{fd, path}, s.buf)
+	m, err := s.numa.parse(sysfs.FDReader{FD: fd, Path: path}, s.buf)
 	if err != nil && !errors.As(err, new(*fs.PathError)) {
 		err = fmt.Errorf("%s: %w", path, err) // a parse error
 	}
@@ -244,72 +245,6 @@ func readMemory(root string, pid int, s *mapsScratch) (sampler.Opt[map[int]uint6
 		return sampler.Opt[map[int]uint64]{}, cmp.Or(gone, t.Err())
 	}
 	return sampler.Some(m), nil
-}
-
-// openProcFile opens a file to read. Raw calls, not os.Open: that adds a
-// stat to learn the file is not pollable and an *os.File with a
-// finalizer, per thread of every process, every sample.
-func openProcFile(path string) (int, error) {
-	for {
-		fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-		switch err {
-		case nil:
-			return fd, nil
-		case syscall.EINTR:
-			continue
-		}
-		return -1, &fs.PathError{Op: "open", Path: path, Err: err}
-	}
-}
-
-// fdReader reads a file descriptor opened by openProcFile.
-type fdReader struct {
-	fd   int
-	path string
-}
-
-func (r fdReader) Read(b []byte) (int, error) {
-	for {
-		n, err := syscall.Read(r.fd, b)
-		switch {
-		case err == syscall.EINTR:
-			continue
-		case err != nil:
-			return 0, &fs.PathError{Op: "read", Path: r.path, Err: err}
-		case n == 0 && len(b) > 0:
-			return 0, io.EOF
-		}
-		return n, nil
-	}
-}
-
-// readProcFile reads a small file whole into buf's storage, growing it
-// up to maxProcFile. Unlike os.ReadFile it does not stat first (proc
-// files have size 0) and allocates nothing once buf is big enough.
-func readProcFile(path string, buf []byte) ([]byte, error) {
-	fd, err := openProcFile(path)
-	if err != nil {
-		return buf[:0], err
-	}
-	defer syscall.Close(fd)
-	r := fdReader{fd, path}
-	buf = buf[:0]
-	for {
-		if len(buf) == cap(buf) {
-			if cap(buf) >= maxProcFile {
-				return buf, fmt.Errorf("%s: longer than %d bytes", path, maxProcFile)
-			}
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			return buf, nil
-		}
-		if err != nil {
-			return buf, err
-		}
-	}
 }
 
 // parseNUMAMaps sums a numa_maps file by node, in bytes: each line's

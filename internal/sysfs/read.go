@@ -6,24 +6,28 @@
 package sysfs
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"strconv"
-	"strings"
 	"syscall"
 
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
+// maxAttribute bounds a single-value file: a sysfs attribute is at most a
+// page, but procfs files read through here may be longer.
+const maxAttribute = 64 << 10
+
 // ReadString returns a file's content without surrounding space.
 func ReadString(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	var stack [256]byte // most attributes are a number or a word
+	b, err := ReadFile(path, stack[:0], maxAttribute)
 	if err != nil {
 		return "", err
 	}
-	return strings.TrimSpace(string(b)), nil
+	return string(bytes.TrimSpace(b)), nil
 }
 
 // Absent reports whether err means the file is not there, or is there but

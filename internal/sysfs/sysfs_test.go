@@ -82,3 +82,43 @@ func TestAbsent(t *testing.T) {
 		t.Error("EIO or EPERM taken as absent: a failing read would go uncounted")
 	}
 }
+
+// ReadFile grows its buffer to what the file holds, refuses a file of its
+// limit or longer (also into a buffer that could hold more), and reports
+// a missing file as fs.ErrNotExist, as os.ReadFile does.
+func TestReadFile(t *testing.T) {
+	dir := t.TempDir()
+	long := strings.Repeat("0123456789", 100) // 1000 bytes
+	path := filepath.Join(dir, "attr")
+	if err := os.WriteFile(path, []byte(long), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		buf   []byte
+		limit int
+		err   bool
+	}{
+		{"grows from nothing", nil, 4096, false},
+		{"grows from a small buffer", make([]byte, 0, 16), 4096, false},
+		{"fits its buffer", make([]byte, 3, 2048), 4096, false},
+		{"one byte over the limit", nil, 1000, true},
+		{"a buffer bigger than the limit", make([]byte, 0, 4096), 999, true},
+	} {
+		got, err := ReadFile(path, tc.buf, tc.limit)
+		switch {
+		case tc.err && err == nil:
+			t.Errorf("%s: read %d bytes, want an error", tc.name, len(got))
+		case !tc.err && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case !tc.err && string(got) != long:
+			t.Errorf("%s: read %d bytes, want the file's 1000", tc.name, len(got))
+		}
+	}
+	if _, err := ReadFile(filepath.Join(dir, "missing"), nil, 4096); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing file: %v, want fs.ErrNotExist", err)
+	}
+	if s, err := ReadString(path); err != nil || s != long {
+		t.Errorf("ReadString of a file longer than its stack buffer: %d bytes, %v", len(s), err)
+	}
+}
