@@ -81,4 +81,17 @@ func TestSyncer(t *testing.T) {
 	if want := archive(t, m2); !bytes.Equal(got.Bytes(), want) {
 		t.Errorf("resynced tree differs: %s", firstDiff(got.Bytes(), want))
 	}
+
+	// Processes that exited come back: their directories, pruned when
+	// they went, are made again.
+	if err := s.Sync(DGXH100()); err != nil {
+		t.Fatal(err)
+	}
+	got.Reset()
+	if err := WriteTxtar(&got, root); err != nil {
+		t.Fatal(err)
+	}
+	if want := archive(t, DGXH100()); !bytes.Equal(got.Bytes(), want) {
+		t.Errorf("tree after the processes came back differs: %s", firstDiff(got.Bytes(), want))
+	}
 }
