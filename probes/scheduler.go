@@ -231,7 +231,7 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		logger:    cfg.Logger.With("source", "probe"),
 		now:       time.Now,
 		rand:      rand.Float64,
-		sleep:     sleepUnlessDone,
+		sleep:     SleepUnlessDone,
 		pollEvery: processPoll,
 		gpus:      map[string]*gpuEntry{},
 
@@ -247,7 +247,10 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	return s, nil
 }
 
-func sleepUnlessDone(ctx context.Context, d time.Duration) bool {
+// SleepUnlessDone waits d, or less when ctx ends first: then it returns
+// false. The scheduler's waits and the node-to-node prober's retries use
+// it, each as a seam their tests swap.
+func SleepUnlessDone(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -114,7 +114,7 @@ func New(cfg Config) *Node {
 		}, []string{"role", "result"}),
 		now:   time.Now,
 		rand:  rand.Float64,
-		sleep: sleepUnlessDone,
+		sleep: probes.SleepUnlessDone,
 	}
 	// Every series from the start, so the first of each is an increase.
 	for _, role := range []string{RoleProber, RoleTarget} {

@@ -1,7 +1,6 @@
 package nodeprobe
 
 import (
-	"context"
 	"time"
 )
 
@@ -59,15 +58,4 @@ func (n *Node) tookSession(name string, d time.Duration) {
 	n.mu.Lock()
 	n.took[name] = d
 	n.mu.Unlock()
-}
-
-func sleepUnlessDone(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

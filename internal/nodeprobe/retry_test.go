@@ -54,7 +54,7 @@ func TestProbeCollidingRing(t *testing.T) {
 				tn := newTestNode(t, fab, fmt.Sprintf("node-%d", i), 50e9, true, nil)
 				tn.runner.meet, tn.gate.leave = started(), answered()
 				draw := (float64(i) + 0.5) / float64(size) // 0.25, 0.75; 0.17, 0.5, 0.83
-				tn.node.now, tn.node.sleep, tn.node.rand = time.Now, sleepUnlessDone, func() float64 { return draw }
+				tn.node.now, tn.node.sleep, tn.node.rand = time.Now, probes.SleepUnlessDone, func() float64 { return draw }
 				ring[i] = tn
 			}
 			answers := make([]<-chan string, size)
