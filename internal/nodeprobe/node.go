@@ -139,7 +139,7 @@ type hold struct {
 	release func()
 	// forget takes the session's start back from its role's rate limit,
 	// for a session that never took place (the target declined): a
-	// prober trying again is not held back by its own declined try.
+	// prober is not held back by a try that was declined.
 	forget func()
 }
 

@@ -402,6 +402,13 @@ func TestProbeRateLimited(t *testing.T) {
 	if sessions(c.node, RoleTarget, ResultDeclined) != 1 {
 		t.Error("the target's decline is not counted")
 	}
+	// No session took place for d: a declined try does not count toward
+	// its own limit as prober.
+	e := newTestNode(t, fab, "e", 50e9, true, limited)
+	e.node.now = clock
+	if s := parse(t, second(d.probe(t, target(e.hostport()), ""))); !success(s) {
+		t.Error("a prober whose target declined was held back by its own limit")
+	}
 	status, dec := postJoin(t, c, validJoin())
 	if status != http.StatusTooManyRequests || dec.Reason != ReasonRateLimited {
 		t.Errorf("target answered %d %+v, want 429 %s", status, dec, ReasonRateLimited)

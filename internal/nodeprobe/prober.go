@@ -159,8 +159,7 @@ func (n *Node) probe(ctx context.Context, u, target, name string, m Module, budg
 	var out *outcome
 	for tries := 1; ; tries++ {
 		start := n.now()
-		var forget func()
-		out, forget = n.try(ctx, u, target, name, m)
+		out = n.try(ctx, u, target, name, m)
 		out.attempts = tries
 		if out.reason == "" {
 			n.tookSession(name, n.now().Sub(start))
@@ -172,9 +171,6 @@ func (n *Node) probe(ctx context.Context, u, target, name string, m Module, budg
 		if !ok {
 			out.detail += fmt.Sprintf(" (%d %s; too little of the probe's %s left for another session)", tries, plural(tries, "try", "tries"), budget)
 			break
-		}
-		if forget != nil {
-			forget()
 		}
 		if !n.sleep(ctx, wait) {
 			out.detail += fmt.Sprintf(" (%d %s; the probe ended while waiting to try again)", tries, plural(tries, "try", "tries"))
@@ -192,28 +188,29 @@ func (n *Node) probe(ctx context.Context, u, target, name string, m Module, budg
 	return out
 }
 
-// try is one try at a session as the prober. forget, when not nil, takes
-// the try's start back from the prober's rate limit: the target declined,
-// so no session took place.
-func (n *Node) try(ctx context.Context, u, target, name string, m Module) (out *outcome, forget func()) {
-	out = &outcome{module: m}
+// try is one try at a session as the prober. A try the target declined
+// is taken back from the prober's rate limit: no session took place,
+// whether the prober tries again or gives up.
+func (n *Node) try(ctx context.Context, u, target, name string, m Module) *outcome {
+	out := &outcome{module: m}
 	h, reason, detail := n.enter(RoleProber, m.GPUsPerNode)
 	if reason != "" {
 		out.reason, out.detail = reason, detail
-		return out, nil
+		return out
 	}
 	defer h.release()
 	out.gpus, out.localRates = h.gpus, n.nicRates(h.gpus)
 	n.finish(ctx, out, u, target, name, m, h)
 	if isDecline(out.reason) {
-		return out, h.forget
+		h.forget()
+		return out
 	}
 	if out.reason != "" && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		// Whatever failed first, the deadline is what ended the session:
 		// a child cut off mid-operation, a target that did not answer.
 		out.reason = ReasonTimeout
 	}
-	return out, nil
+	return out
 }
 
 func plural(n int, one, many string) string {
