@@ -140,15 +140,6 @@ gpulink_collective_last_round_timestamp_seconds 1.7000000005e+09
 			t.Errorf("%s = %g, want %g", key, g, v)
 		}
 	}
-	count := func(name string) int {
-		n := 0
-		for key := range got {
-			if strings.HasPrefix(key, "gpulink_collective_"+name+"{") {
-				n++
-			}
-		}
-		return n
-	}
 	for name, want := range map[string]int{
 		"bus_bandwidth_bytes_per_second": 2,
 		// all_gather's expectation is unknown: no expectation, no ratio.
@@ -166,7 +157,7 @@ gpulink_collective_last_round_timestamp_seconds 1.7000000005e+09
 		"busy_seconds_total":  4,
 		"device_memory_bytes": 3,
 	} {
-		if n := count(name); n != want {
+		if n := seriesOf(got, "gpulink_collective_"+name); n != want {
 			t.Errorf("%d series of gpulink_collective_%s, want %d", n, name, want)
 		}
 	}

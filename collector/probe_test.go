@@ -104,6 +104,17 @@ func gathered(t *testing.T, c prometheus.Collector) map[string]float64 {
 	return out
 }
 
+// seriesOf counts the series of family in what gathered returned.
+func seriesOf(got map[string]float64, family string) int {
+	n := 0
+	for key := range got {
+		if strings.HasPrefix(key, family+"{") {
+			n++
+		}
+	}
+	return n
+}
+
 func value(m *dto.Metric) float64 {
 	switch {
 	case m.Gauge != nil:
@@ -202,15 +213,6 @@ gpulink_probe_failed` + g0("probe", "device_to_host", "direction", "device_to_ho
 		}
 	}
 
-	count := func(prefix string) int {
-		n := 0
-		for key := range got {
-			if strings.HasPrefix(key, prefix+"{") {
-				n++
-			}
-		}
-		return n
-	}
 	for name, want := range map[string]int{
 		// 10 bandwidth results, one failed.
 		"gpulink_probe_bandwidth_bytes_per_second": 9,
@@ -231,7 +233,7 @@ gpulink_probe_failed` + g0("probe", "device_to_host", "direction", "device_to_ho
 		"gpulink_probe_contended":              1,
 		"gpulink_probe_contended_rounds_total": 0,
 	} {
-		if n := count(name); n != want {
+		if n := seriesOf(got, name); n != want {
 			t.Errorf("%d series of %s, want %d", n, name, want)
 		}
 	}
