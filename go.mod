@@ -12,6 +12,7 @@ require (
 	github.com/prometheus/exporter-toolkit v0.20.0
 	github.com/prometheus/procfs v0.23.0
 	github.com/prometheus/prometheus v0.315.0
+	golang.org/x/exp v0.0.0-20260709172345-9ea1abe57597
 	golang.org/x/sys v0.49.0
 )
 

@@ -21,6 +21,14 @@
 #                how many did as "fresh"), e.g.
 #                  EVERY=200ms N=300 bench/scrape.sh -- --sim=dgx-h100 --nvml.interval=200ms
 #   IDLE         idle baseline window (default 10s)
+#   REFERENCE    1 (default): scrape scrapebench's reference server between
+#                the exporter's scrapes, the exporter's own response from a
+#                server that does nothing else, to tell the machine's tail
+#                from the exporter's; 0: do not
+#   TRACE        1: also take an execution trace of the exporter over the
+#                scrapes (at most a minute of them) into trace.out, with
+#                --web.enable-pprof added to its flags; bench/tracelat reads
+#                it beside latencies.txt and says where slow scrapes waited
 #   WAIT_METRIC  substring to wait for (up to 60 s) before measuring.
 #                Default: where an NVIDIA driver is loaded (/dev/nvidiactl),
 #                'gpulink_source_up{source="nvml"} 1', so the first NVML
@@ -36,7 +44,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
 
 usage() {
-	sed -n '3,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	sed -n '3,37p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
 
@@ -69,6 +77,12 @@ for f in "$bin" "$sb"; do
 	[[ -x $f ]] || { echo "scrape.sh: $f is not an executable file" >&2; exit 1; }
 done
 [[ -n $out ]] || out=$(mktemp -d "${TMPDIR:-/tmp}/scrape.XXXXXX")
+trace_args=()
+[[ ${REFERENCE:-1} == 1 ]] && trace_args+=(-reference)
+if [[ ${TRACE:-} == 1 ]]; then
+	set -- --web.enable-pprof "$@"
+	trace_args=(-trace "$out/trace.out")
+fi
 mkdir -p "$out"
 
 addr=${ADDR:-127.0.0.1:9849}
@@ -118,6 +132,7 @@ pid=$!
 # to this script runs the traps at once instead of after scrapebench ends.
 "$sb" -url "http://$addr/metrics" -pid "$pid" -n "${N:-1000}" -every "${EVERY:-0}" -idle "${IDLE:-10s}" \
 	-wait-metric "$wait_metric" -json "$out/result.json" -latencies "$out/latencies.txt" -save-body "$out/metrics.txt" \
+	"${trace_args[@]}" \
 	>"$out/result.txt" &
 sbpid=$!
 rc=0

@@ -19,6 +19,11 @@
 // body changed is "fresh", and the fresh scrapes get percentiles of their
 // own.
 //
+// With -reference, a server that answers with the exporter's own response
+// and does nothing else is scraped between the exporter's scrapes, by the
+// same client: the floor the machine sets at that moment, so that a tail
+// the machine makes is not taken for the exporter's (see reference.go).
+//
 // It uses the standard library only, so it builds into a static binary that
 // can be carried to a machine without Go (see bench/scrape.sh).
 package main
@@ -35,6 +40,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -82,6 +88,12 @@ type Result struct {
 	ScrapeWireBytes   int64   `json:"scrape_wire_bytes"` // the same on the wire (gzip)
 	ContentType       string  `json:"content_type"`
 	WaitedFor         string  `json:"waited_for,omitempty"` // the line that matched -wait-metric
+	// The reference server (-reference), scraped between the exporter's
+	// scrapes: the latency of the same bytes with no exporter behind them.
+	RefP50Ms float64 `json:"reference_p50_ms,omitempty"`
+	RefP90Ms float64 `json:"reference_p90_ms,omitempty"`
+	RefP99Ms float64 `json:"reference_p99_ms,omitempty"`
+	RefMaxMs float64 `json:"reference_max_ms,omitempty"`
 }
 
 func main() {
@@ -92,19 +104,30 @@ func main() {
 	idle := flag.Duration("idle", 10*time.Second, "idle window (no scrapes) for the baseline CPU rate")
 	waitMetric := flag.String("wait-metric", "", "substring to wait for in the scrape output before measuring (empty: only wait until reachable)")
 	jsonOut := flag.String("json", "", "also write the result as JSON to this file")
-	latFile := flag.String("latencies", "", "write every measured scrape to this file, one line each: seconds since the first, latency in ms, 1 if it met a new body")
+	latFile := flag.String("latencies", "", "write every measured scrape to this file, one line each: seconds since the first, latency in ms, 1 if it met a new body, the unix time it was sent (to match it with an execution trace of the exporter), and with -reference the reference's latency in ms")
 	saveBody := flag.String("save-body", "", "write one uncompressed text-format scrape, taken after the measured ones, to this file")
+	traceOut := flag.String("trace", "", "also fetch an execution trace of the exporter over the measured scrapes (at most a minute of them) into this file, from /debug/pprof/trace (the exporter needs --web.enable-pprof)")
+	withRef := flag.Bool("reference", false, "also scrape a reference server between the exporter's scrapes: this program again, in a process of its own at GOMAXPROCS 1, answering every request with the exporter's first measured response and doing nothing else; its latencies are the floor this machine, loopback, net/http and this client set at that moment")
+	serveFile := flag.String("serve-file", "", "be the reference server: answer every request with this file's bytes (used by -reference)")
+	serveType := flag.String("serve-type", "", "the reference server's Content-Type (used by -reference)")
 	timeout := flag.Duration("timeout", 10*time.Second, "per-scrape timeout")
 	waitLimit := flag.Duration("wait-timeout", 60*time.Second, "how long to wait for the exporter (and -wait-metric)")
 	flag.Parse()
 
-	if err := run(*url, *pid, *n, *every, *idle, *waitMetric, *waitLimit, *jsonOut, *saveBody, *latFile, *timeout); err != nil {
+	if *serveFile != "" {
+		if err := serveFixed(*serveFile, *serveType); err != nil {
+			fmt.Fprintln(os.Stderr, "scrapebench reference:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(*url, *pid, *n, *every, *idle, *waitMetric, *waitLimit, *jsonOut, *saveBody, *latFile, *traceOut, *withRef, *timeout); err != nil {
 		fmt.Fprintln(os.Stderr, "scrapebench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(url string, pid, n int, every, idle time.Duration, waitMetric string, waitLimit time.Duration, jsonOut, saveBody, latFile string, timeout time.Duration) error {
+func run(url string, pid, n int, every, idle time.Duration, waitMetric string, waitLimit time.Duration, jsonOut, saveBody, latFile, traceOut string, withRef bool, timeout time.Duration) error {
 	if n < 1 {
 		return errors.New("-n must be at least 1")
 	}
@@ -146,12 +169,30 @@ func run(url string, pid, n int, every, idle time.Duration, waitMetric string, w
 	var prev uint32
 	var buf bytes.Buffer
 	var lines bytes.Buffer // for -latencies
+	var ref *reference
+	var refLat []time.Duration
+	if withRef {
+		// One unmeasured scrape gives the bytes the reference serves.
+		if _, _, _, ctype, _, err := scrape(client, url, acceptScrape, true, &buf); err != nil {
+			return err
+		} else if ref, err = startReference(bytes.Clone(buf.Bytes()), ctype); err != nil {
+			return err
+		}
+		defer ref.stop()
+	}
+	traced := make(chan error, 1)
+	if traceOut != "" {
+		go func() { traced <- fetchTrace(url, traceOut, every*time.Duration(n)) }()
+	} else {
+		traced <- nil
+	}
 	scrStart := time.Now()
 	for i := 0; i < n; i++ {
 		if every > 0 {
 			time.Sleep(time.Until(scrStart.Add(time.Duration(i) * every)))
 		}
-		at := time.Since(scrStart)
+		sent := time.Now()
+		at := sent.Sub(scrStart)
 		d, body, wire, ctype, sum, err := scrape(client, url, acceptScrape, true, &buf)
 		if err != nil {
 			res.Errors++
@@ -163,11 +204,27 @@ func run(url string, pid, n int, every, idle time.Duration, waitMetric string, w
 		if isFresh {
 			fresh = append(fresh, d)
 		}
-		fmt.Fprintf(&lines, "%.3f %.3f %d\n", at.Seconds(), ms(d), b2i(isFresh))
+		fmt.Fprintf(&lines, "%.3f %.3f %d %.6f", at.Seconds(), ms(d), b2i(isFresh), float64(sent.UnixNano())/1e9)
 		prev = sum
 		res.ScrapeBodyBytes, res.ScrapeWireBytes, res.ContentType = body, wire, ctype
+		if ref != nil {
+			// Halfway to the next scrape, or straight after this one.
+			if every > 0 {
+				time.Sleep(time.Until(scrStart.Add(time.Duration(i)*every + every/2)))
+			}
+			rd, _, _, _, _, err := scrape(client, ref.url, acceptScrape, true, &buf)
+			if err != nil {
+				return fmt.Errorf("reference: %w", err)
+			}
+			refLat = append(refLat, rd)
+			fmt.Fprintf(&lines, " %.3f", ms(rd))
+		}
+		lines.WriteByte('\n')
 	}
 	res.ScrapeWindowS = time.Since(scrStart).Seconds()
+	if err := <-traced; err != nil {
+		return err
+	}
 	res.Fresh = len(fresh)
 	if pid > 0 {
 		if cpuScr1, err = procCPU(pid); err != nil {
@@ -205,6 +262,13 @@ func run(url string, pid, n int, every, idle time.Duration, waitMetric string, w
 		res.FreshP99Ms = ms(percentile(fresh, 0.99))
 		res.FreshMaxMs = ms(fresh[len(fresh)-1])
 	}
+	if len(refLat) > 0 {
+		slices.Sort(refLat)
+		res.RefP50Ms = ms(percentile(refLat, 0.50))
+		res.RefP90Ms = ms(percentile(refLat, 0.90))
+		res.RefP99Ms = ms(percentile(refLat, 0.99))
+		res.RefMaxMs = ms(refLat[len(refLat)-1])
+	}
 	if len(lat) > 0 {
 		slices.Sort(lat)
 		var sum time.Duration
@@ -229,6 +293,34 @@ func run(url string, pid, n int, every, idle time.Duration, waitMetric string, w
 		return fmt.Errorf("%d of %d scrapes failed, last error: %v", res.Errors, n, lastErr)
 	}
 	return nil
+}
+
+// fetchTrace saves an execution trace of the exporter behind metricsURL,
+// taken over the next window (one second to a minute).
+func fetchTrace(metricsURL, file string, window time.Duration) error {
+	u, err := neturl.Parse(metricsURL)
+	if err != nil {
+		return err
+	}
+	secs := int(min(max(window, time.Second), time.Minute) / time.Second)
+	u.Path, u.RawQuery = "/debug/pprof/trace", "seconds="+strconv.Itoa(secs)
+	resp, err := (&http.Client{Timeout: time.Duration(secs+30) * time.Second}).Get(u.String())
+	if err != nil {
+		return fmt.Errorf("trace: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("trace: %s answered %s (is --web.enable-pprof on?)", u, resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("trace: %w", err)
+	}
+	return f.Close()
 }
 
 // waitReady polls the exporter until it answers (and, if waitMetric is set,
@@ -437,6 +529,10 @@ func printTable(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "scrapes           %d (errors %d) in %.2f s, %s\n", r.Scrapes, r.Errors, r.ScrapeWindowS, pace)
 	fmt.Fprintf(w, "latency ms        p50 %.3f  p90 %.3f  p99 %.3f  max %.3f  mean %.3f\n",
 		r.P50Ms, r.P90Ms, r.P99Ms, r.MaxMs, r.MeanMs)
+	if r.RefP50Ms > 0 {
+		fmt.Fprintf(w, "reference ms      p50 %.3f  p90 %.3f  p99 %.3f  max %.3f  (the same bytes from a server doing nothing else)\n",
+			r.RefP50Ms, r.RefP90Ms, r.RefP99Ms, r.RefMaxMs)
+	}
 	fmt.Fprintf(w, "fresh scrapes     %d of %d met a new body: p50 %.3f  p99 %.3f  max %.3f ms\n",
 		r.Fresh, r.Scrapes-1, r.FreshP50Ms, r.FreshP99Ms, r.FreshMaxMs)
 	if r.PID > 0 {
