@@ -7,6 +7,10 @@
 # (go_memstats_heap_inuse_bytes, to tell heap growth from memory outside
 # Go), then prints the least-squares slope of each
 # after WARMUP (default 5m) and writes soak.csv.
+# HEAP=1 also turns on --web.enable-pprof and saves the live heap after a
+# forced collection every 10 minutes (heap-MM.pb.gz, MM the minute), so
+# that growth between two of them shows by allocation site:
+#   go tool pprof -base heap-10.pb.gz -sample_index=inuse_space -top BINARY heap-60.pb.gz
 # Usage: bench/soak.sh [-b BINARY] OUTDIR
 set -uo pipefail
 bin=./gpulink_exporter
@@ -16,7 +20,9 @@ mkdir -p "$out"
 DURATION=${DURATION:-3600}
 WARMUP=${WARMUP:-300}
 addr=127.0.0.1:${PORT:-9881}
-"$bin" --sim=dgx-h100 --web.listen-address=$addr --probe.policy=always --probe.interval=20s \
+pprof=()
+[ "${HEAP:-0}" = 1 ] && pprof=(--web.enable-pprof)
+"$bin" "${pprof[@]}" --sim=dgx-h100 --web.listen-address=$addr --probe.policy=always --probe.interval=20s \
   --probe.first-delay=0s --probe.max-duty=1 --collective.interval=1m >"$out/exporter.log" 2>&1 &
 pid=$!
 trap 'kill $pid $scraper 2>/dev/null' EXIT
@@ -34,6 +40,10 @@ while [ $((SECONDS - t0)) -le "$DURATION" ]; do
   series=$(grep -vc '^#' "$out/last.txt")
   heap=$(awk '/^go_memstats_heap_inuse_bytes / {printf "%d", $2 / 1024}' "$out/last.txt")
   echo "$((SECONDS - t0)),$rss,$gor,$fds,$series,$heap" | tee -a "$out/soak.csv"
+  m=$(( (SECONDS - t0 + 30) / 60 ))
+  if [ "${HEAP:-0}" = 1 ] && [ $((m % 10)) = 0 ]; then
+    curl -s -o "$out/heap-$(printf %02d $m).pb.gz" "http://$addr/debug/pprof/heap?gc=1"
+  fi
   sleep 60
 done
 python3 - "$out/soak.csv" "$WARMUP" <<'PY' | tee "$out/slope.txt"
