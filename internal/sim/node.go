@@ -334,8 +334,10 @@ func (n *Node) Advance(now time.Time) error {
 	eff := n.effects(now)
 	n.live.step(dt, eff)
 	n.nvml.Update(func() { n.live.writeNVML(n.nvml, dt, eff) })
+	machine.Pause() // a tick is milliseconds of work on the exporter's P: see Pause
 	m := n.profile.Machine()
 	n.live.writeSysfs(m, dt, eff)
+	machine.Pause()
 	err := n.syncer.Sync(m)
 	n.last, n.tickTook, n.tickErr = now, time.Since(start), err
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
 )
 
 // Syncer keeps a tree on disk in step with a machine that changes while
@@ -53,6 +54,8 @@ func (s *Syncer) Sync(m *Machine) error {
 	if err != nil {
 		return err
 	}
+	Pause()
+	slice := time.Now()
 	// Files before symlinks, as in writeTo, so that nothing is written
 	// through a link.
 	for _, links := range []bool{false, true} {
@@ -68,6 +71,10 @@ func (s *Syncer) Sync(m *Machine) error {
 				return err
 			}
 			s.last.entries[p] = e
+			if time.Since(slice) >= syncSlice {
+				Pause()
+				slice = time.Now()
+			}
 		}
 	}
 	for _, p := range s.last.paths() {
@@ -83,6 +90,19 @@ func (s *Syncer) Sync(m *Machine) error {
 	}
 	return nil
 }
+
+// syncSlice is how long Sync writes before it pauses.
+const syncSlice = 500 * time.Microsecond
+
+// Pause parks the calling goroutine for a moment. The simulated node
+// renders and writes its tree in the exporter's own process, milliseconds
+// of work a second, and at GOMAXPROCS 1 a goroutine that never blocks
+// (raw file calls return to it at once) holds off every other one until it
+// does: a scrape that arrives meanwhile is not even read, since the network
+// is polled only when the P has nothing else to run. runtime.Gosched does
+// not help, as the yielding goroutine is run again before the poll; a
+// sleep parks it, and the scheduler polls. A real node has no such writer.
+func Pause() { time.Sleep(time.Microsecond) }
 
 // put writes one entry through the staging directory.
 func (s *Syncer) put(p string, e entry) error {

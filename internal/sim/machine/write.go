@@ -50,14 +50,19 @@ func (m *Machine) tree() (*tree, error) {
 	for i := range m.NetOnly {
 		w.net("sys/devices/virtual", &m.NetOnly[i], false)
 	}
+	// Pauses between the parts, as Sync pauses between files: a DGX's
+	// tree takes milliseconds to render.
+	Pause()
 	for _, hb := range m.HostBridges {
 		for _, d := range hb.Devices {
 			w.device("sys/devices/"+hb.Name(), d)
 		}
+		Pause()
 	}
 	for i := range m.Processes {
 		w.process(&m.Processes[i])
 	}
+	Pause()
 	w.kernel()
 	for p, data := range m.Overrides {
 		w.t.entries[p] = entry{data: data}
