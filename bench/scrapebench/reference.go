@@ -68,8 +68,8 @@ func startReference(body []byte, ctype string) (*reference, error) {
 
 func (r *reference) stop() {
 	if r.cmd.Process != nil {
-		r.cmd.Process.Kill() //nolint:errcheck // it may have exited already
-		r.cmd.Wait()         //nolint:errcheck // killed
+		_ = r.cmd.Process.Kill() // it may have exited already
+		_ = r.cmd.Wait()         // killed
 	}
 	os.Remove(r.file)
 }

@@ -25,7 +25,7 @@ func TestAnalyzeFindsTheSlowRequest(t *testing.T) {
 			for start := time.Now(); time.Since(start) < spin; {
 			}
 		}
-		io.WriteString(w, "ok\n")
+		_, _ = io.WriteString(w, "ok\n")
 	}))
 	defer srv.Close()
 
