@@ -385,9 +385,11 @@ func scrape(client *http.Client, url, accept string, gz bool, buf *bytes.Buffer)
 		return 0, 0, 0, "", 0, fmt.Errorf("HTTP %s", resp.Status)
 	}
 	wire = int64(buf.Len())
-	var r io.Reader = buf
+	// Read through a reader of its own, so that buf keeps the bytes as
+	// they came (-reference serves them).
+	var r io.Reader = bytes.NewReader(buf.Bytes())
 	if resp.Header.Get("Content-Encoding") == "gzip" {
-		zr, err := gzip.NewReader(buf)
+		zr, err := gzip.NewReader(r)
 		if err != nil {
 			return 0, 0, 0, "", 0, err
 		}

@@ -85,9 +85,19 @@ func serveFixed(file, ctype string) error {
 	if err != nil {
 		return err
 	}
-	gzipped := len(body) >= 2 && body[0] == 0x1f && body[1] == 0x8b
 	fmt.Printf("http://%s/metrics\n", ln.Addr())
-	err = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	err = http.Serve(ln, fixedHandler(body, ctype))
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// fixedHandler answers with body, as the exporter sent it: gzipped bytes
+// say so in Content-Encoding.
+func fixedHandler(body []byte, ctype string) http.Handler {
+	gzipped := len(body) >= 2 && body[0] == 0x1f && body[1] == 0x8b
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		h := w.Header()
 		h.Set("Content-Type", ctype)
 		h.Set("Content-Length", strconv.Itoa(len(body)))
@@ -96,9 +106,5 @@ func serveFixed(file, ctype string) error {
 		}
 		h.Add("Vary", "Accept-Encoding")
 		w.Write(body) //nolint:errcheck // a client that went away
-	}))
-	if errors.Is(err, net.ErrClosed) {
-		return nil
-	}
-	return err
+	})
 }
