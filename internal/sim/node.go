@@ -334,7 +334,10 @@ func (n *Node) Advance(now time.Time) error {
 	eff := n.effects(now)
 	n.live.step(dt, eff)
 	n.nvml.Update(func() { n.live.writeNVML(n.nvml, dt, eff) })
-	machine.Pause() // a tick is milliseconds of work on the exporter's P: see Pause
+	// The mocks' record of calls, which only tests read, would grow for ever.
+	n.nvml.ForgetCalls()
+	// A tick is milliseconds of work on the exporter's P: see Pause.
+	machine.Pause()
 	m := n.profile.Machine()
 	n.live.writeSysfs(m, dt, eff)
 	machine.Pause()

@@ -9,6 +9,7 @@ package nvmlmodel
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -34,6 +35,8 @@ type Library struct {
 
 	mu     sync.Mutex
 	events chan gonvml.EventData
+	// eventSets are the event sets made, for ForgetCalls.
+	eventSets []*mock.EventSet
 }
 
 // GPU is one fake GPU. Change its fields with Library.Update.
@@ -357,17 +360,27 @@ func (m *Library) setLibraryFuncs() {
 		return gonvml.SUCCESS
 	}
 	s.EventSetCreateFunc = func() (gonvml.EventSet, gonvml.Return) {
-		return &mock.EventSet{
-			FreeFunc: func() gonvml.Return { return gonvml.SUCCESS },
-			WaitFunc: func(ms uint32) (gonvml.EventData, gonvml.Return) {
-				select {
-				case ev := <-m.events:
-					return ev, gonvml.SUCCESS
-				case <-time.After(time.Duration(ms) * time.Millisecond):
-					return gonvml.EventData{}, gonvml.ERROR_TIMEOUT
-				}
-			},
-		}, gonvml.SUCCESS
+		es := &mock.EventSet{}
+		es.FreeFunc = func() gonvml.Return {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if i := slices.Index(m.eventSets, es); i >= 0 {
+				m.eventSets = slices.Delete(m.eventSets, i, i+1)
+			}
+			return gonvml.SUCCESS
+		}
+		es.WaitFunc = func(ms uint32) (gonvml.EventData, gonvml.Return) {
+			select {
+			case ev := <-m.events:
+				return ev, gonvml.SUCCESS
+			case <-time.After(time.Duration(ms) * time.Millisecond):
+				return gonvml.EventData{}, gonvml.ERROR_TIMEOUT
+			}
+		}
+		m.mu.Lock()
+		m.eventSets = append(m.eventSets, es)
+		m.mu.Unlock()
+		return es, gonvml.SUCCESS
 	}
 }
 
