@@ -257,29 +257,16 @@ func run(url string, pid, n int, every, idle time.Duration, waitMetric string, w
 		}
 	}
 	if len(fresh) > 0 {
-		slices.Sort(fresh)
-		res.FreshP50Ms = ms(percentile(fresh, 0.50))
-		res.FreshP99Ms = ms(percentile(fresh, 0.99))
-		res.FreshMaxMs = ms(fresh[len(fresh)-1])
+		f := spreadOf(fresh)
+		res.FreshP50Ms, res.FreshP99Ms, res.FreshMaxMs = f.p50, f.p99, f.max
 	}
 	if len(refLat) > 0 {
-		slices.Sort(refLat)
-		res.RefP50Ms = ms(percentile(refLat, 0.50))
-		res.RefP90Ms = ms(percentile(refLat, 0.90))
-		res.RefP99Ms = ms(percentile(refLat, 0.99))
-		res.RefMaxMs = ms(refLat[len(refLat)-1])
+		r := spreadOf(refLat)
+		res.RefP50Ms, res.RefP90Ms, res.RefP99Ms, res.RefMaxMs = r.p50, r.p90, r.p99, r.max
 	}
 	if len(lat) > 0 {
-		slices.Sort(lat)
-		var sum time.Duration
-		for _, d := range lat {
-			sum += d
-		}
-		res.P50Ms = ms(percentile(lat, 0.50))
-		res.P90Ms = ms(percentile(lat, 0.90))
-		res.P99Ms = ms(percentile(lat, 0.99))
-		res.MaxMs = ms(lat[len(lat)-1])
-		res.MeanMs = ms(sum / time.Duration(len(lat)))
+		l := spreadOf(lat)
+		res.P50Ms, res.P90Ms, res.P99Ms, res.MaxMs, res.MeanMs = l.p50, l.p90, l.p99, l.max, l.mean
 	}
 
 	printTable(os.Stdout, &res)
@@ -499,6 +486,20 @@ func procMem(pid int) (rss, hwm float64, err error) {
 		}
 	}
 	return rss, hwm, nil
+}
+
+// spread is a set of latencies in ms.
+type spread struct{ p50, p90, p99, max, mean float64 }
+
+// spreadOf sorts ds, which must not be empty, and sums it up.
+func spreadOf(ds []time.Duration) spread {
+	slices.Sort(ds)
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return spread{p50: ms(percentile(ds, 0.50)), p90: ms(percentile(ds, 0.90)), p99: ms(percentile(ds, 0.99)),
+		max: ms(ds[len(ds)-1]), mean: ms(sum / time.Duration(len(ds)))}
 }
 
 // percentile is the nearest-rank percentile of sorted durations.
