@@ -95,7 +95,7 @@ func run(l *cli, command string, logger *slog.Logger) int {
 			reg.MustRegister(s)
 		}
 	}
-	w := &wiring{ctx: ctx, cfg: c, logger: logger, reg: reg, fsys: fsys, newNVML: newNVML, sim: node}
+	w := newWiring(ctx, c, logger, reg, fsys, newNVML, node)
 	defer w.close()
 	if err := w.startSources(); err != nil {
 		logger.Error("cannot start", "err", err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/scrape"
 	"github.com/gpulink/gpulink_exporter/internal/sim"
 )
@@ -301,10 +303,8 @@ func wireSim(t *testing.T, args ...string) (*wiring, *cli) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &wiring{ctx: ctx, cfg: l.cfg, logger: quiet, reg: scrape.NewRegistry(), fsys: node.FS(), newNVML: node.NVML, sim: node}
+	w := newWiring(context.Background(), l.cfg, quiet, scrape.NewRegistry(), node.FS(), node.NVML, node)
 	t.Cleanup(func() {
-		cancel()
 		w.close()
 		node.Close()
 	})
@@ -338,5 +338,61 @@ func TestCollectivesCommand(t *testing.T) {
 		if err != nil || command != child.collectivesCmd.FullCommand() || child.collectives.NVLS != slices.Contains(tc.args, "--nccl.nvls") {
 			t.Errorf("%q: the child's command line parses as %q, %v; NVLS %v", got, command, err, child.collectives.NVLS)
 		}
+	}
+}
+
+// A server that cannot start (its port taken) ends the exporter with exit
+// 1 and the reason, at once.
+func TestServerFailureExits(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "--sim=dgx-h100", "--web.listen-address="+l.Addr().String())
+	cmd.Env = append(os.Environ(), runMainEnv+"=1")
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	err = cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("got %v, want exit 1 (stderr %q)", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "address already in use") {
+		t.Errorf("stderr does not say why the server failed: %q", stderr.String())
+	}
+}
+
+// Closing the wiring stops the sources before it shuts NVML down, whether
+// or not the context it was given has ended (it has not when the server
+// fails to start): the XID watch, an NVML call in flight for as long as it
+// runs, ends first, so the reader's Shutdown does not wait out its bound
+// and leave NVML loaded. Unloading NVML under a call crashed the real
+// exporter on an H200.
+func TestCloseStopsSourcesFirst(t *testing.T) {
+	w, _ := wireSim(t, "--sim=dgx-h100")
+	xid := func() sampler.Status {
+		for _, s := range w.statuses {
+			if st := s.Status(); st.Name == "xid" {
+				return st
+			}
+		}
+		t.Fatal("no xid source")
+		return sampler.Status{}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !xid().Up {
+		if time.Now().After(deadline) {
+			t.Fatal("the XID watch never started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	w.close()
+	// The watch's event wait is a second; Shutdown's bound five.
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("close took %v: the XID watch was still running when NVML was shut down", d)
 	}
 }

@@ -198,6 +198,7 @@ var sources = [numSources]source{
 // wiring is what the sources share while they start.
 type wiring struct {
 	ctx     context.Context
+	cancel  context.CancelFunc // ends ctx: close stops the sources first
 	cfg     *config
 	logger  *slog.Logger
 	reg     *scrape.Registry
@@ -218,6 +219,14 @@ type wiring struct {
 	versions []scrape.Versioned
 	closers  []func() // run last first when the daemon stops
 	err      error    // why a source could not start
+}
+
+// newWiring returns the wiring of the sources c switches on, to run until
+// ctx ends or close is called; sim is nil unless --sim.
+func newWiring(ctx context.Context, c *config, logger *slog.Logger, reg *scrape.Registry, fsys numa.FS,
+	newNVML func() gonvml.Interface, sim *sim.Node) *wiring {
+	ctx, cancel := context.WithCancel(ctx)
+	return &wiring{ctx: ctx, cancel: cancel, cfg: c, logger: logger, reg: reg, fsys: fsys, newNVML: newNVML, sim: sim}
 }
 
 // startSources opens what the switched-on sources share and starts them
@@ -273,6 +282,9 @@ func (w *wiring) anyOn(uses func(*source) bool) bool {
 }
 
 func (w *wiring) close() {
+	// The sources stop before what they share is closed, also when the
+	// server could not start: NVML is not unloaded under a sample.
+	w.cancel()
 	for i := len(w.closers) - 1; i >= 0; i-- {
 		w.closers[i]()
 	}

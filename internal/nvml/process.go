@@ -42,6 +42,10 @@ func (r *Reader) ComputeProcesses() ([]Process, error) {
 	// The inventory is read without the reader's lock: an NVML sample
 	// holds that lock for up to a few hundred ms, and listing processes
 	// must not wait on it. NVML calls are thread-safe.
+	if !r.calls.enter() {
+		return nil, ErrShutDown
+	}
+	defer r.calls.leave()
 	inv := r.Inventory()
 	if inv == nil {
 		r.mu.Lock()

@@ -83,6 +83,11 @@ type Reader struct {
 	// inventory is published at discovery for readers that must never wait
 	// on a sample in progress (the scrape path, the XID watcher).
 	inventory atomic.Pointer[Inventory]
+
+	// calls admits every NVML call: Shutdown closes it and waits for the
+	// calls in flight, up to shutdownWait, before it unloads NVML.
+	calls        gate
+	shutdownWait time.Duration
 }
 
 // Option configures a Reader.
@@ -174,7 +179,8 @@ func NewReader(lib nvml.Interface, sysfsRoot string, logger *slog.Logger, opts .
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	r := &Reader{lib: lib, sysfsRoot: sysfsRoot, logger: logger, slowInterval: DefaultSlowInterval, now: time.Now}
+	r := &Reader{lib: lib, sysfsRoot: sysfsRoot, logger: logger, slowInterval: DefaultSlowInterval, now: time.Now,
+		shutdownWait: defaultShutdownWait}
 	for _, o := range opts {
 		o(r)
 	}
@@ -187,6 +193,10 @@ func (r *Reader) SlowInterval() time.Duration { return r.slowInterval }
 // Init loads NVML and discovers the GPUs. It is safe to call again after a
 // failure; it does nothing once it has succeeded.
 func (r *Reader) Init() error {
+	if !r.calls.enter() {
+		return ErrShutDown
+	}
+	defer r.calls.leave()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.initLocked()
@@ -211,8 +221,15 @@ func (r *Reader) initLocked() error {
 	return nil
 }
 
-// Shutdown releases NVML.
+// Shutdown releases NVML once the calls in flight have ended; from its
+// start every call returns ErrShutDown. A call still in NVML after
+// five seconds is hung in the driver: NVML is then left loaded, and
+// Shutdown says so and returns.
 func (r *Reader) Shutdown() {
+	if !r.calls.close(r.shutdownWait) {
+		r.logger.Warn("NVML calls still running at shutdown; NVML left loaded", "waited", r.shutdownWait)
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.ready {
@@ -403,6 +420,10 @@ func (r *Reader) readPairs(devs []*device) []pairStatic {
 
 // Sample reads every GPU. It implements sampler.Source.
 func (r *Reader) Sample(ctx context.Context) (*Snapshot, error) {
+	if !r.calls.enter() {
+		return nil, ErrShutDown
+	}
+	defer r.calls.leave()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.initLocked(); err != nil {

@@ -99,6 +99,12 @@ func (w *XIDWatcher) Run(ctx context.Context, retry time.Duration) {
 		case <-time.After(retry):
 		}
 	}
+	// The watch is one NVML call in flight from the event set's creation to
+	// its Free, so that Shutdown waits for it (a wait ends within Wait).
+	if !w.reader.calls.enter() {
+		return
+	}
+	defer w.reader.calls.leave()
 	handles := w.reader.Inventory().Handles
 	lib := w.reader.Lib()
 	set, ret := lib.EventSetCreate()
