@@ -1,6 +1,8 @@
 // Package kubelet reads which pod holds each GPU from the kubelet's
 // pod-resources API (k8s.io/kubelet podresources v1, a gRPC service on a
-// unix socket) into typed snapshots. It knows nothing of Prometheus.
+// unix socket) into typed snapshots. It makes its one gRPC call with
+// net/http and decodes the answer with protowire (grpc.go,
+// podresources.go). It knows nothing of Prometheus.
 //
 // The API names the pods and containers devices are assigned to by the
 // device plugins (nvidia.com/gpu and friends); it does not give pod UIDs,
@@ -18,10 +20,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 )
@@ -100,14 +98,11 @@ func (r *Reader) list(ctx context.Context) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pod-resources socket %q: %w", r.Socket, err)
 	}
-	conn, err := grpc.NewClient("unix://"+path,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxResponseBytes)))
+	resp, err := unary(ctx, path, listMethod, nil, maxResponseBytes)
 	if err != nil {
-		return nil, fmt.Errorf("pod-resources socket %s: %w", path, err)
+		return nil, fmt.Errorf("kubelet pod-resources List at %s: %w", path, err)
 	}
-	defer conn.Close()
-	resp, err := podresourcesv1.NewPodResourcesListerClient(conn).List(ctx, &podresourcesv1.ListPodResourcesRequest{})
+	pods, err := decodeList(resp)
 	if err != nil {
 		return nil, fmt.Errorf("kubelet pod-resources List at %s: %w", path, err)
 	}
@@ -115,7 +110,7 @@ func (r *Reader) list(ctx context.Context) (*Snapshot, error) {
 	if r.GPUs != nil {
 		ids = r.GPUs()
 	}
-	return assignments(resp, ids), nil
+	return assignments(pods, ids), nil
 }
 
 // replica is the suffix the NVIDIA device plugin gives each share of a
@@ -125,7 +120,7 @@ var replica = regexp.MustCompile(`::[0-9]+$`)
 // assignments maps the kubelet's answer onto GPUs. Dynamic resources
 // (DRA claims) are left out: their CDI device names do not name a GPU in
 // a form NVML knows.
-func assignments(resp *podresourcesv1.ListPodResourcesResponse, ids []nvml.Identity) *Snapshot {
+func assignments(pods []podResources, ids []nvml.Identity) *Snapshot {
 	byUUID := make(map[string]nvml.Identity, len(ids))
 	byIndex := make(map[int]nvml.Identity, len(ids))
 	for _, id := range ids {
@@ -135,15 +130,15 @@ func assignments(resp *podresourcesv1.ListPodResourcesResponse, ids []nvml.Ident
 	type key struct{ uuid, ns, pod, container, index string }
 	seen := map[key]bool{}
 	snap := &Snapshot{}
-	for _, p := range resp.GetPodResources() {
-		for _, c := range p.GetContainers() {
-			for _, d := range c.GetDevices() {
-				if !strings.HasPrefix(d.GetResourceName(), ResourcePrefix) {
+	for _, p := range pods {
+		for _, c := range p.Containers {
+			for _, d := range c.Devices {
+				if !strings.HasPrefix(d.ResourceName, ResourcePrefix) {
 					continue
 				}
-				for _, dev := range d.GetDeviceIds() {
-					a := Assignment{GPU: -1, Namespace: p.GetNamespace(), Pod: p.GetName(), Container: c.GetName(),
-						ResourceName: d.GetResourceName()}
+				for _, dev := range d.DeviceIDs {
+					a := Assignment{GPU: -1, Namespace: p.Namespace, Pod: p.Name, Container: c.Name,
+						ResourceName: d.ResourceName}
 					dev = replica.ReplaceAllString(strings.TrimSpace(dev), "")
 					if n, err := strconv.Atoi(dev); err == nil && n >= 0 {
 						// The index strategy: the device plugin's index is NVML's.

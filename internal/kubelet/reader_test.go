@@ -3,12 +3,16 @@ package kubelet_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/gpulink/gpulink_exporter/internal/kubelet"
 	"github.com/gpulink/gpulink_exporter/internal/kubelet/kubelettest"
@@ -193,5 +197,27 @@ func TestNoSocket(t *testing.T) {
 	r := &kubelet.Reader{Socket: filepath.Join(t.TempDir(), "missing.sock")}
 	if _, err := sample(t, r); err == nil || !strings.Contains(err.Error(), "missing.sock") {
 		t.Errorf("err = %v, want it to name the socket", err)
+	}
+}
+
+// A kubelet (grpc-go's server) that refuses the call: its status and
+// message, decoded, name why.
+func TestKubeletRefuses(t *testing.T) {
+	k := startKubelet(t, pod("a", "one", "c", gpus(uuid(0))))
+	k.Fail(status.Error(codes.PermissionDenied, "pod-resources: no access for uid 65534 — ask the node's admin"))
+	r := &kubelet.Reader{Socket: k.Socket}
+	_, err := sample(t, r)
+	var se *kubelet.StatusError
+	if !errors.As(err, &se) || se.Code != int(codes.PermissionDenied) {
+		t.Fatalf("err = %v, want a PermissionDenied status", err)
+	}
+	for _, want := range []string{k.Socket, "PermissionDenied", "no access for uid 65534 — ask the node's admin"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("err %q does not say %q", err, want)
+		}
+	}
+	k.Fail(nil)
+	if snap, err := sample(t, r); err != nil || len(snap.Assignments) != 1 {
+		t.Errorf("answering again: %+v, %v", snap, err)
 	}
 }

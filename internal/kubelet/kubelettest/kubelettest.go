@@ -38,6 +38,7 @@ type Kubelet struct {
 	srv     *grpc.Server
 	blocked chan struct{} // non-nil while List blocks
 	lists   int
+	failure error // what List answers instead of the pods, when set
 }
 
 // New returns a kubelet that will serve at socket; call Start.
@@ -104,6 +105,14 @@ func (k *Kubelet) Unblock() {
 	}
 }
 
+// Fail makes List answer err (a status.Error for a gRPC status) instead
+// of the pods; nil lists them again.
+func (k *Kubelet) Fail(err error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.failure = err
+}
+
 // Lists counts the List calls answered or begun.
 func (k *Kubelet) Lists() int {
 	k.mu.Lock()
@@ -119,8 +128,11 @@ type server struct {
 func (s *server) List(ctx context.Context, _ *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
 	s.k.mu.Lock()
 	s.k.lists++
-	blocked, pods := s.k.blocked, s.k.pods
+	blocked, pods, failure := s.k.blocked, s.k.pods, s.k.failure
 	s.k.mu.Unlock()
+	if failure != nil {
+		return nil, failure
+	}
 	if blocked != nil {
 		select {
 		case <-blocked:
