@@ -70,9 +70,11 @@ func (n *Node) serveProbe(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("Invalid target %q: %s", target, err), http.StatusBadRequest)
 		return
 	}
+	// The clock starts before the deadline's: a probe cut at its timeout
+	// lasted at least the timeout.
+	start := n.now()
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
-	start := n.now()
 	out := n.probe(ctx, u, target, name, m, timeout, start.Add(timeout))
 	out.duration = n.now().Sub(start)
 	logger := n.logger.With("module", name, "target", target, "duration_seconds", out.duration.Seconds(), "attempts", out.attempts)
