@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Puts everything a GPU machine (which has no Go) needs for the checks in
 # bench/ into .device/, the tree a device call carries: the exporter, the
-# Go benchmark binary, the GPU test binary (-tags gpu), with --collector-test the collector test
+# Go benchmark binary, rssfloor, the GPU test binary (-tags gpu), with --collector-test the collector test
 # binary, the scripts and references of bench/, the dashboards, the rules
 # and promtool. There, run .device/scrape.sh, .device/gpu-check.sh OUTDIR
 # and the others (see each script's header).
@@ -49,6 +49,8 @@ mkdir -p "$DEVICE"
 # stamps it; stripped, to carry less.
 "$MAKE" --no-print-directory build GO="$GO" BINARY="$DEVICE/gpulink_exporter" EXTRA_LDFLAGS='-s -w'
 CGO_ENABLED=0 "$GO" build -ldflags '-s -w' -o "$DEVICE/scrapebench" ./bench/scrapebench
+# The reference of rss.sh: the smallest NVML exporter the same libraries make.
+"$GO" build -ldflags '-s -w' -o "$DEVICE/rssfloor" ./bench/rssfloor
 rm -f "$DEVICE/gpu.test" "$DEVICE/collector.test"
 if ! $dashboards; then
 	"$GO" test -c -tags gpu -ldflags '-s -w' -o "$DEVICE/gpu.test" ./internal/nvml
