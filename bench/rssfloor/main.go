@@ -64,7 +64,8 @@ func main() {
 		logger.Error("NVML init", "ret", ret)
 		os.Exit(1)
 	}
-	defer lib.Shutdown()
+	// Left loaded to the end: rss.sh stops it with a signal, and the exit
+	// releases NVML.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), gpus{lib})
 	mux := http.NewServeMux()
