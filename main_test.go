@@ -168,7 +168,7 @@ func TestStartupRefuses(t *testing.T) {
 		{[]string{"--path.procfs=/nonexistent"}, "--path.procfs=/nonexistent"},
 		{[]string{"--path.sysfs=/etc/hostname"}, "--path.sysfs=/etc/hostname: want an existing directory"},
 		{[]string{"--web.telemetry-path=metrics"}, "--web.telemetry-path=metrics"},
-		{[]string{"--web.telemetry-path=/probe"}, "--web.telemetry-path=/probe: want a path other than /probe and /node-probe/join"},
+		{[]string{"--web.telemetry-path=/probe"}, "--web.telemetry-path=/probe: want a path other than /probe, /node-probe/reserve, /node-probe/join"},
 		{[]string{"--node-probe.config.file=/nonexistent/modules.yml"}, "--node-probe.config.file=/nonexistent/modules.yml: open"},
 		{[]string{"--node-probe.gpu=gpu0"}, "--node-probe.gpu=gpu0: want a PCI address"},
 		{[]string{"--sim.faults=x.yaml"}, "--sim.faults needs --sim"},

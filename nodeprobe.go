@@ -48,7 +48,7 @@ func startNodeProbe(w *wiring, _ setting) {
 	w.reg.MustRegister(n)
 	w.routes = append(w.routes, route{nodeprobe.ProbePath, n.ProbeHandler()})
 	if c.enabled {
-		w.routes = append(w.routes, route{nodeprobe.JoinPath, n.JoinHandler()})
+		w.routes = append(w.routes, route{nodeprobe.ReservePath, n.ReserveHandler()}, route{nodeprobe.JoinPath, n.JoinHandler()})
 	}
 	if c.configFile != "" {
 		go reloadOnHangup(w.ctx, modules, c.configFile, w.logger)

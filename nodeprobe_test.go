@@ -66,7 +66,7 @@ func TestNodeProbeRoutes(t *testing.T) {
 		want []string
 	}{
 		{nil, []string{nodeprobe.ProbePath}},
-		{[]string{"--node-probe.enabled"}, []string{nodeprobe.ProbePath, nodeprobe.JoinPath}},
+		{[]string{"--node-probe.enabled"}, []string{nodeprobe.ProbePath, nodeprobe.ReservePath, nodeprobe.JoinPath}},
 	} {
 		w, _ := wireSim(t, append(tc.args, "--sim=dgx-h100")...)
 		var paths []string
@@ -251,7 +251,8 @@ func TestServeCoversNodeProbe(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	n := nodeprobe.New(nodeprobe.Config{})
-	routes := append([]route{{nodeprobe.ProbePath, n.ProbeHandler()}, {nodeprobe.JoinPath, n.JoinHandler()}}, pprofRoutes()...)
+	routes := append([]route{{nodeprobe.ProbePath, n.ProbeHandler()}, {nodeprobe.ReservePath, n.ReserveHandler()},
+		{nodeprobe.JoinPath, n.JoinHandler()}}, pprofRoutes()...)
 	ctx, cancel := context.WithCancel(context.Background())
 	none := false
 	errc := make(chan error, 1)
@@ -296,6 +297,8 @@ func TestServeCoversNodeProbe(t *testing.T) {
 		{http.MethodPost, nodeprobe.JoinPath, "guess", http.StatusUnauthorized},
 		{http.MethodGet, nodeprobe.ProbePath, "", http.StatusUnauthorized},
 		{http.MethodPost, nodeprobe.JoinPath, "ring-secret", http.StatusBadRequest}, // the handler read "{}"
+		{http.MethodPost, nodeprobe.ReservePath, "", http.StatusUnauthorized},
+		{http.MethodPost, nodeprobe.ReservePath, "ring-secret", http.StatusBadRequest},
 		{http.MethodGet, nodeprobe.ProbePath, "ring-secret", http.StatusBadRequest}, // no target
 		{http.MethodGet, "/debug/pprof/cmdline", "", http.StatusUnauthorized},
 		{http.MethodGet, "/debug/pprof/cmdline", "ring-secret", http.StatusOK},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -52,8 +53,8 @@ func (l *cli) validate(command string, logger *slog.Logger) error {
 		return &flagError{"runtime.gomaxprocs", strconv.Itoa(c.maxProcs), "1 or more"}
 	case !strings.HasPrefix(c.metricsPath, "/"):
 		return &flagError{"web.telemetry-path", c.metricsPath, "a path starting with /"}
-	case c.metricsPath == nodeprobe.ProbePath || c.metricsPath == nodeprobe.JoinPath:
-		return &flagError{"web.telemetry-path", c.metricsPath, "a path other than " + nodeprobe.ProbePath + " and " + nodeprobe.JoinPath}
+	case slices.Contains(nodeprobe.Paths, c.metricsPath):
+		return &flagError{"web.telemetry-path", c.metricsPath, "a path other than " + strings.Join(nodeprobe.Paths, ", ")}
 	}
 	// --sim serves its own tree and ignores these.
 	if c.sim == "" {

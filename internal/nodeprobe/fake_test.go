@@ -64,10 +64,6 @@ type fakeRunner struct {
 	// solo measures without waiting for the other node, as the simulated
 	// node's model does: it has results even when the target declined.
 	solo bool
-	// meet, when set, is called as a prober's child starts, before it
-	// makes the id: while the node holds its session lock and before it
-	// asks the target.
-	meet func()
 
 	mu        sync.Mutex
 	runs      []probes.CollectiveOptions
@@ -78,9 +74,6 @@ func (r *fakeRunner) RunCollectives(ctx context.Context, o probes.CollectiveOpti
 	r.mu.Lock()
 	r.runs = append(r.runs, o)
 	r.mu.Unlock()
-	if r.meet != nil && o.UniqueID == "" {
-		r.meet()
-	}
 	round := probes.MeasureCollectiveRound(ctx, fakeMeasurer{r}, o, ids)
 	if ctx.Err() != nil {
 		r.mu.Lock()
@@ -171,6 +164,9 @@ func (c *fakeComm) Close() float64 { return 0.2 }
 // reason.
 type fakeGate struct {
 	gpus []probes.SessionGPU
+	// enter, when set, is called as a session takes the GPUs: the node
+	// holds its session lock, and a prober has not asked its target yet.
+	enter func()
 	// leave, when set, is called as a session gives the GPUs back, before
 	// the node lets go of its session lock.
 	leave func()
@@ -182,17 +178,23 @@ type fakeGate struct {
 
 func (g *fakeGate) TryAcquire(n int, _ []string) ([]probes.SessionGPU, func(), string) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	switch {
 	case g.reason != "":
+		g.mu.Unlock()
 		return nil, nil, g.reason
 	case g.held:
+		g.mu.Unlock()
 		return nil, nil, probes.SessionRoundRunning
 	case n > len(g.gpus):
+		g.mu.Unlock()
 		return nil, nil, probes.SessionTooFewGPUs
 	}
 	g.held = true
-	leave := g.leave
+	enter, leave := g.enter, g.leave
+	g.mu.Unlock()
+	if enter != nil {
+		enter()
+	}
 	return slices.Clone(g.gpus[:n]), sync.OnceFunc(func() {
 		if leave != nil {
 			leave()

@@ -84,6 +84,9 @@ type Node struct {
 	mu   sync.Mutex
 	last map[string]time.Time     // start of the latest session, by role
 	took map[string]time.Duration // the latest successful session as prober, by module
+	// reserved is the session entered for a prober's join to come
+	// (reserve.go); nil when none is.
+	reserved *reservation
 
 	sessions *prometheus.CounterVec
 

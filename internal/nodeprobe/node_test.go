@@ -81,6 +81,7 @@ func newTestNode(t *testing.T, fab *fabric, name string, nic float64, join bool,
 	tn.mux = http.NewServeMux()
 	tn.mux.Handle(ProbePath, tn.node.ProbeHandler())
 	if join {
+		tn.mux.Handle(ReservePath, tn.node.ReserveHandler())
 		tn.mux.Handle(JoinPath, tn.node.JoinHandler())
 	}
 	tn.srv = httptest.NewServer(tn.mux)
@@ -281,8 +282,10 @@ func TestProbeExpectedNeedsBothNodes(t *testing.T) {
 }
 
 // A target that declines: its reason reaches the prober's answer, and the
-// prober's child, waiting for ranks that will never come, is cancelled.
-// (A target in another session is tried again: retry_test.go.)
+// prober, which asked the target to reserve itself first, starts no
+// child. An exporter from before reservations declines the join itself:
+// the prober's child, waiting for ranks that will never come, is
+// cancelled. (A target in another session is tried again: retry_test.go.)
 func TestProbeTargetDeclines(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -295,15 +298,20 @@ func TestProbeTargetDeclines(t *testing.T) {
 		{"MIG", func(b *testNode) { b.gate.refuse(probes.SkipMIG) }, ReasonUnavailable, http.StatusServiceUnavailable},
 		{"no runner", func(b *testNode) { b.node.cfg.Runner = nil }, ReasonUnavailable, http.StatusServiceUnavailable},
 	} {
-		for _, solo := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/solo=%v", tc.name, solo), func(t *testing.T) {
+		for _, v := range []struct{ solo, old bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+			t.Run(fmt.Sprintf("%s/solo=%v/old=%v", tc.name, v.solo, v.old), func(t *testing.T) {
+				solo := v.solo
 				fab := newFabric()
 				a := newTestNode(t, fab, "a", 50e9, true, nil)
 				// solo: the prober's side measures without the target, as
 				// the simulated node's does; what it measured alone is no
 				// result of the session.
 				a.runner.solo = solo
-				b := newTestNode(t, fab, "b", 50e9, true, nil)
+				b := newTestNode(t, fab, "b", 50e9, !v.old, nil)
+				if v.old {
+					// An exporter from before reservations: no ReservePath.
+					b.mux.Handle(JoinPath, b.node.JoinHandler())
+				}
 				tc.setup(b)
 				_, body := a.probe(t, target(b.hostport()), "")
 				parse(t, body).failed(t, tc.reason)
@@ -311,7 +319,10 @@ func TestProbeTargetDeclines(t *testing.T) {
 					t.Errorf("a declined probe has bandwidth series:\n%s", body)
 				}
 				runs, cancelled := a.runner.calls()
-				if len(runs) != 1 || (!solo && cancelled != 1) {
+				switch {
+				case !v.old && len(runs) != 0:
+					t.Errorf("prober's child: %d runs; want none, the reservation declined", len(runs))
+				case v.old && (len(runs) != 1 || (!solo && cancelled != 1)):
 					t.Errorf("prober's child: %d runs, %d cancelled; want 1 run, cancelled", len(runs), cancelled)
 				}
 				if runs, _ := b.runner.calls(); len(runs) != 0 {
@@ -488,8 +499,9 @@ func TestProbeTargetNeverAnswers(t *testing.T) {
 	if d, _ := s.value("probe_duration_seconds"); d < 0.3 || d > 5 {
 		t.Errorf("probe_duration_seconds %g", d)
 	}
-	if runs, cancelled := a.runner.calls(); len(runs) != 1 || cancelled != 1 {
-		t.Errorf("prober's child: %d runs, %d cancelled; want 1, cancelled", len(runs), cancelled)
+	// The reservation never came back: no child started.
+	if runs, _ := a.runner.calls(); len(runs) != 0 {
+		t.Errorf("prober's child: %d runs; want none", len(runs))
 	}
 	if sessions(a.node, RoleProber, ResultFailed) != 1 {
 		t.Error("the timeout is not counted as a failed session")

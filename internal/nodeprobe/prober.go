@@ -1,12 +1,10 @@
 package nodeprobe
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net"
 	"net/http"
@@ -17,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	promconfig "github.com/prometheus/common/config"
-	"github.com/prometheus/common/version"
 
 	"github.com/gpulink/gpulink_exporter/probes"
 )
@@ -65,7 +62,7 @@ func (n *Node) serveProbe(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "Target parameter is missing", http.StatusBadRequest)
 		return
 	}
-	u, err := joinURL(target, m.TLS())
+	u, err := targetBase(target, m.TLS())
 	if err != nil {
 		http.Error(w, fmt.Sprintf("Invalid target %q: %s", target, err), http.StatusBadRequest)
 		return
@@ -109,10 +106,11 @@ func probeTimeout(r *http.Request, m Module) (time.Duration, error) {
 	return time.Duration(budget * float64(time.Second)), nil
 }
 
-// joinURL is the target's join endpoint. A target is host:port, or a URL
-// with http or https and no path; https when it says so or the module
-// has a tls_config.
-func joinURL(target string, tls bool) (string, error) {
+// targetBase is the target's scheme://host:port, the base of its
+// ReservePath and JoinPath. A target is host:port, or a URL with http or
+// https and no path; https when it says so or the module has a
+// tls_config.
+func targetBase(target string, tls bool) (string, error) {
 	scheme, hostport := "http", target
 	if u, err := url.Parse(target); err == nil && u.Scheme != "" && u.Host != "" {
 		if u.Scheme != "http" && u.Scheme != "https" {
@@ -136,7 +134,7 @@ func joinURL(target string, tls bool) (string, error) {
 	if tls {
 		scheme = "https"
 	}
-	return (&url.URL{Scheme: scheme, Host: hostport, Path: JoinPath}).String(), nil
+	return (&url.URL{Scheme: scheme, Host: hostport}).String(), nil
 }
 
 // ran is what a child gave.
@@ -145,11 +143,13 @@ type ran struct {
 	err   error
 }
 
-// joined is what the target answered.
+// joined is what the target answered; answered is false when no answer
+// came (the request did not reach it, or the connection failed).
 type joined struct {
 	round          *probes.CollectiveRound
 	rates          []float64
 	reason, detail string
+	answered       bool
 }
 
 // probe runs one session as the prober and says how it went. While
@@ -232,6 +232,20 @@ func (n *Node) finish(ctx context.Context, out *outcome, u, target, name string,
 	}
 	defer client.CloseIdleConnections()
 	k := m.GPUsPerNode
+	// The target first, so that no child starts for a target that
+	// declines (reserve.go).
+	token, reason, detail := n.reserve(ctx, client, u, ReserveRequest{Version: JoinVersion, Module: name, GPUsPerNode: k,
+		HoldSeconds: time.Until(deadlineOf(ctx)).Seconds(), Prober: n.cfg.Name})
+	if reason != "" {
+		out.reason, out.detail = reason, detail
+		return
+	}
+	joinAnswered := false
+	defer func() {
+		if token != "" && !joinAnswered {
+			n.giveBack(client, u, token)
+		}
+	}()
 	o := probes.CollectiveOptions{GPUs: busIDs(h.gpus), Collectives: m.Collectives, SizeBytes: int64(m.Size),
 		SmallBytes: int64(m.SmallSize), Warmup: m.Warmup, Iterations: m.Iterations, Samples: m.Samples,
 		Ranks: 2 * k, FirstRank: 0, Peer: target}
@@ -259,7 +273,7 @@ func (n *Node) finish(ctx context.Context, out *outcome, u, target, name string,
 	}
 	left := time.Until(deadlineOf(ctx))
 	req := JoinRequest{Version: JoinVersion, ID: id, Ranks: 2 * k, FirstRank: k, Module: name,
-		Options: sessionOptions(m, left), Prober: n.cfg.Name}
+		Options: sessionOptions(m, left), Prober: n.cfg.Name, Reservation: token}
 	joinc := make(chan joined, 1)
 	go func() { joinc <- n.join(sctx, client, u, req) }()
 
@@ -282,6 +296,7 @@ func (n *Node) finish(ctx context.Context, out *outcome, u, target, name string,
 		}
 		j = <-joinc
 	}
+	joinAnswered = j.answered
 	out.local, out.remote, out.remoteRates = l.round, j.round, j.rates
 	if isDecline(j.reason) {
 		// No session took place: whatever this node's child measured
@@ -342,43 +357,21 @@ func deadlineOf(ctx context.Context) time.Time {
 	return d
 }
 
-// join asks the target to join and waits for its round.
-func (n *Node) join(ctx context.Context, client *http.Client, u string, req JoinRequest) joined {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return joined{reason: ReasonBadModule, detail: err.Error()}
-	}
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
-	if err != nil {
-		return joined{reason: ReasonUnreachable, detail: err.Error()}
-	}
-	hr.Header.Set("Content-Type", "application/json")
-	hr.Header.Set("User-Agent", "gpulink_exporter/"+version.Version)
-	resp, err := client.Do(hr)
-	if err != nil {
-		return joined{reason: transportReason(ctx), detail: err.Error()}
+// join asks the target at base to join and waits for its round.
+func (n *Node) join(ctx context.Context, client *http.Client, base string, req JoinRequest) joined {
+	resp, b, reason, detail := n.call(ctx, client, http.MethodPost, base+JoinPath, req)
+	if reason != "" {
+		return joined{reason: reason, detail: detail}
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxRoundBytes+1))
-	if err != nil {
-		return joined{reason: transportReason(ctx), detail: "reading the target's answer: " + err.Error()}
+	var j joined
+	if resp.StatusCode == http.StatusOK {
+		j = readRound(b, req)
+	} else {
+		j.reason, j.detail = answerFailure(resp, b, JoinPath)
 	}
-	if len(b) > maxRoundBytes {
-		return joined{reason: ReasonBadResponse, detail: fmt.Sprintf("the target's answer is over %d bytes", maxRoundBytes)}
-	}
-	switch resp.StatusCode {
-	case http.StatusOK:
-		return readRound(b, req)
-	case http.StatusUnauthorized, http.StatusForbidden:
-		return joined{reason: ReasonUnauthorized, detail: resp.Status}
-	case http.StatusNotFound:
-		return joined{reason: ReasonDisabled, detail: resp.Status + ": the target does not answer " + JoinPath + " (--node-probe.enabled)"}
-	}
-	var d Decline
-	if err := json.Unmarshal(b, &d); err != nil || !targetReason(d.Reason) {
-		return joined{reason: ReasonBadResponse, detail: fmt.Sprintf("%s: %.200q", resp.Status, b)}
-	}
-	return joined{reason: d.Reason, detail: "target: " + d.Detail}
+	j.answered = true
+	return j
 }
 
 // transportReason is why a call failed below HTTP: its deadline, or the

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -45,14 +46,14 @@ func TestProbeCollidingRing(t *testing.T) {
 		t.Run(fmt.Sprintf("%d nodes", size), func(t *testing.T) {
 			fab := newFabric()
 			// Prometheus' offsets put the scrapes at one moment: every
-			// prober's first child starts (its session lock held) before
+			// prober enters its session (its session lock held) before
 			// any asks its target, and none lets go before every one has
 			// its answer.
 			started, answered := meeting(size), meeting(size)
 			ring := make([]*testNode, size)
 			for i := range ring {
 				tn := newTestNode(t, fab, fmt.Sprintf("node-%d", i), 50e9, true, nil)
-				tn.runner.meet, tn.gate.leave = started(), answered()
+				tn.gate.enter, tn.gate.leave = started(), answered()
 				draw := (float64(i) + 0.5) / float64(size) // 0.25, 0.75; 0.17, 0.5, 0.83
 				tn.node.now, tn.node.sleep, tn.node.rand = time.Now, probes.SleepUnlessDone, func() float64 { return draw }
 				ring[i] = tn
@@ -88,6 +89,12 @@ func TestProbeCollidingRing(t *testing.T) {
 				}
 				if tn.gate.isHeld() {
 					t.Errorf("node-%d: its GPUs are still held", i)
+				}
+				// A declined try started no child: the target was
+				// reserved first.
+				runs, _ := tn.runner.calls()
+				if children := len(slices.DeleteFunc(runs, func(o probes.CollectiveOptions) bool { return o.UniqueID != "" })); children != 1 {
+					t.Errorf("node-%d: its probe started %d children, want 1 (the try that was not declined)", i, children)
 				}
 			}
 		})
@@ -154,13 +161,13 @@ func TestProbeTargetStaysInSession(t *testing.T) {
 			if log := a.log.String(); !strings.Contains(log, want) || !strings.Contains(log, "target: this node is already in") {
 				t.Errorf("log lacks the target's detail and %q:\n%s", want, log)
 			}
-			// Each try asked the target, whose child never started, and
-			// was let go: the prober's child cancelled, its GPUs freed.
+			// Each try asked the target to reserve itself and was
+			// declined before the prober started a child.
 			if got := sessions(b.node, RoleTarget, ResultDeclined); got != float64(tries) {
-				t.Errorf("target declined %g joins, want %d", got, tries)
+				t.Errorf("target declined %g reservations, want %d", got, tries)
 			}
-			if runs, cancelled := a.runner.calls(); len(runs) != tries || cancelled != tries {
-				t.Errorf("prober's children: %d runs, %d cancelled; want %d of each", len(runs), cancelled, tries)
+			if runs, _ := a.runner.calls(); len(runs) != 0 {
+				t.Errorf("prober started %d children for a target that declined every try, want none", len(runs))
 			}
 			if runs, _ := b.runner.calls(); len(runs) != 0 {
 				t.Errorf("the target in a session ran %d children", len(runs))

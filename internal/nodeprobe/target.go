@@ -2,10 +2,7 @@ package nodeprobe
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
@@ -38,7 +35,13 @@ func (n *Node) serveJoin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	logger := n.logger.With("prober", req.Prober, "remote", r.RemoteAddr, "module", req.Module)
-	h, reason, detail := n.enter(RoleTarget, req.Options.GPUsPerNode)
+	// The session the prober reserved; without one (it expired, or the
+	// prober did not reserve), the join enters the session itself.
+	h := n.takeReservation(req.Reservation)
+	var reason, detail string
+	if h == nil {
+		h, reason, detail = n.enter(RoleTarget, req.Options.GPUsPerNode)
+	}
 	if reason != "" {
 		n.count(RoleTarget, ResultDeclined)
 		logger.Info("declined to join a node-to-node session", "reason", reason, "detail", detail)
@@ -80,21 +83,14 @@ func (n *Node) serveJoin(w http.ResponseWriter, r *http.Request) {
 }
 
 // readJoin reads a join request strictly: one JSON object, no unknown
-// field, valid as validate checks it.
+// field, valid as validate checks it. The body is read to its end
+// whatever happens, so that the server watches the connection while the
+// child runs: a prober that hangs up ends the request's context, and so
+// this node's child.
 func readJoin(w http.ResponseWriter, r *http.Request) (*JoinRequest, error) {
-	body := http.MaxBytesReader(w, r.Body, maxJoinBytes)
-	// Read to the end whatever happens, so that the server watches the
-	// connection while the child runs: a prober that hangs up ends the
-	// request's context, and so this node's child.
-	defer func() { _, _ = io.Copy(io.Discard, body) }()
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
 	var req JoinRequest
-	if err := dec.Decode(&req); err != nil {
+	if err := readStrict(w, r, &req); err != nil {
 		return nil, fmt.Errorf("reading the join request: %w", err)
-	}
-	if dec.More() {
-		return nil, errors.New("reading the join request: more than one JSON value")
 	}
 	if err := req.validate(); err != nil {
 		return nil, err

@@ -53,6 +53,9 @@ type JoinRequest struct {
 	Options SessionOptions `json:"options"`
 	// Prober names the prober (its host name): the target's round's peer.
 	Prober string `json:"prober"`
+	// Reservation is the token of the target's reservation (ReservePath)
+	// for this session; empty when the target has none to offer.
+	Reservation string `json:"reservation,omitempty"`
 }
 
 // SessionOptions are the parts of a module both children run with.
