@@ -103,6 +103,12 @@ func (tn *testNode) probe(t *testing.T, params url.Values, timeout string) (int,
 	if timeout != "" {
 		req.Header.Set("X-Prometheus-Scrape-Timeout-Seconds", timeout)
 	}
+	return do(t, req)
+}
+
+// do sends req and returns the answer's status and body.
+func do(t *testing.T, req *http.Request) (int, string) {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -620,16 +626,12 @@ func postJoin(t *testing.T, tn *testNode, req JoinRequest) (int, Decline) {
 
 func postRaw(t *testing.T, tn *testNode, body string) (int, string) {
 	t.Helper()
-	resp, err := http.Post(tn.srv.URL+JoinPath, "application/json", strings.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, tn.srv.URL+JoinPath, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
+	req.Header.Set("Content-Type", "application/json")
+	return do(t, req)
 }
 
 // The join endpoint reads its body strictly and says what is wrong.

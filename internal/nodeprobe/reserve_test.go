@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// call sends method to the target's ReservePath with body and returns the
+// reserveCall sends method to the target's ReservePath with body and returns the
 // status and body of the answer.
 func reserveCall(t *testing.T, tn *testNode, method, query, body string) (int, string) {
 	t.Helper()
@@ -17,16 +17,7 @@ func reserveCall(t *testing.T, tn *testNode, method, query, body string) (int, s
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
+	return do(t, req)
 }
 
 func reserveOn(t *testing.T, tn *testNode, hold time.Duration) string {
