@@ -3,8 +3,9 @@ package collector
 import (
 	"strconv"
 
-	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 )

@@ -11,10 +11,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpulink/gpulink_exporter/dashboards"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
+
+	"github.com/gpulink/gpulink_exporter/dashboards"
 )
 
 // metricNamesPath is written by collector's TestMetricNamesFile from the
