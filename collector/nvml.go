@@ -5,9 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gpulink/gpulink_exporter/internal/sampler"
-
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
 // gpuLabels join every per-GPU series with dcgm-exporter, node_exporter and
