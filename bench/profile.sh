@@ -23,16 +23,16 @@ shift
 mkdir -p "$out"
 addr=${ADDR:-127.0.0.1:9849} settle=${SETTLE:-20} window=${WINDOW:-60}
 
-"$bin" "--web.listen-address=$addr" --web.enable-pprof "$@" >"$out/exporter.log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
-up='gpulink_source_up{source="nvml"}'
-[[ -e /dev/nvidiactl ]] && up="$up 1"
-for _ in $(seq 300); do
-	curl -sf "http://$addr/metrics" 2>/dev/null | grep -qF "$up" && break
-	sleep 0.2
-done
-kill -0 "$pid" 2>/dev/null || { echo "profile.sh: the exporter exited; last lines of $out/exporter.log:" >&2; tail -n 5 "$out/exporter.log" >&2; exit 1; }
+# shellcheck source=bench/exporter.sh
+. "$here/exporter.sh"
+exporter_start "$out/exporter.log" "$bin" "--web.listen-address=$addr" --web.enable-pprof "$@"
+pid=$EXPORTER_PID
+trap exporter_stop EXIT
+if ! exporter_wait "$addr" "$(nvml_up_text)"; then
+	echo "profile.sh: last lines of $out/exporter.log:" >&2
+	tail -n 5 "$out/exporter.log" >&2
+	exit 1
+fi
 sleep "$settle"
 
 # ticks: utime+stime of the exporter in clock ticks (fields 14 and 15).

@@ -32,6 +32,9 @@ if [[ -z $out || $# -eq 0 ]]; then
 	sed -n '2,17p' "$0" >&2
 	exit 2
 fi
+# shellcheck source=bench/exporter.sh
+. "$here/exporter.sh"
+trap exporter_stop EXIT
 mkdir -p "$out"
 printf 'round\tname\t%s\n' "$(python3 "$here/smaps.py" -h)" >"$out/rss.tsv"
 
@@ -46,18 +49,12 @@ for round in $(seq "$rounds"); do
 			bin=$w
 			break
 		done
-		"${argv[@]}" --web.listen-address=127.0.0.1:$port >"$out/$name.$round.log" 2>&1 &
-		pid=$!
-		up=
-		for _ in $(seq 300); do
-			if curl -sf -o /dev/null "http://127.0.0.1:$port/metrics"; then up=1; break; fi
-			kill -0 $pid 2>/dev/null || break
-			sleep 0.1
-		done
-		if [[ -z $up ]]; then
-			echo "$name did not answer on :$port; its log:" >&2
+		exporter_start "$out/$name.$round.log" "${argv[@]}" --web.listen-address=127.0.0.1:$port
+		pid=$EXPORTER_PID
+		if ! exporter_wait 127.0.0.1:$port "" 30; then
+			echo "$name: its log:" >&2
 			tail -n 20 "$out/$name.$round.log" >&2
-			kill $pid 2>/dev/null || true
+			exporter_stop
 			exit 1
 		fi
 		end=$((SECONDS + seconds))
@@ -68,8 +65,7 @@ for round in $(seq "$rounds"); do
 		cp "/proc/$pid/smaps" "$out/$name.$round.smaps"
 		curl -s -o "$out/$name.$round.metrics" "http://127.0.0.1:$port/metrics"
 		printf '%s\t%s\t%s\n' "$round" "$name" "$(python3 "$here/smaps.py" "$out/$name.$round.smaps" "$(readlink -f "$bin")")" >>"$out/rss.tsv"
-		kill $pid
-		wait $pid 2>/dev/null || true
+		exporter_stop
 	done
 done
 

@@ -85,13 +85,10 @@ if [[ ${TRACE:-} == 1 ]]; then
 fi
 mkdir -p "$out"
 
+# shellcheck source=bench/exporter.sh
+. "$here/exporter.sh"
 addr=${ADDR:-127.0.0.1:9849}
-nvml_up='gpulink_source_up{source="nvml"}'
-if [[ -e /dev/nvidiactl ]]; then
-	wait_metric=${WAIT_METRIC-"$nvml_up 1"}
-else
-	wait_metric=${WAIT_METRIC-"$nvml_up"}
-fi
+wait_metric=${WAIT_METRIC-"$(nvml_up_text)"}
 
 # Refuse to measure some other process that already holds the port.
 if (exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}") 2>/dev/null; then
@@ -99,24 +96,14 @@ if (exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}") 2>/dev/null; then
 	exit 1
 fi
 
-pid="" sbpid=""
+EXPORTER_PID="" sbpid=""
 cleanup() { # stop scrapebench (if running) and the exporter
 	[[ -n $sbpid ]] && kill -TERM "$sbpid" 2>/dev/null || true
-	[[ -n $pid ]] || return 0
+	[[ -n $EXPORTER_PID ]] || return 0
 	# Where the resident memory lies, by mapping, for the RSS figure.
-	cp "/proc/$pid/smaps_rollup" "$out/smaps_rollup.txt" 2>/dev/null || true
-	cp "/proc/$pid/smaps" "$out/smaps.txt" 2>/dev/null || true
-	if kill -0 "$pid" 2>/dev/null; then
-		kill -TERM "$pid" 2>/dev/null || true
-		# Give it 5 s to shut down cleanly, then SIGKILL.
-		for _ in $(seq 50); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -KILL "$pid" 2>/dev/null || true
-	fi
-	wait "$pid" 2>/dev/null || true
-	pid=""
+	cp "/proc/$EXPORTER_PID/smaps_rollup" "$out/smaps_rollup.txt" 2>/dev/null || true
+	cp "/proc/$EXPORTER_PID/smaps" "$out/smaps.txt" 2>/dev/null || true
+	exporter_stop
 }
 trap cleanup EXIT
 trap 'exit 130' INT
@@ -125,8 +112,8 @@ trap 'exit 143' TERM
 echo "exporter:    $bin --web.listen-address=$addr $*"
 echo "output:      $out"
 echo "waiting for: ${wait_metric:-(exporter answering)}"
-"$bin" "--web.listen-address=$addr" "$@" >"$out/exporter.log" 2>&1 &
-pid=$!
+exporter_start "$out/exporter.log" "$bin" "--web.listen-address=$addr" "$@"
+pid=$EXPORTER_PID
 
 # scrapebench runs in the background and we wait for it, so that a signal
 # to this script runs the traps at once instead of after scrapebench ends.

@@ -22,11 +22,14 @@ WARMUP=${WARMUP:-300}
 addr=127.0.0.1:${PORT:-9881}
 pprof=()
 [ "${HEAP:-0}" = 1 ] && pprof=(--web.enable-pprof)
-"$bin" "${pprof[@]}" --sim=dgx-h100 --web.listen-address=$addr --probe.policy=always --probe.interval=20s \
-  --probe.first-delay=0s --probe.max-duty=1 --collective.interval=1m >"$out/exporter.log" 2>&1 &
-pid=$!
-trap 'kill $pid $scraper 2>/dev/null' EXIT
-sleep 2
+# shellcheck source=bench/exporter.sh
+. "$(dirname "$0")/exporter.sh"
+exporter_start "$out/exporter.log" "$bin" "${pprof[@]}" --sim=dgx-h100 --web.listen-address=$addr --probe.policy=always \
+  --probe.interval=20s --probe.first-delay=0s --probe.max-duty=1 --collective.interval=1m
+pid=$EXPORTER_PID
+scraper=
+trap '[ -n "$scraper" ] && kill $scraper 2>/dev/null; exporter_stop' EXIT
+exporter_wait $addr || exit 1
 ( while kill -0 $pid 2>/dev/null; do curl -s -o /dev/null http://$addr/metrics; sleep 1; done ) &
 scraper=$!
 echo "t_seconds,rss_kb,goroutines,fds,scrape_series,heap_inuse_kb" >"$out/soak.csv"
