@@ -140,7 +140,14 @@ type Reader struct {
 	loggedNoProf bool
 	// verdicts are the last health results, to log changes.
 	verdicts map[healthKey]HealthResult
+	// closeWait bounds how long Close waits for a sample in flight.
+	closeWait time.Duration
 }
+
+// defaultCloseWait is how long Close waits for a sample in flight: a
+// call hung in the host engine would otherwise hold the exporter's exit
+// until it is killed.
+const defaultCloseWait = 5 * time.Second
 
 type healthKey struct {
 	gpu    uint
@@ -176,7 +183,7 @@ func NewReader(cfg Config) *Reader {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Reader{cfg: cfg, verdicts: map[healthKey]HealthResult{}}
+	return &Reader{cfg: cfg, verdicts: map[healthKey]HealthResult{}, closeWait: defaultCloseWait}
 }
 
 // Sample reads the latest profiling values and the health check of every
@@ -212,11 +219,25 @@ func (r *Reader) Sample(ctx context.Context) (*Snapshot, error) {
 	return snap, err
 }
 
-// Close disconnects from DCGM. The library stays loaded (see library).
+// Close disconnects from DCGM once a sample in flight has ended. The
+// library stays loaded (see library). A sample still in DCGM after five
+// seconds is hung in the engine: Close then returns, saying so, and the
+// disconnect follows whenever the call does, or the process's exit.
 func (r *Reader) Close() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.disconnect()
+	closed := make(chan struct{})
+	go func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.disconnect()
+		close(closed)
+	}()
+	t := time.NewTimer(r.closeWait)
+	defer t.Stop()
+	select {
+	case <-closed:
+	case <-t.C:
+		r.cfg.Logger.Warn("a DCGM call is still running at shutdown; disconnecting when it returns", "waited", r.closeWait)
+	}
 }
 
 func (r *Reader) disconnect() {

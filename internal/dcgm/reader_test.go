@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -418,6 +419,45 @@ func TestHungEngineStallsOnlyItsSampler(t *testing.T) {
 	s.SampleOnce(context.Background())
 	if st := s.Status(); !st.Up {
 		t.Errorf("engine answering again: status %+v", st)
+	}
+}
+
+// A sample hung in the engine does not hold Close (the exporter's exit)
+// past its bound; the disconnect follows when the call returns.
+func TestCloseDoesNotWaitForAHungEngine(t *testing.T) {
+	var log strings.Builder
+	r := newReader(t, Config{Logger: slog.New(slog.NewTextHandler(&log, nil))}, "gpus", "1", "value.1002.0", "0.5")
+	r.closeWait = 100 * time.Millisecond
+	if _, err := sample(t, r); err != nil {
+		t.Fatal(err)
+	}
+	set(t, "engine", "hang")
+	hung := make(chan struct{})
+	go func() {
+		_, _ = r.Sample(context.Background())
+		close(hung)
+	}()
+	// The sample is in the engine once it holds the reader's lock.
+	for r.mu.TryLock() {
+		r.mu.Unlock()
+		time.Sleep(time.Millisecond)
+	}
+	start := time.Now()
+	r.Close()
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("Close waited %v for a hung engine", took)
+	}
+	if !strings.Contains(log.String(), "still running at shutdown") {
+		t.Errorf("log does not say Close gave up waiting:\n%s", log.String())
+	}
+	// The engine answers again: the sample ends, and the disconnect
+	// follows, so that the next test finds go-dcgm free.
+	set(t, "engine", "up")
+	<-hung
+	for deadline := time.Now().Add(5 * time.Second); owner.Load() != nil; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no disconnect after the hung call returned")
+		}
 	}
 }
 
