@@ -24,8 +24,9 @@
 // same client: the floor the machine sets at that moment, so that a tail
 // the machine makes is not taken for the exporter's (see reference.go).
 //
-// It uses the standard library only, so it builds into a static binary that
-// can be carried to a machine without Go (see bench/scrape.sh).
+// It uses the standard library only (and bench/internal/latency, which
+// does too), so it builds into a static binary that can be carried to a
+// machine without Go (see bench/scrape.sh).
 package main
 
 import (
@@ -38,14 +39,14 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"math"
 	"net/http"
 	neturl "net/url"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpulink/gpulink_exporter/bench/internal/latency"
 )
 
 // Prometheus 2.x/3.x style scrape request headers.
@@ -96,22 +97,33 @@ type Result struct {
 	RefMaxMs float64 `json:"reference_max_ms,omitempty"`
 }
 
+// options are what one measurement runs with: the flags.
+type options struct {
+	url                                  string
+	pid, n                               int
+	every, idle, waitLimit, timeout      time.Duration
+	waitMetric                           string
+	jsonOut, saveBody, latFile, traceOut string
+	withRef                              bool
+}
+
 func main() {
-	url := flag.String("url", "http://127.0.0.1:9849/metrics", "exporter metrics URL")
-	pid := flag.Int("pid", 0, "exporter PID, for CPU and memory from /proc (0: skip)")
-	n := flag.Int("n", 1000, "number of sequential scrapes to measure")
-	every := flag.Duration("every", 0, "start a scrape every this long (0: back to back); set it to the exporter's sample interval for the pattern a real Prometheus makes, each scrape meeting a new snapshot")
-	idle := flag.Duration("idle", 10*time.Second, "idle window (no scrapes) for the baseline CPU rate")
-	waitMetric := flag.String("wait-metric", "", "substring to wait for in the scrape output before measuring (empty: only wait until reachable)")
-	jsonOut := flag.String("json", "", "also write the result as JSON to this file")
-	latFile := flag.String("latencies", "", "write every measured scrape to this file, one line each: seconds since the first, latency in ms, 1 if it met a new body, the unix time it was sent (to match it with an execution trace of the exporter), and with -reference the reference's latency in ms")
-	saveBody := flag.String("save-body", "", "write one uncompressed text-format scrape, taken after the measured ones, to this file")
-	traceOut := flag.String("trace", "", "also fetch an execution trace of the exporter over the measured scrapes (at most a minute of them) into this file, from /debug/pprof/trace (the exporter needs --web.enable-pprof)")
-	withRef := flag.Bool("reference", false, "also scrape a reference server between the exporter's scrapes: this program again, in a process of its own at GOMAXPROCS 1, answering every request with the exporter's first measured response and doing nothing else; its latencies are the floor this machine, loopback, net/http and this client set at that moment")
+	var o options
+	flag.StringVar(&o.url, "url", "http://127.0.0.1:9849/metrics", "exporter metrics URL")
+	flag.IntVar(&o.pid, "pid", 0, "exporter PID, for CPU and memory from /proc (0: skip)")
+	flag.IntVar(&o.n, "n", 1000, "number of sequential scrapes to measure")
+	flag.DurationVar(&o.every, "every", 0, "start a scrape every this long (0: back to back); set it to the exporter's sample interval for the pattern a real Prometheus makes, each scrape meeting a new snapshot")
+	flag.DurationVar(&o.idle, "idle", 10*time.Second, "idle window (no scrapes) for the baseline CPU rate")
+	flag.StringVar(&o.waitMetric, "wait-metric", "", "substring to wait for in the scrape output before measuring (empty: only wait until reachable)")
+	flag.StringVar(&o.jsonOut, "json", "", "also write the result as JSON to this file")
+	flag.StringVar(&o.latFile, "latencies", "", "write every measured scrape to this file, one line each: seconds since the first, latency in ms, 1 if it met a new body, the unix time it was sent (to match it with an execution trace of the exporter), and with -reference the reference's latency in ms")
+	flag.StringVar(&o.saveBody, "save-body", "", "write one uncompressed text-format scrape, taken after the measured ones, to this file")
+	flag.StringVar(&o.traceOut, "trace", "", "also fetch an execution trace of the exporter over the measured scrapes (at most a minute of them) into this file, from /debug/pprof/trace (the exporter needs --web.enable-pprof)")
+	flag.BoolVar(&o.withRef, "reference", false, "also scrape a reference server between the exporter's scrapes: this program again, in a process of its own at GOMAXPROCS 1, answering every request with the exporter's first measured response and doing nothing else; its latencies are the floor this machine, loopback, net/http and this client set at that moment")
 	serveFile := flag.String("serve-file", "", "be the reference server: answer every request with this file's bytes (used by -reference)")
 	serveType := flag.String("serve-type", "", "the reference server's Content-Type (used by -reference)")
-	timeout := flag.Duration("timeout", 10*time.Second, "per-scrape timeout")
-	waitLimit := flag.Duration("wait-timeout", 60*time.Second, "how long to wait for the exporter (and -wait-metric)")
+	flag.DurationVar(&o.timeout, "timeout", 10*time.Second, "per-scrape timeout")
+	flag.DurationVar(&o.waitLimit, "wait-timeout", 60*time.Second, "how long to wait for the exporter (and -wait-metric)")
 	flag.Parse()
 
 	if *serveFile != "" {
@@ -121,49 +133,49 @@ func main() {
 		}
 		return
 	}
-	if err := run(*url, *pid, *n, *every, *idle, *waitMetric, *waitLimit, *jsonOut, *saveBody, *latFile, *traceOut, *withRef, *timeout); err != nil {
+	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "scrapebench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(url string, pid, n int, every, idle time.Duration, waitMetric string, waitLimit time.Duration, jsonOut, saveBody, latFile, traceOut string, withRef bool, timeout time.Duration) error {
-	if n < 1 {
+func run(o options) error {
+	if o.n < 1 {
 		return errors.New("-n must be at least 1")
 	}
 	// One client with keep-alive, as Prometheus reuses its connection.
 	// DisableCompression: we set Accept-Encoding ourselves and gunzip
 	// explicitly, so the wire size is visible.
 	client := &http.Client{
-		Timeout:   timeout,
+		Timeout:   o.timeout,
 		Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 1},
 	}
-	res := Result{URL: url, PID: pid, Scrapes: n, EveryMs: ms(every)}
+	res := Result{URL: o.url, PID: o.pid, Scrapes: o.n, EveryMs: ms(o.every)}
 
-	text, err := waitReady(client, url, pid, waitMetric, waitLimit)
+	text, err := waitReady(client, o.url, o.pid, o.waitMetric, o.waitLimit)
 	if err != nil {
 		return err
 	}
-	res.WaitedFor = matchingLine(text, waitMetric)
+	res.WaitedFor = matchingLine(text, o.waitMetric)
 
 	var cpuIdle0, cpuIdle1, cpuScr0, cpuScr1 float64
-	if pid > 0 {
-		if cpuIdle0, err = procCPU(pid); err != nil {
+	if o.pid > 0 {
+		if cpuIdle0, err = procCPU(o.pid); err != nil {
 			return err
 		}
 	}
 	idleStart := time.Now()
-	time.Sleep(idle)
+	time.Sleep(o.idle)
 	res.IdleWindowS = time.Since(idleStart).Seconds()
-	if pid > 0 {
-		if cpuIdle1, err = procCPU(pid); err != nil {
+	if o.pid > 0 {
+		if cpuIdle1, err = procCPU(o.pid); err != nil {
 			return err
 		}
 		res.IdleCPURate = (cpuIdle1 - cpuIdle0) / res.IdleWindowS
 		cpuScr0 = cpuIdle1
 	}
 
-	lat := make([]time.Duration, 0, n)
+	lat := make([]time.Duration, 0, o.n)
 	var fresh []time.Duration
 	var lastErr error
 	var prev uint32
@@ -171,9 +183,9 @@ func run(url string, pid, n int, every, idle time.Duration, waitMetric string, w
 	var lines bytes.Buffer // for -latencies
 	var ref *reference
 	var refLat []time.Duration
-	if withRef {
+	if o.withRef {
 		// One unmeasured scrape gives the bytes the reference serves.
-		if _, _, _, ctype, _, err := scrape(client, url, acceptScrape, true, &buf); err != nil {
+		if _, _, _, ctype, _, err := scrape(client, o.url, acceptScrape, true, &buf); err != nil {
 			return err
 		} else if ref, err = startReference(bytes.Clone(buf.Bytes()), ctype); err != nil {
 			return err
@@ -181,19 +193,19 @@ func run(url string, pid, n int, every, idle time.Duration, waitMetric string, w
 		defer ref.stop()
 	}
 	traced := make(chan error, 1)
-	if traceOut != "" {
-		go func() { traced <- fetchTrace(url, traceOut, every*time.Duration(n)) }()
+	if o.traceOut != "" {
+		go func() { traced <- fetchTrace(o.url, o.traceOut, o.every*time.Duration(o.n)) }()
 	} else {
 		traced <- nil
 	}
 	scrStart := time.Now()
-	for i := 0; i < n; i++ {
-		if every > 0 {
-			time.Sleep(time.Until(scrStart.Add(time.Duration(i) * every)))
+	for i := 0; i < o.n; i++ {
+		if o.every > 0 {
+			time.Sleep(time.Until(scrStart.Add(time.Duration(i) * o.every)))
 		}
 		sent := time.Now()
 		at := sent.Sub(scrStart)
-		d, body, wire, ctype, sum, err := scrape(client, url, acceptScrape, true, &buf)
+		d, body, wire, ctype, sum, err := scrape(client, o.url, acceptScrape, true, &buf)
 		if err != nil {
 			res.Errors++
 			lastErr = err
@@ -209,8 +221,8 @@ func run(url string, pid, n int, every, idle time.Duration, waitMetric string, w
 		res.ScrapeBodyBytes, res.ScrapeWireBytes, res.ContentType = body, wire, ctype
 		if ref != nil {
 			// Halfway to the next scrape, or straight after this one.
-			if every > 0 {
-				time.Sleep(time.Until(scrStart.Add(time.Duration(i)*every + every/2)))
+			if o.every > 0 {
+				time.Sleep(time.Until(scrStart.Add(time.Duration(i)*o.every + o.every/2)))
 			}
 			rd, _, _, _, _, err := scrape(client, ref.url, acceptScrape, true, &buf)
 			if err != nil {
@@ -226,58 +238,58 @@ func run(url string, pid, n int, every, idle time.Duration, waitMetric string, w
 		return err
 	}
 	res.Fresh = len(fresh)
-	if pid > 0 {
-		if cpuScr1, err = procCPU(pid); err != nil {
+	if o.pid > 0 {
+		if cpuScr1, err = procCPU(o.pid); err != nil {
 			return err
 		}
 		raw := cpuScr1 - cpuScr0
 		res.ScrapeCPURate = raw / res.ScrapeWindowS
-		res.RawCPUMsPerScrape = raw / float64(n) * 1e3
-		res.CPUMsPerScrape = (raw - res.IdleCPURate*res.ScrapeWindowS) / float64(n) * 1e3
-		if res.RSSMiB, res.HWMMiB, err = procMem(pid); err != nil {
+		res.RawCPUMsPerScrape = raw / float64(o.n) * 1e3
+		res.CPUMsPerScrape = (raw - res.IdleCPURate*res.ScrapeWindowS) / float64(o.n) * 1e3
+		if res.RSSMiB, res.HWMMiB, err = procMem(o.pid); err != nil {
 			return err
 		}
 	}
 
-	if latFile != "" {
-		if err := os.WriteFile(latFile, lines.Bytes(), 0o644); err != nil {
+	if o.latFile != "" {
+		if err := os.WriteFile(o.latFile, lines.Bytes(), 0o644); err != nil {
 			return err
 		}
 	}
 	// The exporter as it was measured, not as it was when it came up:
 	// sources that sample slowly may not have been in yet.
-	if text, err = scrapeBody(client, url, acceptText); err != nil {
+	if text, err = scrapeBody(client, o.url, acceptText); err != nil {
 		return err
 	}
 	res.TextBodyBytes = int64(len(text))
 	res.Series = countSeries(text)
-	if saveBody != "" {
-		if err := os.WriteFile(saveBody, text, 0o644); err != nil {
+	if o.saveBody != "" {
+		if err := os.WriteFile(o.saveBody, text, 0o644); err != nil {
 			return err
 		}
 	}
 	if len(fresh) > 0 {
-		f := spreadOf(fresh)
-		res.FreshP50Ms, res.FreshP99Ms, res.FreshMaxMs = f.p50, f.p99, f.max
+		f := latency.SpreadOf(fresh)
+		res.FreshP50Ms, res.FreshP99Ms, res.FreshMaxMs = ms(f.P50), ms(f.P99), ms(f.Max)
 	}
 	if len(refLat) > 0 {
-		r := spreadOf(refLat)
-		res.RefP50Ms, res.RefP90Ms, res.RefP99Ms, res.RefMaxMs = r.p50, r.p90, r.p99, r.max
+		r := latency.SpreadOf(refLat)
+		res.RefP50Ms, res.RefP90Ms, res.RefP99Ms, res.RefMaxMs = ms(r.P50), ms(r.P90), ms(r.P99), ms(r.Max)
 	}
 	if len(lat) > 0 {
-		l := spreadOf(lat)
-		res.P50Ms, res.P90Ms, res.P99Ms, res.MaxMs, res.MeanMs = l.p50, l.p90, l.p99, l.max, l.mean
+		l := latency.SpreadOf(lat)
+		res.P50Ms, res.P90Ms, res.P99Ms, res.MaxMs, res.MeanMs = ms(l.P50), ms(l.P90), ms(l.P99), ms(l.Max), ms(l.Mean)
 	}
 
 	printTable(os.Stdout, &res)
-	if jsonOut != "" {
+	if o.jsonOut != "" {
 		b, _ := json.MarshalIndent(&res, "", "  ")
-		if err := os.WriteFile(jsonOut, append(b, '\n'), 0o644); err != nil {
+		if err := os.WriteFile(o.jsonOut, append(b, '\n'), 0o644); err != nil {
 			return err
 		}
 	}
 	if res.Errors > 0 {
-		return fmt.Errorf("%d of %d scrapes failed, last error: %v", res.Errors, n, lastErr)
+		return fmt.Errorf("%d of %d scrapes failed, last error: %v", res.Errors, o.n, lastErr)
 	}
 	return nil
 }
@@ -486,29 +498,6 @@ func procMem(pid int) (rss, hwm float64, err error) {
 		}
 	}
 	return rss, hwm, nil
-}
-
-// spread is a set of latencies in ms.
-type spread struct{ p50, p90, p99, max, mean float64 }
-
-// spreadOf sorts ds, which must not be empty, and sums it up.
-func spreadOf(ds []time.Duration) spread {
-	slices.Sort(ds)
-	var sum time.Duration
-	for _, d := range ds {
-		sum += d
-	}
-	return spread{p50: ms(percentile(ds, 0.50)), p90: ms(percentile(ds, 0.90)), p99: ms(percentile(ds, 0.99)),
-		max: ms(ds[len(ds)-1]), mean: ms(sum / time.Duration(len(ds)))}
-}
-
-// percentile is the nearest-rank percentile of sorted durations.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	i := int(math.Ceil(p*float64(len(sorted)))) - 1
-	if i < 0 {
-		i = 0
-	}
-	return sorted[i]
 }
 
 func b2i(b bool) int {

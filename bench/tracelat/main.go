@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"golang.org/x/exp/trace"
+
+	"github.com/gpulink/gpulink_exporter/bench/internal/latency"
 )
 
 func main() {
@@ -96,10 +98,8 @@ func percentiles(ds []time.Duration) string {
 	if len(ds) == 0 {
 		return "none"
 	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	p := func(q float64) float64 { return ms(s[min(len(s)-1, int(q*float64(len(s))))]) }
-	return fmt.Sprintf("p50 %.3f  p90 %.3f  p99 %.3f  max %.3f ms", p(.5), p(.9), p(.99), ms(s[len(s)-1]))
+	s := latency.SpreadOf(slices.Clone(ds))
+	return fmt.Sprintf("p50 %.3f  p90 %.3f  p99 %.3f  max %.3f ms", ms(s.P50), ms(s.P90), ms(s.P99), ms(s.Max))
 }
 
 // writeSyscalls sums system and cgo calls by goroutine, with how many
