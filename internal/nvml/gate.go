@@ -26,7 +26,7 @@ type gate struct {
 	mu     sync.Mutex
 	n      int
 	closed bool
-	idle   chan struct{} // closed when n reaches 0 after close
+	idle   chan struct{} // closed when n reaches 0 after drain
 }
 
 // enter admits a call; false once the gate is closed.
@@ -50,9 +50,9 @@ func (g *gate) leave() {
 	}
 }
 
-// close admits no more calls and waits up to timeout for those in flight
-// to leave; it says whether they all did. Closing twice waits again.
-func (g *gate) close(timeout time.Duration) bool {
+// drain admits no more calls and waits up to timeout for those in flight
+// to leave; it says whether they all did. Draining twice waits again.
+func (g *gate) drain(timeout time.Duration) bool {
 	g.mu.Lock()
 	if !g.closed {
 		g.closed = true

@@ -226,7 +226,7 @@ func (r *Reader) initLocked() error {
 // five seconds is hung in the driver: NVML is then left loaded, and
 // Shutdown says so and returns.
 func (r *Reader) Shutdown() {
-	if !r.calls.close(r.shutdownWait) {
+	if !r.calls.drain(r.shutdownWait) {
 		r.logger.Warn("NVML calls still running at shutdown; NVML left loaded", "waited", r.shutdownWait)
 		return
 	}
