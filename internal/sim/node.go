@@ -140,7 +140,7 @@ func Start(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg: cfg, profile: p, logger: cfg.Logger.With("source", "sim"), root: root,
 		fs:     numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")},
-		syncer: machine.NewSyncer(root),
+		syncer: syncerWithPauses(root),
 	}
 	n.base = p.Machine()
 	n.gpus, n.fnOf = n.base.GPUs(), nicFunctions(n.base)
@@ -427,4 +427,12 @@ func fnv64(s string) uint64 {
 	h = (h ^ h>>30) * 0xbf58476d1ce4e5b9
 	h = (h ^ h>>27) * 0x94d049bb133111eb
 	return h ^ h>>31
+}
+
+// syncerWithPauses syncs into root, parking between the parts of every
+// sync: the tick runs on the exporter's P (see machine.Pause).
+func syncerWithPauses(root string) *machine.Syncer {
+	s := machine.NewSyncer(root)
+	s.Pause = machine.Pause
+	return s
 }

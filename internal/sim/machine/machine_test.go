@@ -43,7 +43,7 @@ func firstDiff(got, want []byte) string {
 func TestDeterministic(t *testing.T) {
 	var a, b bytes.Buffer
 	for _, buf := range []*bytes.Buffer{&a, &b} {
-		tr, err := DGXH100FarNICs().tree()
+		tr, err := DGXH100FarNICs().tree(nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,7 +125,7 @@ func TestLoad(t *testing.T) {
 // symlinks.
 func files(t *testing.T, m *Machine) map[string]string {
 	t.Helper()
-	tr, err := m.tree()
+	tr, err := m.tree(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,11 @@ type Syncer struct {
 	// directory was made before is written without a stat of it: the
 	// tree changes a hundred files a second, in the exporter's process.
 	dirs map[string]bool
+	// Pause, when set, is called between the parts of a Sync: between
+	// those of the machine's tree as it is rendered, and after every
+	// syncSlice of writing. The simulated node, which syncs in the
+	// exporter's process, sets Pause (the function); tests leave it nil.
+	Pause func()
 }
 
 // NewSyncer syncs machines into root/sys and root/proc, staging files in
@@ -43,7 +48,11 @@ func NewSyncer(root string) *Syncer {
 // others. On an error the next Sync starts again from what it knew, so a
 // change that failed is retried.
 func (s *Syncer) Sync(m *Machine) error {
-	t, err := m.tree()
+	pause := s.Pause
+	if pause == nil {
+		pause = func() {}
+	}
+	t, err := m.tree(pause)
 	if err != nil {
 		return err
 	}
@@ -54,7 +63,7 @@ func (s *Syncer) Sync(m *Machine) error {
 	if err != nil {
 		return err
 	}
-	Pause()
+	pause()
 	slice := time.Now()
 	// Files before symlinks, as in writeTo, so that nothing is written
 	// through a link.
@@ -72,7 +81,7 @@ func (s *Syncer) Sync(m *Machine) error {
 			}
 			s.last.entries[p] = e
 			if time.Since(slice) >= syncSlice {
-				Pause()
+				pause()
 				slice = time.Now()
 			}
 		}

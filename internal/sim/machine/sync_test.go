@@ -95,3 +95,23 @@ func TestSyncer(t *testing.T) {
 		t.Errorf("tree after the processes came back differs: %s", firstDiff(got.Bytes(), want))
 	}
 }
+
+// A Syncer with a Pause parks between the parts of the tree and between
+// slices of writing; without one, Sync calls nothing.
+func TestSyncPauses(t *testing.T) {
+	m := DGXH100()
+	s := NewSyncer(t.TempDir())
+	pauses := 0
+	s.Pause = func() { pauses++ }
+	if err := s.Sync(m); err != nil {
+		t.Fatal(err)
+	}
+	// Before the host bridges, after each, after the processes, before
+	// the writing: at least that many, and more for the writing's slices.
+	if want := len(m.HostBridges) + 3; pauses < want {
+		t.Errorf("%d pauses for a machine of %d host bridges, want at least %d", pauses, len(m.HostBridges), want)
+	}
+	if err := NewSyncer(t.TempDir()).Sync(m); err != nil {
+		t.Errorf("a Syncer without Pause: %v", err)
+	}
+}

@@ -13,15 +13,19 @@ import (
 // again over an earlier tree replaces the files the model has but leaves
 // behind those of devices it no longer has.
 func (m *Machine) Write(root string) error {
-	t, err := m.tree()
+	t, err := m.tree(nil)
 	if err != nil {
 		return err
 	}
 	return t.writeTo(root)
 }
 
-// tree builds the machine's files in memory.
-func (m *Machine) tree() (*tree, error) {
+// tree builds the machine's files in memory, calling pause (when not nil)
+// between its parts.
+func (m *Machine) tree(pause func()) (*tree, error) {
+	if pause == nil {
+		pause = func() {}
+	}
 	if err := m.check(); err != nil {
 		return nil, err
 	}
@@ -52,17 +56,17 @@ func (m *Machine) tree() (*tree, error) {
 	}
 	// Pauses between the parts, as Sync pauses between files: a DGX's
 	// tree takes milliseconds to render.
-	Pause()
+	pause()
 	for _, hb := range m.HostBridges {
 		for _, d := range hb.Devices {
 			w.device("sys/devices/"+hb.Name(), d)
 		}
-		Pause()
+		pause()
 	}
 	for i := range m.Processes {
 		w.process(&m.Processes[i])
 	}
-	Pause()
+	pause()
 	w.kernel()
 	for p, data := range m.Overrides {
 		w.t.entries[p] = entry{data: data}
