@@ -101,18 +101,21 @@ func TestShutdownLeavesNVMLLoadedUnderAHungCall(t *testing.T) {
 }
 
 // The XID watcher's event wait is a call in flight too: Shutdown waits for
-// the watch to end after its context does.
+// the watch to end after its context does, so NVML is shut down only once
+// the watcher has stopped (and freed its event set).
 func TestShutdownWaitsForTheXIDWatch(t *testing.T) {
 	m := nvmlmodel.NewH200Pair()
-	var shutdowns atomic.Int32
-	shutdown := m.ShutdownFunc
-	m.ShutdownFunc = func() gonvml.Return {
-		shutdowns.Add(1)
-		return shutdown()
-	}
 	r := nvml.NewReader(m, "", nil)
 	w := nvml.NewXIDWatcher(r, nil)
 	w.Wait = 20 * time.Millisecond
+	var shutdowns atomic.Int32
+	var watching atomic.Bool // the watcher's state when NVML was shut down
+	shutdown := m.ShutdownFunc
+	m.ShutdownFunc = func() gonvml.Return {
+		shutdowns.Add(1)
+		watching.Store(w.Status().Up)
+		return shutdown()
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	ran := make(chan struct{})
 	go func() {
@@ -124,12 +127,15 @@ func TestShutdownWaitsForTheXIDWatch(t *testing.T) {
 	}
 	cancel()
 	r.Shutdown()
+	if n := shutdowns.Load(); n != 1 {
+		t.Fatalf("nvmlShutdown called %d times, want 1", n)
+	}
+	if watching.Load() {
+		t.Error("NVML was shut down while the XID watch was still running")
+	}
 	select {
 	case <-ran:
-	default:
-		t.Fatal("Shutdown returned before the XID watch ended")
-	}
-	if n := shutdowns.Load(); n != 1 {
-		t.Errorf("nvmlShutdown called %d times, want 1", n)
+	case <-time.After(5 * time.Second):
+		t.Error("the XID watch did not end")
 	}
 }
