@@ -77,11 +77,13 @@ for f in "$bin" "$sb"; do
 	[[ -x $f ]] || { echo "scrape.sh: $f is not an executable file" >&2; exit 1; }
 done
 [[ -n $out ]] || out=$(mktemp -d "${TMPDIR:-/tmp}/scrape.XXXXXX")
-trace_args=()
-[[ ${REFERENCE:-1} == 1 ]] && trace_args+=(-reference)
+# scrapebench's flags for the reference and the trace; one does not turn
+# the other off.
+sb_args=()
+[[ ${REFERENCE:-1} == 1 ]] && sb_args+=(-reference)
 if [[ ${TRACE:-} == 1 ]]; then
 	set -- --web.enable-pprof "$@"
-	trace_args=(-trace "$out/trace.out")
+	sb_args+=(-trace "$out/trace.out")
 fi
 mkdir -p "$out"
 
@@ -119,7 +121,7 @@ pid=$EXPORTER_PID
 # to this script runs the traps at once instead of after scrapebench ends.
 "$sb" -url "http://$addr/metrics" -pid "$pid" -n "${N:-1000}" -every "${EVERY:-0}" -idle "${IDLE:-10s}" \
 	-wait-metric "$wait_metric" -json "$out/result.json" -latencies "$out/latencies.txt" -save-body "$out/metrics.txt" \
-	"${trace_args[@]}" \
+	"${sb_args[@]}" \
 	>"$out/result.txt" &
 sbpid=$!
 rc=0
