@@ -268,18 +268,13 @@ func run(o options) error {
 			return err
 		}
 	}
-	if len(fresh) > 0 {
-		f := latency.SpreadOf(fresh)
-		res.FreshP50Ms, res.FreshP99Ms, res.FreshMaxMs = ms(f.P50), ms(f.P99), ms(f.Max)
-	}
-	if len(refLat) > 0 {
-		r := latency.SpreadOf(refLat)
-		res.RefP50Ms, res.RefP90Ms, res.RefP99Ms, res.RefMaxMs = ms(r.P50), ms(r.P90), ms(r.P99), ms(r.Max)
-	}
-	if len(lat) > 0 {
-		l := latency.SpreadOf(lat)
-		res.P50Ms, res.P90Ms, res.P99Ms, res.MaxMs, res.MeanMs = ms(l.P50), ms(l.P90), ms(l.P99), ms(l.Max), ms(l.Mean)
-	}
+	// SpreadOf gives zeros for none, which the JSON leaves out.
+	f := latency.SpreadOf(fresh)
+	res.FreshP50Ms, res.FreshP99Ms, res.FreshMaxMs = ms(f.P50), ms(f.P99), ms(f.Max)
+	r := latency.SpreadOf(refLat)
+	res.RefP50Ms, res.RefP90Ms, res.RefP99Ms, res.RefMaxMs = ms(r.P50), ms(r.P90), ms(r.P99), ms(r.Max)
+	l := latency.SpreadOf(lat)
+	res.P50Ms, res.P90Ms, res.P99Ms, res.MaxMs, res.MeanMs = ms(l.P50), ms(l.P90), ms(l.P99), ms(l.Max), ms(l.Mean)
 
 	printTable(os.Stdout, &res)
 	if o.jsonOut != "" {

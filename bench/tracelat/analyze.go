@@ -107,15 +107,15 @@ func (a *analysis) add(ev trace.Event) {
 		g = &goroutine{id: id}
 		a.gs[id] = g
 	}
-	var frames []string
-	for f := range st.Stack.Frames() {
-		frames = append(frames, f.Func)
-	}
 	from, to := st.Goroutine()
 	if from == to {
 		// A state restated (at the start of a trace generation), not a
 		// change: it must not split a wait in two.
 		return
+	}
+	var frames []string
+	for f := range st.Stack.Frames() {
+		frames = append(frames, f.Func)
 	}
 	if n := len(frames); n > 0 && (g.name == "" || from == trace.GoNotExist) {
 		g.name = frames[n-1]

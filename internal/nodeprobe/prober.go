@@ -359,7 +359,7 @@ func deadlineOf(ctx context.Context) time.Time {
 
 // join asks the target at base to join and waits for its round.
 func (n *Node) join(ctx context.Context, client *http.Client, base string, req JoinRequest) joined {
-	resp, b, reason, detail := n.call(ctx, client, http.MethodPost, base+JoinPath, req)
+	resp, b, reason, detail := call(ctx, client, http.MethodPost, base+JoinPath, req)
 	if reason != "" {
 		return joined{reason: reason, detail: detail}
 	}

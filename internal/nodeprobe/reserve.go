@@ -164,7 +164,7 @@ func (n *Node) dropReservation(token, why string) bool {
 // reservations (an exporter from before them: join without one); or the
 // reason and detail the target declined or failed with.
 func (n *Node) reserve(ctx context.Context, client *http.Client, base string, req ReserveRequest) (token, reason, detail string) {
-	resp, b, reason, detail := n.call(ctx, client, http.MethodPost, base+ReservePath, req)
+	resp, b, reason, detail := call(ctx, client, http.MethodPost, base+ReservePath, req)
 	if reason != "" {
 		return "", reason, detail
 	}
@@ -203,7 +203,7 @@ func (n *Node) giveBack(client *http.Client, base, token string) {
 
 // call sends v as JSON with method to u and reads the answer, up to
 // maxRoundBytes; reason is set when no answer came or it was too long.
-func (n *Node) call(ctx context.Context, client *http.Client, method, u string, v any) (resp *http.Response, b []byte, reason, detail string) {
+func call(ctx context.Context, client *http.Client, method, u string, v any) (resp *http.Response, b []byte, reason, detail string) {
 	body, err := json.Marshal(v)
 	if err != nil {
 		return nil, nil, ReasonBadModule, err.Error()
