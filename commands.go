@@ -14,6 +14,8 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
+	"github.com/gpulink/gpulink_exporter/probes/cuda/probe"
+	"github.com/gpulink/gpulink_exporter/probes/nccl/collectives"
 )
 
 // oneNVMLSample is one NVML sample outside the daemon, for the topology
@@ -64,7 +66,7 @@ func printTopology(fsys numa.FS, lib gonvml.Interface, logger *slog.Logger) erro
 // runProbe is the probe command. For a person's table it adds what each
 // path should give: one NVML sample and the PCIe tree, as the daemon uses
 // them (without NVML only the PCIe part is known).
-func runProbe(p *probes.Command, c *config, fsys numa.FS, logger *slog.Logger) int {
+func runProbe(p *probe.Command, c *config, fsys numa.FS, logger *slog.Logger) int {
 	p.Library, p.FS = c.cudaLib, fsys
 	if p.Output == "table" {
 		// One read of the tree serves the expectations and the host nodes.
@@ -80,7 +82,7 @@ func runProbe(p *probes.Command, c *config, fsys numa.FS, logger *slog.Logger) i
 
 // runCollectives is the collectives command, over the exporter's CUDA
 // driver library.
-func runCollectives(cc *probes.CollectiveCommand, c *config) int {
+func runCollectives(cc *collectives.CollectiveCommand, c *config) int {
 	cc.CUDALibrary = c.cudaLib
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

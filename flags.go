@@ -19,7 +19,10 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/nodeprobe"
 	"github.com/gpulink/gpulink_exporter/internal/sim"
 	"github.com/gpulink/gpulink_exporter/probes"
+	"github.com/gpulink/gpulink_exporter/probes/cuda/probe"
 	"github.com/gpulink/gpulink_exporter/probes/nccl"
+	"github.com/gpulink/gpulink_exporter/probes/nccl/collectives"
+	"github.com/gpulink/gpulink_exporter/probes/schedule"
 )
 
 // defaultAddress avoids node_exporter (9100), dcgm-exporter (9400) and
@@ -51,7 +54,7 @@ type config struct {
 	nvlinkTraffic bool
 	perProcess    bool
 	// probe holds the scheduler's flags; main adds what it runs on.
-	probe      probes.SchedulerConfig
+	probe      schedule.SchedulerConfig
 	probeKinds []string
 	// collectiveKinds are --collective.kind; the rest of the collective
 	// round's flags land in probe.
@@ -97,9 +100,9 @@ type cli struct {
 	app                *kingpin.Application
 	cfg                *config
 	topology, probeCmd *kingpin.CmdClause
-	probe              *probes.Command
+	probe              *probe.Command
 	collectivesCmd     *kingpin.CmdClause
-	collectives        *probes.CollectiveCommand
+	collectives        *collectives.CollectiveCommand
 }
 
 // newCLI registers every flag and command; main and the tests parse it.
@@ -122,10 +125,10 @@ func newCLI() *cli {
 	collectiveFlags(app, c)
 	c.web = kingpinflag.AddFlags(app, defaultAddress)
 	app.Command("serve", "Run the exporter (the default).").Default()
-	l := &cli{app: app, cfg: c, probe: &probes.Command{}, collectives: &probes.CollectiveCommand{}}
+	l := &cli{app: app, cfg: c, probe: &probe.Command{}, collectives: &collectives.CollectiveCommand{}}
 	l.topology = app.Command("topology", "Print the GPU and NIC topology matrix as nvidia-smi topo -m does, and exit.")
-	l.probeCmd = probes.AddCommand(app, l.probe)
-	l.collectivesCmd = probes.AddCollectiveCommand(app, l.collectives)
+	l.probeCmd = probe.AddCommand(app, l.probe)
+	l.collectivesCmd = collectives.AddCollectiveCommand(app, l.collectives)
 	flag.AddFlags(app, &c.log)
 	app.Version(version.Print("gpulink_exporter"))
 	app.HelpFlag.Short('h')
@@ -160,7 +163,7 @@ func (s *source) register(app *kingpin.Application, c *config, id sourceID) {
 // probeFlags are the probe row's own flags, bound to the scheduler's
 // config; interval and timeout come from the row.
 func probeFlags(f flagFunc, c *config) {
-	f("policy", "When to run the CUDA link probes: idle (only on a GPU with no other compute process and low utilisation), always, or off. Never on a GPU in EXCLUSIVE_PROCESS or PROHIBITED compute mode, with MIG on, or lost.").Default(probes.PolicyIdle).EnumVar(&c.probe.Policy, probes.Policies...)
+	f("policy", "When to run the CUDA link probes: idle (only on a GPU with no other compute process and low utilisation), always, or off. Never on a GPU in EXCLUSIVE_PROCESS or PROHIBITED compute mode, with MIG on, or lost.").Default(schedule.PolicyIdle).EnumVar(&c.probe.Policy, schedule.Policies...)
 	f("max-duty", "Most of a GPU's time the probes may take: a round that cost a GPU L seconds (its probes and its peers' against it) is followed by at least L / this. 1 turns the bound off.").Default(formatFloat(probes.DefaultMaxDuty)).Float64Var(&c.probe.MaxDuty)
 	f("first-delay", "Wait before the first probe round after start-up.").Default("1m").DurationVar(&c.probe.FirstDelay)
 	f("jitter", "Spread of the probe interval and first delay, as a fraction of them (0 to 0.5), so a fleet does not probe in step; 0: none, rounds exactly every interval.").Default(formatFloat(probes.DefaultJitter)).Float64Var(&c.probe.Jitter)
@@ -186,8 +189,8 @@ func nodeProbeFlags(f flagFunc, c *config) {
 func collectiveFlags(app *kingpin.Application, c *config) {
 	p := &c.probe
 	app.Flag("collective.interval", "Least time between the node's NCCL collective rounds over every usable GPU (with jitter); a round runs after a probe pass, only when every GPU it uses is idle under --probe.policy, and is stretched when it costs more than --probe.max-duty allows.").
-		Default(probes.DefaultCollectiveInterval.String()).DurationVar(&p.CollectiveInterval)
-	app.Flag("collective.timeout", "Deadline of one collective round's child; past it the child is killed.").Default(probes.DefaultCollectiveTimeout.String()).DurationVar(&p.CollectiveTimeout)
+		Default(schedule.DefaultCollectiveInterval.String()).DurationVar(&p.CollectiveInterval)
+	app.Flag("collective.timeout", "Deadline of one collective round's child; past it the child is killed.").Default(schedule.DefaultCollectiveTimeout.String()).DurationVar(&p.CollectiveTimeout)
 	app.Flag("collective.size", "Size of one collective operation for the bandwidth results, as nccl-tests' -b; each GPU holds a send and a receive buffer of about this size.").
 		Default(units.Base2Bytes(probes.DefaultCollectiveSizeBytes).String()).BytesVar((*units.Base2Bytes)(&p.CollectiveOptions.SizeBytes))
 	app.Flag("collective.small-size", "Size of one collective operation for the latency results.").

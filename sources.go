@@ -22,6 +22,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/sim"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
+	"github.com/gpulink/gpulink_exporter/probes/schedule"
 )
 
 // A source is one row of the table. Its name, written once, makes the
@@ -210,7 +211,7 @@ type wiring struct {
 	nvml     *sampler.Sampler[*nvml.Snapshot] // nil unless the nvml source is on
 	topology *sampler.Sampler[*numa.Topology] // nil unless a source that uses it is on
 	nic      *sampler.Sampler[*nic.Snapshot]  // nil unless the nic source is on
-	sched    *probes.Scheduler                // nil unless the probes run
+	sched    *schedule.Scheduler              // nil unless the probes run
 
 	// routes are handlers the sources serve beside the metrics.
 	routes []route
@@ -338,7 +339,7 @@ func (w *wiring) nvmlIDs() func() []nvml.Identity {
 // unless the node is simulated.
 func startProbes(w *wiring, s setting) {
 	c := w.cfg.probe
-	if c.Policy == probes.PolicyOff {
+	if c.Policy == schedule.PolicyOff {
 		return
 	}
 	if w.nvml == nil {
@@ -382,7 +383,7 @@ func startProbes(w *wiring, s setting) {
 	c.CollectiveAnnotate = func(r *probes.CollectiveRound) []probes.PairTransport {
 		return probes.CollectivePathFor(w.nvml.LatestData(), topo(), r.GPUs).Annotate(r)
 	}
-	sched, err := probes.NewScheduler(c)
+	sched, err := schedule.NewScheduler(c)
 	if err != nil {
 		w.err = fmt.Errorf("invalid probe settings: %w", err)
 		return

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpulink/gpulink_exporter/probes"
+	"github.com/gpulink/gpulink_exporter/probes/schedule"
 )
 
 // collectiveTransports are the transport label's values; a kind the child
@@ -20,7 +21,7 @@ var collectiveTransports = []string{probes.TransportP2P, probes.TransportSHM, pr
 // transports NCCL chose against the ones the links call for, and what the
 // rounds cost.
 type CollectiveCollector struct {
-	snapshotMetrics[*probes.Status]
+	snapshotMetrics[*schedule.Status]
 	d collectiveDescs
 }
 
@@ -33,7 +34,7 @@ type collectiveDescs struct {
 
 // NewCollectiveCollector renders the collective part of the probe
 // scheduler's snapshots; nothing while collective rounds are off.
-func NewCollectiveCollector(src latester[*probes.Status]) *CollectiveCollector {
+func NewCollectiveCollector(src latester[*schedule.Status]) *CollectiveCollector {
 	pair := []string{"gpu", "pci_bus_id", "peer_gpu", "peer_pci_bus_id"}
 	gpu := []string{"gpu", "pci_bus_id"}
 	c := &CollectiveCollector{d: collectiveDescs{
@@ -102,7 +103,7 @@ func (c *CollectiveCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *CollectiveCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 
-func (c *CollectiveCollector) render(out *out, s *probes.Status) {
+func (c *CollectiveCollector) render(out *out, s *schedule.Status) {
 	st := s.Collective
 	if st == nil {
 		return
@@ -127,7 +128,7 @@ func (c *CollectiveCollector) render(out *out, s *probes.Status) {
 
 // collectiveRunResults are the results every collective counter shows
 // from 0, then any other the scheduler counted.
-func collectiveRunResults(st *probes.CollectiveStatus) []string {
+func collectiveRunResults(st *schedule.CollectiveStatus) []string {
 	out := slices.Clone(probeRunResults)
 	for _, r := range sortedKeys(st.Runs) {
 		if !slices.Contains(out, r) {
@@ -137,7 +138,7 @@ func collectiveRunResults(st *probes.CollectiveStatus) []string {
 	return out
 }
 
-func (c *CollectiveCollector) renderRound(o *probeOut, st *probes.CollectiveStatus, index map[string]int) {
+func (c *CollectiveCollector) renderRound(o *probeOut, st *schedule.CollectiveStatus, index map[string]int) {
 	d := &c.d
 	r := st.Last
 	// gpuOf is a rank's GPU labels; ok false for a rank another process
@@ -209,7 +210,7 @@ type channelKey struct {
 	kind     string
 }
 
-func (c *CollectiveCollector) renderTransports(o *probeOut, st *probes.CollectiveStatus,
+func (c *CollectiveCollector) renderTransports(o *probeOut, st *schedule.CollectiveStatus,
 	gpuOf func(rank int) (string, string, bool), index map[string]int) {
 	d := &c.d
 	// Channels by pair and transport, each channel once, in the order

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/collector"
 	"github.com/gpulink/gpulink_exporter/probes"
+	"github.com/gpulink/gpulink_exporter/probes/schedule"
 )
 
 // The three GPUs of the collective status, in rank order.
@@ -22,7 +23,7 @@ func rank(n int) *int { return &n }
 // failed, 0->2 with no expectation), channels over p2p and one fallback to
 // shm, a transport NCCL named that the label does not know, and one result
 // given twice.
-func collectiveStatus() *probes.Status {
+func collectiveStatus() *schedule.Status {
 	const big, small = 256 << 20, 8 << 10
 	coll := func(c probes.Collective, size int64, bus, alg, expected, seconds float64) probes.CollectiveResult {
 		return probes.CollectiveResult{Collective: c, SizeBytes: size, Ranks: 3, Seconds: seconds,
@@ -57,7 +58,7 @@ func collectiveStatus() *probes.Status {
 		},
 		BusySeconds: 1.5, DeviceMemoryBytes: 512 << 20,
 	}
-	return &probes.Status{Policy: "idle", Collective: &probes.CollectiveStatus{
+	return &schedule.Status{Policy: "idle", Collective: &schedule.CollectiveStatus{
 		Last: last, LastStarted: time.Unix(1700000000, 500e6), SizeBytes: big, SmallBytes: small,
 		ExpectedTransports: []probes.PairTransport{
 			{GPU: collGPUs[0], Peer: collGPUs[1], Kind: probes.TransportP2P},
@@ -65,8 +66,8 @@ func collectiveStatus() *probes.Status {
 			{GPU: collGPUs[0], Peer: "0000:99:00.0", Kind: probes.TransportP2P}, // a GPU the status does not know
 		},
 		Runs:  map[string]uint64{probes.RunSuccess: 4, probes.RunTimeout: 1},
-		Skips: map[string]uint64{probes.SkipBusyProcess: 2, probes.SkipNoLibrary: 0},
-		GPUs: []probes.CollectiveGPU{{Index: 0, PCIBusID: collGPUs[0], BusySeconds: 6}, {Index: 1, PCIBusID: collGPUs[1], BusySeconds: 6},
+		Skips: map[string]uint64{schedule.SkipBusyProcess: 2, schedule.SkipNoLibrary: 0},
+		GPUs: []schedule.CollectiveGPU{{Index: 0, PCIBusID: collGPUs[0], BusySeconds: 6}, {Index: 1, PCIBusID: collGPUs[1], BusySeconds: 6},
 			{Index: 2, PCIBusID: collGPUs[2], BusySeconds: 6}, {Index: 5, PCIBusID: "0000:ba:00.0", BusySeconds: 1.5}},
 	}}
 }
@@ -178,7 +179,7 @@ func TestCollectiveMetricsBeforeAndOff(t *testing.T) {
 	if len(got) != 7 {
 		t.Errorf("%d series before the first round, want 5 runs and 2 skips", len(got))
 	}
-	if got := gathered(t, collector.NewCollectiveCollector(fixed(&probes.Status{Policy: "idle"}))); len(got) != 0 {
+	if got := gathered(t, collector.NewCollectiveCollector(fixed(&schedule.Status{Policy: "idle"}))); len(got) != 0 {
 		t.Errorf("collectives off: %v", got)
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/testwait"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
+	"github.com/gpulink/gpulink_exporter/probes/schedule"
 )
 
 // metricNamesFile lists every metric name the exporter can export: what the
@@ -121,8 +122,8 @@ func simulatedDGX(t *testing.T) []prometheus.Collector {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go xid.Run(ctx, 10*time.Millisecond)
-	sched, err := probes.NewScheduler(probes.SchedulerConfig{
-		Policy: probes.PolicyAlways, Runner: n.Runner(), GPUs: nvmlS.LatestData, Processes: reader.ComputeProcesses,
+	sched, err := schedule.NewScheduler(schedule.SchedulerConfig{
+		Policy: schedule.PolicyAlways, Runner: n.Runner(), GPUs: nvmlS.LatestData, Processes: reader.ComputeProcesses,
 		Jitter: probes.DefaultJitter, MaxDuty: probes.DefaultMaxDuty, UtilizationThreshold: probes.DefaultUtilizationThreshold,
 		Options:   probes.Options{SizeBytes: probes.DefaultSizeBytes, Samples: probes.DefaultSamples},
 		HostNodes: func(addr string) []int { return topo.LatestData().HostNodes(addr) },

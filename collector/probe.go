@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpulink/gpulink_exporter/probes"
+	"github.com/gpulink/gpulink_exporter/probes/schedule"
 )
 
 // probeRunResults are the run results every GPU reports from the start, at
@@ -19,7 +20,7 @@ var probeRunResults = []string{probes.RunSuccess, probes.RunPartial, probes.RunE
 // ProbeCollector renders the probe scheduler's status: each GPU's latest
 // results beside what its path should give, and what probing cost.
 type ProbeCollector struct {
-	snapshotMetrics[*probes.Status]
+	snapshotMetrics[*schedule.Status]
 	d probeDescs
 }
 
@@ -33,7 +34,7 @@ type probeDescs struct {
 }
 
 // NewProbeCollector renders the snapshots of the probe scheduler.
-func NewProbeCollector(src latester[*probes.Status]) *ProbeCollector {
+func NewProbeCollector(src latester[*schedule.Status]) *ProbeCollector {
 	bw := []string{"probe", "direction", "peer", "host_numa_node", "transfer_size_bytes"}
 	c := &ProbeCollector{d: probeDescs{
 		bandwidth: gpuDesc("probe", "bandwidth_bytes_per_second",
@@ -142,7 +143,7 @@ func (o *probeOut) once(d *prometheus.Desc, t prometheus.ValueType, v float64, e
 	o.add(d, t, v, extra...)
 }
 
-func (c *ProbeCollector) render(out *out, s *probes.Status) {
+func (c *ProbeCollector) render(out *out, s *schedule.Status) {
 	d := &c.d
 	o := &probeOut{out: out, seen: map[seriesKey]bool{}}
 	o.gauge(d.policy, 1, s.Policy)
@@ -165,7 +166,7 @@ func (c *ProbeCollector) render(out *out, s *probes.Status) {
 	}
 }
 
-func (c *ProbeCollector) renderCounters(o *probeOut, g *probes.GPUStatus) {
+func (c *ProbeCollector) renderCounters(o *probeOut, g *schedule.GPUStatus) {
 	d := &c.d
 	for _, r := range probeRunResults {
 		o.once(d.runs, prometheus.CounterValue, float64(g.Runs[r]), r)

@@ -9,6 +9,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/scrape"
 	"github.com/gpulink/gpulink_exporter/probes"
+	"github.com/gpulink/gpulink_exporter/probes/schedule"
 )
 
 // roundFunc adapts a function to probes.RoundRunner.
@@ -30,8 +31,8 @@ func TestProbeRenderedWhenPublished(t *testing.T) {
 		return &probes.Round{Version: probes.ContractVersion, GPUs: []probes.GPURound{{PCIBusID: o.GPU,
 			Results: []probes.Result{{Probe: probes.LaunchLatency, Samples: 3, Seconds: 9e-6}}}}}, nil
 	})
-	sched, err := probes.NewScheduler(probes.SchedulerConfig{
-		Policy: probes.PolicyAlways, Runner: runner, GPUs: func() *nvml.Snapshot { return gpus },
+	sched, err := schedule.NewScheduler(schedule.SchedulerConfig{
+		Policy: schedule.PolicyAlways, Runner: runner, GPUs: func() *nvml.Snapshot { return gpus },
 		Options: probes.Options{SizeBytes: probes.DefaultSizeBytes, Samples: probes.DefaultSamples},
 		Jitter:  probes.DefaultJitter, MaxDuty: probes.DefaultMaxDuty, UtilizationThreshold: probes.DefaultUtilizationThreshold,
 	})
@@ -41,7 +42,7 @@ func TestProbeRenderedWhenPublished(t *testing.T) {
 	c := NewProbeCollector(sched)
 	renders := 0
 	render := c.snapshotMetrics.render
-	c.snapshotMetrics.render = func(o *out, st *probes.Status) {
+	c.snapshotMetrics.render = func(o *out, st *schedule.Status) {
 		renders++
 		render(o, st)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/collector"
 	"github.com/gpulink/gpulink_exporter/probes"
+	"github.com/gpulink/gpulink_exporter/probes/schedule"
 )
 
 const (
@@ -65,15 +66,15 @@ func probeRound() *probes.GPURound {
 }
 
 // probeStatus has GPU 0 probed, GPU 1 skipped and never probed.
-func probeStatus() *probes.Status {
-	return &probes.Status{Policy: "idle", GPUs: []probes.GPUStatus{
+func probeStatus() *schedule.Status {
+	return &schedule.Status{Policy: "idle", GPUs: []schedule.GPUStatus{
 		{Index: 0, UUID: "GPU-a", PCIBusID: "0000:00:06.0", Last: probeRound(),
 			LastSuccess: time.Unix(1700000000, 500e6), LastRound: time.Unix(1700000600, 0), LastDuration: 2.5,
 			Runs:        map[string]uint64{probes.RunSuccess: 3, probes.RunPartial: 1},
-			Skips:       map[string]uint64{probes.SkipBusyUtilization: 2},
+			Skips:       map[string]uint64{schedule.SkipBusyUtilization: 2},
 			BusySeconds: 1.25, ContextSeconds: 7.5},
 		{Index: 1, UUID: "GPU-b", PCIBusID: "0000:00:07.0",
-			Skips: map[string]uint64{probes.SkipMIG: 4}},
+			Skips: map[string]uint64{schedule.SkipMIG: 4}},
 	}}
 }
 
@@ -301,12 +302,12 @@ func TestProbeMetricsDuplicateResults(t *testing.T) {
 }
 
 func TestProbeMetricsBeforeFirstSnapshot(t *testing.T) {
-	c := collector.NewProbeCollector(fixedSource[*probes.Status]{})
+	c := collector.NewProbeCollector(fixedSource[*schedule.Status]{})
 	if n := testutil.CollectAndCount(c); n != 0 {
 		t.Errorf("%d metrics before the first snapshot, want none", n)
 	}
 	// A scheduler that knows no GPU yet still says its policy.
-	c = collector.NewProbeCollector(fixed(&probes.Status{Policy: "off"}))
+	c = collector.NewProbeCollector(fixed(&schedule.Status{Policy: "off"}))
 	if err := testutil.CollectAndCompare(c, strings.NewReader(`
 # HELP gpulink_probe_policy_info The policy that decides when a GPU is probed; value 1.
 # TYPE gpulink_probe_policy_info gauge

@@ -22,6 +22,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/sim/nvmlmodel"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
+	"github.com/gpulink/gpulink_exporter/probes/schedule"
 )
 
 // benchNode is what a scrape reads: a registry, the sources' versions, a
@@ -106,8 +107,8 @@ func simNode(tb testing.TB, h *hooks) benchNode {
 	ctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
 	go xid.Run(ctx, time.Second)
-	sched, err := probes.NewScheduler(probes.SchedulerConfig{
-		Policy: probes.PolicyAlways, Runner: node.Runner(), GPUs: nv.LatestData, Processes: reader.ComputeProcesses,
+	sched, err := schedule.NewScheduler(schedule.SchedulerConfig{
+		Policy: schedule.PolicyAlways, Runner: node.Runner(), GPUs: nv.LatestData, Processes: reader.ComputeProcesses,
 		Jitter: probes.DefaultJitter, MaxDuty: probes.DefaultMaxDuty, UtilizationThreshold: probes.DefaultUtilizationThreshold,
 		Options:   probes.Options{SizeBytes: probes.DefaultSizeBytes, Samples: probes.DefaultSamples},
 		HostNodes: func(addr string) []int { return topo.LatestData().HostNodes(addr) },

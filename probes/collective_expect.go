@@ -65,7 +65,7 @@ func CollectivePathFor(snap *nvml.Snapshot, topo *numa.Topology, gpus []string) 
 				// the platform lets one GPU write into the other;
 				// otherwise NCCL goes through host memory.
 				p.transport[i][j] = TransportSHM
-				if nvlink > 0 || peerReachable(snap, a.Index, b.Index) {
+				if nvlink > 0 || PeerReachable(snap, a.Index, b.Index) {
 					p.transport[i][j] = TransportP2P
 				}
 			}

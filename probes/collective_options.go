@@ -40,6 +40,13 @@ const (
 	MaxCollectiveRanks = 1024
 )
 
+// DefaultCollectiveOptions are the options with every size and count at
+// its default: what the daemon's flags and the command's give unless set.
+func DefaultCollectiveOptions() CollectiveOptions {
+	return CollectiveOptions{SizeBytes: DefaultCollectiveSizeBytes, SmallBytes: DefaultCollectiveSmallBytes,
+		Warmup: DefaultCollectiveWarmup, Iterations: DefaultCollectiveIterations, Samples: DefaultCollectiveSamples}
+}
+
 // Validate checks the collective options: sizes, counts and collectives,
 // which the daemon checks when it starts (naming its flags), and, once a
 // round's GPUs or ranks are set, that the ranks add up and the unique id
@@ -62,7 +69,7 @@ func (o CollectiveOptions) Validate() error {
 	}
 	for _, c := range o.Collectives {
 		if !slices.Contains(Collectives, c) {
-			return &OptionError{Flag: "--collective.kind", Value: string(c), Want: "unknown collective; known: " + collectiveList()}
+			return &OptionError{Flag: "--collective.kind", Value: string(c), Want: "unknown collective; known: " + CollectiveList()}
 		}
 	}
 	if o.Ranks == 0 && len(o.GPUs) == 0 {
@@ -112,7 +119,8 @@ func shorten(s string, n int) string {
 	return s[:n] + "..."
 }
 
-func collectiveList() string { return strings.Join(CollectiveNames(), ", ") }
+// CollectiveList is the collectives for a message or flag help.
+func CollectiveList() string { return strings.Join(CollectiveNames(), ", ") }
 
 // Args are the collectives child's flags for o, in a fixed order. o is
 // sent as it is: the child validates it again.

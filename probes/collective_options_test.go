@@ -12,11 +12,6 @@ var (
 	testUniqueID = strings.Repeat("0a1b", 64)
 )
 
-func defaultCollectiveOptions() CollectiveOptions {
-	return CollectiveOptions{SizeBytes: DefaultCollectiveSizeBytes, SmallBytes: DefaultCollectiveSmallBytes,
-		Warmup: DefaultCollectiveWarmup, Iterations: DefaultCollectiveIterations, Samples: DefaultCollectiveSamples}
-}
-
 func TestCollectiveOptionsValidate(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -65,7 +60,7 @@ func TestCollectiveOptionsValidate(t *testing.T) {
 		{"a GPU twice", func(o *CollectiveOptions) { o.GPUs, o.Ranks = []string{testGPUs[0], testGPUs[0]}, 2 }, "--gpu=0000:18:00.0: want each GPU once"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o := defaultCollectiveOptions()
+			o := DefaultCollectiveOptions()
 			tc.edit(&o)
 			err := o.Validate()
 			switch {

@@ -107,7 +107,7 @@ func collectivesHelperRunner(t *testing.T, mode string, timeout time.Duration) *
 
 func TestRunCollectivesArgsRoundTrip(t *testing.T) {
 	r := collectivesHelperRunner(t, "coll-ok", 20*time.Second)
-	o := defaultCollectiveOptions()
+	o := DefaultCollectiveOptions()
 	o.GPUs, o.Ranks, o.Collectives, o.Peer = testGPUs, 2, []Collective{AllReduce, SendRecv}, "node-b:9849"
 	round, err := r.RunCollectives(context.Background(), o, nil)
 	if err != nil {
@@ -131,7 +131,7 @@ func TestRunCollectivesArgsRoundTrip(t *testing.T) {
 // the unique id out through descriptor 3 as soon as it has it.
 func TestRunCollectivesHandsTheUniqueIDOut(t *testing.T) {
 	r := collectivesHelperRunner(t, "coll-ok", 20*time.Second)
-	o := defaultCollectiveOptions()
+	o := DefaultCollectiveOptions()
 	o.GPUs, o.Ranks = testGPUs[:1], 2
 	ids := make(chan string) // unbuffered: the id must be taken while the child runs
 	got := make(chan string, 1)

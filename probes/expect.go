@@ -195,3 +195,17 @@ func (p Path) Annotate(g *GPURound) {
 		g.Results[i].ExpectedBytesPerSecond = p.Expect(g.Results[i])
 	}
 }
+
+// PeerReachable reports whether GPU a can write into GPU b's memory: over
+// NVLink, or PCIe peer to peer where the platform allows it. Pairs without
+// it would only report errors.
+func PeerReachable(snap *nvml.Snapshot, a, b int) bool {
+	for _, p := range snap.Pairs {
+		if (p.GPU == a && p.Peer == b) || (p.GPU == b && p.Peer == a) {
+			if p.NVLinks > 0 || p.P2P["write"] {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,7 +1,6 @@
 package probes
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,8 +10,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/alecthomas/kingpin/v2"
 )
 
 // The runner tests run the test binary itself as the probe child: with
@@ -33,12 +30,6 @@ func TestMain(m *testing.M) {
 func probeHelper(mode string, args []string) int {
 	if mode == "sleep" { // a grandchild: no flags, no output
 		select {}
-	}
-	if mode == "real" { // the real child, over whatever libcuda it is given
-		return realChild(args)
-	}
-	if mode == "real-collectives" { // the real collectives child, over the libraries it is given
-		return realCollectivesChild(args)
 	}
 	if strings.HasPrefix(mode, "coll-") {
 		return collectivesHelper(mode, args)
@@ -215,18 +206,4 @@ func writeHelperPIDs(grandchild int) {
 	if err := os.Rename(f+".tmp", f); err != nil {
 		panic(err)
 	}
-}
-
-// realChild parses argv as the exporter does for `probe` and runs it.
-func realChild(args []string) int {
-	app := kingpin.New("gpulink_exporter", "")
-	cmd := &Command{}
-	AddCommand(app, cmd)
-	app.Flag("cuda.library", "").StringVar(&cmd.Library)
-	app.Flag("path.sysfs", "").StringVar(&cmd.FS.Sys)
-	if _, err := app.Parse(args); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return ExitUsage
-	}
-	return cmd.Run(context.Background(), os.Stdout, os.Stderr)
 }

@@ -43,10 +43,11 @@ func (o Options) Validate() error {
 	}
 	for _, k := range o.Probes {
 		if !slices.Contains(Kinds, k) {
-			return &OptionError{Flag: "--probe.kind", Value: string(k), Want: "unknown probe; known: " + kindList()}
+			return &OptionError{Flag: "--probe.kind", Value: string(k), Want: "unknown probe; known: " + KindList()}
 		}
 	}
 	return nil
 }
 
-func kindList() string { return strings.Join(KindNames(), ", ") }
+// KindList is the probe kinds for a message or flag help.
+func KindList() string { return strings.Join(KindNames(), ", ") }

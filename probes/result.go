@@ -1,10 +1,6 @@
-// Package probes measures the links that feed a GPU by moving bytes through
-// them: host<->device copies with the host buffer on each NUMA node, local
-// HBM copies, peer copies over NVLink, and round-trip latencies. A round runs
-// in a child process (`gpulink_exporter probe`) so a wedged driver or a crash
-// never takes the daemon down; this file is the JSON contract between the
-// child and the daemon.
 package probes
+
+// This file is the JSON contract between the probe child and the daemon.
 
 import "time"
 

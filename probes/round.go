@@ -12,7 +12,8 @@ import (
 
 // The probe seam. What a GPU can measure is an interface with two
 // implementations: the probe child's over the CUDA driver (cudaMeasurer,
-// child.go) and the simulated node's over its model (internal/sim).
+// probes/cuda/probe/child.go) and the simulated node's over its model
+// (internal/sim).
 // MeasureRound owns a round's structure over it: which probes run in which
 // order, which GPU of a pair measures it, the host nodes, what each result
 // is labelled with, and what the round cost. An implementation only
@@ -304,3 +305,22 @@ func errResult(r Result, err error) Result {
 	r.Error = err.Error()
 	return r
 }
+
+// median of a non-empty sample; the mean of the middle two for an even
+// count.
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	n := len(s)
+	if n == 0 {
+		return 0
+	}
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// ChaseBytes is the size of what the latency probes chase, nvbandwidth's
+// 2 MiB, and so the SizeBytes of a latency result.
+const ChaseBytes = 2 << 20

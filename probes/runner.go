@@ -67,6 +67,22 @@ type ChildRunner struct {
 	signal    func(pgid int, sig syscall.Signal) error
 }
 
+// Exit statuses of the child.
+const (
+	ExitOK      = 0
+	ExitUsage   = 1 // nothing was probed; the message is on stderr
+	ExitGPUFail = 2 // the round is printed, but some GPU could not be probed
+)
+
+// Run results, one counter each.
+const (
+	RunSuccess = "success" // every probe gave a value
+	RunPartial = "partial" // some probes failed
+	RunError   = "error"   // the child ran but the GPU could not be probed
+	RunTimeout = "timeout" // killed at the round's deadline
+	RunCrash   = "crash"   // exited abnormally or printed no valid round
+)
+
 // RunFailure is why a run gave no usable round. (RunError already names
 // one of the results it carries.)
 type RunFailure struct {

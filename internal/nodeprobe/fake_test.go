@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpulink/gpulink_exporter/probes"
+	"github.com/gpulink/gpulink_exporter/probes/schedule"
 )
 
 // fabric joins fake collective runners through the NCCL unique id, as
@@ -163,7 +164,7 @@ func (c *fakeComm) Close() float64 { return 0.2 }
 // fakeGate hands out its GPUs to one session at a time, or refuses with
 // reason.
 type fakeGate struct {
-	gpus []probes.SessionGPU
+	gpus []schedule.SessionGPU
 	// enter, when set, is called as a session takes the GPUs: the node
 	// holds its session lock, and a prober has not asked its target yet.
 	enter func()
@@ -176,7 +177,7 @@ type fakeGate struct {
 	held   bool
 }
 
-func (g *fakeGate) TryAcquire(n int, _ []string) ([]probes.SessionGPU, func(), string) {
+func (g *fakeGate) TryAcquire(n int, _ []string) ([]schedule.SessionGPU, func(), string) {
 	g.mu.Lock()
 	switch {
 	case g.reason != "":
@@ -184,10 +185,10 @@ func (g *fakeGate) TryAcquire(n int, _ []string) ([]probes.SessionGPU, func(), s
 		return nil, nil, g.reason
 	case g.held:
 		g.mu.Unlock()
-		return nil, nil, probes.SessionRoundRunning
+		return nil, nil, schedule.SessionRoundRunning
 	case n > len(g.gpus):
 		g.mu.Unlock()
-		return nil, nil, probes.SessionTooFewGPUs
+		return nil, nil, schedule.SessionTooFewGPUs
 	}
 	g.held = true
 	enter, leave := g.enter, g.leave

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpulink/gpulink_exporter/probes"
+	"github.com/gpulink/gpulink_exporter/probes/schedule"
 )
 
 // Gate gives a session this node's GPUs, or says why not. The probe
@@ -30,7 +31,7 @@ type Gate interface {
 	// (PCI addresses; empty: all), that are idle, without waiting. On
 	// success release gives them back; on failure reason says why (one of
 	// probes' skip or Session* reasons).
-	TryAcquire(n int, only []string) (gpus []probes.SessionGPU, release func(), reason string)
+	TryAcquire(n int, only []string) (gpus []schedule.SessionGPU, release func(), reason string)
 }
 
 // Roles a node takes in a session: gpulink_node_probe_sessions_total's
@@ -117,7 +118,7 @@ func New(cfg Config) *Node {
 		}, []string{"role", "result"}),
 		now:   time.Now,
 		rand:  rand.Float64,
-		sleep: probes.SleepUnlessDone,
+		sleep: schedule.SleepUnlessDone,
 	}
 	// Every series from the start, so the first of each is an increase.
 	for _, role := range []string{RoleProber, RoleTarget} {
@@ -138,7 +139,7 @@ func (n *Node) count(role, result string) { n.sessions.WithLabelValues(role, res
 
 // hold is a session this node has entered: its GPUs and how to leave.
 type hold struct {
-	gpus    []probes.SessionGPU
+	gpus    []schedule.SessionGPU
 	release func()
 	// forget takes the session's start back from its role's rate limit,
 	// for a session that never took place (the target declined): a
@@ -196,13 +197,13 @@ func (n *Node) enter(role string, k int) (h *hold, reason, detail string) {
 // later), or the node cannot take part as it is.
 func gateReason(why string) string {
 	switch why {
-	case probes.SkipBusyProcess, probes.SkipBusyUtilization, probes.SessionRoundRunning:
+	case schedule.SkipBusyProcess, schedule.SkipBusyUtilization, schedule.SessionRoundRunning:
 		return ReasonBusy
 	}
 	return ReasonUnavailable
 }
 
-func busIDs(gpus []probes.SessionGPU) []string {
+func busIDs(gpus []schedule.SessionGPU) []string {
 	out := make([]string, len(gpus))
 	for i, g := range gpus {
 		out[i] = g.PCIBusID
@@ -212,7 +213,7 @@ func busIDs(gpus []probes.SessionGPU) []string {
 
 // nicRates are what the NIC nearest each of gpus carries (0 unknown),
 // in their order: this node's side of every path of a session.
-func (n *Node) nicRates(gpus []probes.SessionGPU) []float64 {
+func (n *Node) nicRates(gpus []schedule.SessionGPU) []float64 {
 	out := make([]float64, len(gpus))
 	if n.cfg.NICRate == nil {
 		return out

@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/gpulink/gpulink_exporter/probes"
+	"github.com/gpulink/gpulink_exporter/probes/schedule"
 )
 
 // testNode is one exporter's node-to-node side on loopback: its Node
@@ -60,7 +61,7 @@ func (s *syncBuffer) String() string {
 
 // sessionGPUs are a node's GPUs in PCI address order; NVML's indices are
 // not that order, so the gpu label shows which index a series took.
-var sessionGPUs = []probes.SessionGPU{{Index: 2, PCIBusID: "0000:18:00.0"}, {Index: 0, PCIBusID: "0000:2a:00.0"}}
+var sessionGPUs = []schedule.SessionGPU{{Index: 2, PCIBusID: "0000:18:00.0"}, {Index: 0, PCIBusID: "0000:2a:00.0"}}
 
 // newTestNode serves a node's /probe, and /node-probe/join when join is
 // set; its NICs carry nic bytes per second; edit adjusts its config.
@@ -299,9 +300,9 @@ func TestProbeTargetDeclines(t *testing.T) {
 		reason string
 		status int // the target's answer
 	}{
-		{"busy GPU", func(b *testNode) { b.gate.refuse(probes.SkipBusyProcess) }, ReasonBusy, http.StatusConflict},
-		{"probe round running", func(b *testNode) { b.gate.refuse(probes.SessionRoundRunning) }, ReasonBusy, http.StatusConflict},
-		{"MIG", func(b *testNode) { b.gate.refuse(probes.SkipMIG) }, ReasonUnavailable, http.StatusServiceUnavailable},
+		{"busy GPU", func(b *testNode) { b.gate.refuse(schedule.SkipBusyProcess) }, ReasonBusy, http.StatusConflict},
+		{"probe round running", func(b *testNode) { b.gate.refuse(schedule.SessionRoundRunning) }, ReasonBusy, http.StatusConflict},
+		{"MIG", func(b *testNode) { b.gate.refuse(schedule.SkipMIG) }, ReasonUnavailable, http.StatusServiceUnavailable},
 		{"no runner", func(b *testNode) { b.node.cfg.Runner = nil }, ReasonUnavailable, http.StatusServiceUnavailable},
 	} {
 		for _, v := range []struct{ solo, old bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
@@ -354,9 +355,9 @@ func TestProbeProberDeclines(t *testing.T) {
 		setup  func(a *testNode)
 		reason string
 	}{
-		{"busy utilisation", func(a *testNode) { a.gate.refuse(probes.SkipBusyUtilization) }, ReasonBusy},
+		{"busy utilisation", func(a *testNode) { a.gate.refuse(schedule.SkipBusyUtilization) }, ReasonBusy},
 		{"in a session", func(a *testNode) { a.node.session.Lock() }, ReasonSession},
-		{"too few GPUs", func(a *testNode) { a.gate.refuse(probes.SessionTooFewGPUs) }, ReasonUnavailable},
+		{"too few GPUs", func(a *testNode) { a.gate.refuse(schedule.SessionTooFewGPUs) }, ReasonUnavailable},
 		{"probes off", func(a *testNode) { a.node.cfg.Gate = nil }, ReasonUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpulink/gpulink_exporter/probes"
+	"github.com/gpulink/gpulink_exporter/probes/schedule"
 )
 
 // The families of a /probe answer. Every series of a collective carries
@@ -51,7 +52,7 @@ func ProbeFamilies() prometheus.Collector { return &outcome{describeOnly: true} 
 // registry.
 type outcome struct {
 	module        Module
-	gpus          []probes.SessionGPU // this node's, in rank order
+	gpus          []schedule.SessionGPU // this node's, in rank order
 	local, remote *probes.CollectiveRound
 	// localRates and remoteRates are what the NIC nearest each node's
 	// GPUs carries, in rank order (0 unknown).

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/gpulink/gpulink_exporter/probes"
+	"github.com/gpulink/gpulink_exporter/probes/schedule"
 )
 
 // probeAsync calls a node's /probe from another goroutine; its body, or
@@ -55,7 +56,7 @@ func TestProbeCollidingRing(t *testing.T) {
 				tn := newTestNode(t, fab, fmt.Sprintf("node-%d", i), 50e9, true, nil)
 				tn.gate.enter, tn.gate.leave = started(), answered()
 				draw := (float64(i) + 0.5) / float64(size) // 0.25, 0.75; 0.17, 0.5, 0.83
-				tn.node.now, tn.node.sleep, tn.node.rand = time.Now, probes.SleepUnlessDone, func() float64 { return draw }
+				tn.node.now, tn.node.sleep, tn.node.rand = time.Now, schedule.SleepUnlessDone, func() float64 { return draw }
 				ring[i] = tn
 			}
 			answers := make([]<-chan string, size)
@@ -238,12 +239,12 @@ func TestProbeOtherDeclinesNotRetried(t *testing.T) {
 		setup  func(a, b *testNode)
 		reason string
 	}{
-		{"target busy", false, func(_, b *testNode) { b.gate.refuse(probes.SkipBusyProcess) }, ReasonBusy},
+		{"target busy", false, func(_, b *testNode) { b.gate.refuse(schedule.SkipBusyProcess) }, ReasonBusy},
 		{"target rate limited", false, func(_, b *testNode) {
 			b.node.cfg.MinInterval = time.Hour
 			b.node.last[RoleTarget] = b.node.now()
 		}, ReasonRateLimited},
-		{"target unavailable", false, func(_, b *testNode) { b.gate.refuse(probes.SkipMIG) }, ReasonUnavailable},
+		{"target unavailable", false, func(_, b *testNode) { b.gate.refuse(schedule.SkipMIG) }, ReasonUnavailable},
 		{"target disabled", true, func(_, _ *testNode) {}, ReasonDisabled},
 		{"unauthorized", true, func(_, b *testNode) {
 			b.mux.HandleFunc(JoinPath, func(w http.ResponseWriter, _ *http.Request) {
@@ -251,7 +252,7 @@ func TestProbeOtherDeclinesNotRetried(t *testing.T) {
 			})
 		}, ReasonUnauthorized},
 		{"unreachable", false, func(_, b *testNode) { b.srv.Close() }, ReasonUnreachable},
-		{"prober busy", false, func(a, _ *testNode) { a.gate.refuse(probes.SessionRoundRunning) }, ReasonBusy},
+		{"prober busy", false, func(a, _ *testNode) { a.gate.refuse(schedule.SessionRoundRunning) }, ReasonBusy},
 		{"prober rate limited", false, func(a, _ *testNode) {
 			a.node.cfg.MinInterval = time.Hour
 			a.node.last[RoleProber] = a.node.now()

@@ -31,6 +31,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/testwait"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
+	"github.com/gpulink/gpulink_exporter/probes/schedule"
 )
 
 // exporter is the daemon's wiring (main.go) over a simulated node, with
@@ -43,7 +44,7 @@ type exporter struct {
 	place    *sampler.Sampler[*process.Snapshot]
 	nic      *sampler.Sampler[*nic.Snapshot]
 	xid      *nvml.XIDWatcher
-	sched    *probes.Scheduler
+	sched    *schedule.Scheduler
 	handler  http.Handler
 	reg      *scrape.Registry
 	sources  []namedCollector // every collector, by the source it renders
@@ -54,7 +55,7 @@ type exporter struct {
 // newExporter probes under policy always: every GPU, busy or not.
 func newExporter(t *testing.T, profile string) *exporter {
 	t.Helper()
-	return newExporterPolicy(t, profile, probes.PolicyAlways)
+	return newExporterPolicy(t, profile, schedule.PolicyAlways)
 }
 
 func newExporterPolicy(t *testing.T, profile, policy string) *exporter {
@@ -84,7 +85,7 @@ func newExporterPolicy(t *testing.T, profile, policy string) *exporter {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go e.xid.Run(ctx, 10*time.Millisecond)
-	e.sched, err = probes.NewScheduler(probes.SchedulerConfig{
+	e.sched, err = schedule.NewScheduler(schedule.SchedulerConfig{
 		Policy: policy, Runner: n.Runner(), GPUs: e.nvml.LatestData, Processes: reader.ComputeProcesses,
 		Jitter: probes.DefaultJitter, MaxDuty: probes.DefaultMaxDuty, UtilizationThreshold: probes.DefaultUtilizationThreshold,
 		Options:   probes.Options{SizeBytes: probes.DefaultSizeBytes, Samples: probes.DefaultSamples},
@@ -476,7 +477,7 @@ func TestSeriesBudget(t *testing.T) {
 		t.Errorf("a probe round of every GPU and a collective round add %d series, over the budget of %d", total-before, probeBudget+collectiveBudget)
 	}
 
-	_, idle, _ := newExporterPolicy(t, "dgx-h100", probes.PolicyIdle).budgetScrapes(t)
+	_, idle, _ := newExporterPolicy(t, "dgx-h100", schedule.PolicyIdle).budgetScrapes(t)
 	t.Logf("after a round under the default policy idle: %d series", idle)
 	if idle > nodeBudget {
 		t.Errorf("the simulated DGX H100 serves %d series after a round under policy idle, over the budget of %d", idle, nodeBudget)

@@ -10,6 +10,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
+	"github.com/gpulink/gpulink_exporter/probes/cuda/probe"
 )
 
 // Runner is the simulated node's probes.RoundRunner: it returns the round
@@ -210,13 +211,13 @@ func (m *model) HostLatency(node int) (probes.Measured, error) {
 		lat += remoteNodeLatencyAdd
 	}
 	v := m.latency(probes.HostLatency, "", lat)
-	m.busy += v.Median * float64(probes.ChaseHops(probes.HostLatency, m.o.Samples))
+	m.busy += v.Median * float64(probe.ChaseHops(probes.HostLatency, m.o.Samples))
 	return v, nil
 }
 
 func (m *model) PeerLatency(addr string) (probes.Measured, error) {
 	v := m.latency(probes.PeerLatency, addr, peerLatencySeconds)
-	m.busy += v.Median * float64(probes.ChaseHops(probes.PeerLatency, m.o.Samples))
+	m.busy += v.Median * float64(probe.ChaseHops(probes.PeerLatency, m.o.Samples))
 	return v, nil
 }
 
@@ -224,8 +225,8 @@ func (m *model) PeerLatency(addr string) (probes.Measured, error) {
 // time slice.
 func (m *model) LaunchLatency() (probes.Measured, int, error) {
 	v := m.latency(probes.LaunchLatency, "", launchLatencySeconds)
-	m.busy += v.Median * (probes.LaunchWarmup + probes.LaunchCount)
-	return v, probes.LaunchCount, nil
+	m.busy += v.Median * (probe.LaunchWarmup + probe.LaunchCount)
+	return v, probe.LaunchCount, nil
 }
 
 // Cost: ContextMemoryBytes is what NVML says the GPU holds, with the

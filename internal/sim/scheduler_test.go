@@ -11,6 +11,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/sim"
 	"github.com/gpulink/gpulink_exporter/internal/testwait"
 	"github.com/gpulink/gpulink_exporter/probes"
+	"github.com/gpulink/gpulink_exporter/probes/schedule"
 )
 
 // TestFirstRoundWaitsForTheFirstSample: with no first delay, the probe
@@ -28,8 +29,8 @@ func TestFirstRoundWaitsForTheFirstSample(t *testing.T) {
 		t.Fatal(err)
 	}
 	nvmlSampler := sampler.New[*nvml.Snapshot]("nvml", reader, sampler.Options{Interval: time.Hour, Timeout: 10 * time.Second})
-	sched, err := probes.NewScheduler(probes.SchedulerConfig{
-		Policy: probes.PolicyAlways, Interval: time.Hour, FirstDelay: 0,
+	sched, err := schedule.NewScheduler(schedule.SchedulerConfig{
+		Policy: schedule.PolicyAlways, Interval: time.Hour, FirstDelay: 0,
 		Jitter: probes.DefaultJitter, MaxDuty: probes.DefaultMaxDuty, UtilizationThreshold: probes.DefaultUtilizationThreshold,
 		Options: probes.Options{SizeBytes: probes.MinSizeBytes, Samples: 1, Probes: []probes.Kind{probes.LaunchLatency}},
 		Runner:  n.Runner(), GPUs: nvmlSampler.LatestData,
@@ -83,9 +84,9 @@ func TestSimulatedJobsMakeRoundsContended(t *testing.T) {
 	nvmlSampler := sampler.New[*nvml.Snapshot]("nvml", reader, sampler.Options{Interval: time.Hour, Timeout: 10 * time.Second})
 	nvmlSampler.SampleOnce(context.Background())
 	const busy, idle = "0000:18:00.0", "0000:2a:00.0" // GPUs 0 and 1
-	for _, policy := range []string{probes.PolicyAlways, probes.PolicyIdle} {
+	for _, policy := range []string{schedule.PolicyAlways, schedule.PolicyIdle} {
 		t.Run(policy, func(t *testing.T) {
-			sched, err := probes.NewScheduler(probes.SchedulerConfig{
+			sched, err := schedule.NewScheduler(schedule.SchedulerConfig{
 				Policy: policy, Runner: n.Runner(), GPUs: nvmlSampler.LatestData, Processes: reader.ComputeProcesses,
 				Jitter: probes.DefaultJitter, MaxDuty: probes.DefaultMaxDuty, UtilizationThreshold: probes.DefaultUtilizationThreshold,
 				Options: probes.Options{SizeBytes: probes.MinSizeBytes, Samples: 3, Probes: []probes.Kind{probes.HostToDevice, probes.PeerCopy}},
@@ -105,7 +106,7 @@ func TestSimulatedJobsMakeRoundsContended(t *testing.T) {
 			if len(i.Contention.For("")) != 0 {
 				t.Errorf("idle GPU's own results contended: %+v", i.Contention)
 			}
-			if policy == probes.PolicyIdle {
+			if policy == schedule.PolicyIdle {
 				if b != nil || i.Contention.Contended() {
 					t.Errorf("idle policy: busy GPU probed (%v) or idle GPU contended (%+v)", b != nil, i.Contention)
 				}

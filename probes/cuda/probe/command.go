@@ -1,0 +1,210 @@
+package probe
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+
+	"github.com/alecthomas/kingpin/v2"
+
+	"github.com/gpulink/gpulink_exporter/numa"
+	"github.com/gpulink/gpulink_exporter/probes"
+	"github.com/gpulink/gpulink_exporter/probes/cuda"
+)
+
+// Command is `gpulink_exporter probe`: one round, printed as JSON for the
+// daemon or as a table for a person.
+type Command struct {
+	Library string
+	FS      numa.FS
+	// GPUs: "all", a PCI address, or an index in PCI address order (which
+	// is nvidia-smi's numbering).
+	GPUs []string
+	// Peers: PCI addresses, or "all" for every GPU this one can reach peer
+	// to peer. With --gpu=all and no --peer, all.
+	Peers         []string
+	HostNodes     []int
+	NoHostBinding bool
+	Probes        []string
+	Size          string
+	Samples       int
+	Output        string
+	// Topology, if set, is the PCIe tree already read by the caller; else
+	// it is read when the default host nodes need it.
+	Topology *numa.Topology
+	// Annotate, if set, fills in what each path should give (the table
+	// shows it; the daemon annotates on its side).
+	Annotate func(*probes.GPURound)
+}
+
+// AddCommand registers the probe subcommand and its flags on app.
+func AddCommand(app *kingpin.Application, c *Command) *kingpin.CmdClause {
+	cmd := app.Command("probe", "Run one round of CUDA link probes and print the results (the daemon runs this as a child process).")
+	cmd.Flag("gpu", "GPU to probe: all, a PCI address, or an index in PCI address order (nvidia-smi's). Repeatable.").Default("all").StringsVar(&c.GPUs)
+	cmd.Flag("peer", "Peer GPU for the peer probes: a PCI address, or all. Repeatable. Default: all when --gpu=all, else none.").StringsVar(&c.Peers)
+	cmd.Flag("host-node", "NUMA node to bind the pinned host buffer to; each is probed in turn. Repeatable. Default: every node with memory, the GPU's own first.").IntsVar(&c.HostNodes)
+	cmd.Flag("no-host-node-binding", "Leave host buffers unbound (a kernel without NUMA support).").BoolVar(&c.NoHostBinding)
+	cmd.Flag("probe", "Probe to run: "+probes.KindList()+". Repeatable. Default: all.").StringsVar(&c.Probes)
+	cmd.Flag("size", "Size of one transfer for the bandwidth probes (bytes, or with a unit: 64MiB).").Default(strconv.Itoa(probes.DefaultSizeBytes)).StringVar(&c.Size)
+	cmd.Flag("samples", "Timed samples per result; the median is reported.").Default(strconv.Itoa(probes.DefaultSamples)).IntVar(&c.Samples)
+	cmd.Flag("output", "table or json.").Default("table").EnumVar(&c.Output, "table", "json")
+	return cmd
+}
+
+// commandFlags are this command's flags for the daemon's that
+// Options.Validate names.
+var commandFlags = map[string]string{"--probe.size": "--size", "--probe.samples": "--samples", "--probe.kind": "--probe"}
+
+// usageError is err from Options.Validate in this command's terms: its
+// flag, and the size as given.
+func (c *Command) usageError(err error) error {
+	oe, ok := err.(*probes.OptionError)
+	if !ok {
+		return err
+	}
+	e := *oe
+	if e.Flag == "--probe.size" {
+		e.Value = c.Size
+	}
+	e.Flag = commandFlags[e.Flag]
+	return &e
+}
+
+// Run runs the command; it returns the exit status.
+func (c *Command) Run(ctx context.Context, stdout, stderr io.Writer) int {
+	size, err := probes.ParseSize("--size", c.Size)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return probes.ExitUsage
+	}
+	var kinds []probes.Kind
+	for _, k := range c.Probes {
+		kinds = append(kinds, probes.Kind(k))
+	}
+	// Every GPU's options share these; the rest are addresses and nodes.
+	template := probes.Options{Probes: kinds, SizeBytes: size, Samples: c.Samples}
+	if err := template.Validate(); err != nil {
+		fmt.Fprintln(stderr, c.usageError(err))
+		return probes.ExitUsage
+	}
+	var round *probes.Round
+	drv, err := cuda.Open(c.Library)
+	switch {
+	case err == nil:
+		defer drv.Close()
+		opts, err := c.options(drv, template)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return probes.ExitUsage
+		}
+		round = runRound(ctx, drv, c.FS, opts)
+	case cuda.AddressesOnly(c.GPUs):
+		// The daemon names GPUs by address: it gets a round saying why
+		// each could not be probed, not a bare failure.
+		round = failedRound(c.GPUs, err)
+	default:
+		fmt.Fprintln(stderr, err)
+		return probes.ExitUsage
+	}
+	status := probes.ExitOK
+	for i := range round.GPUs {
+		if c.Annotate != nil {
+			c.Annotate(&round.GPUs[i])
+		}
+		if round.GPUs[i].Error != "" {
+			status = probes.ExitGPUFail
+		}
+	}
+	if c.Output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", " ")
+		if err := enc.Encode(round); err != nil {
+			fmt.Fprintln(stderr, err)
+			return probes.ExitUsage
+		}
+	} else {
+		WriteTable(stdout, round)
+	}
+	return status
+}
+
+// options resolves the GPU and peer selectors against the devices CUDA
+// sees and fills in the default host nodes, for each GPU a copy of
+// template.
+func (c *Command) options(drv *cuda.Driver, template probes.Options) ([]probes.Options, error) {
+	addrs, err := cuda.PCIOrder(drv)
+	if err != nil {
+		return nil, err
+	}
+	var gpus []string
+	allGPUs := false
+	for _, sel := range c.GPUs {
+		got, err := cuda.ResolveGPUs(addrs, sel, "gpu")
+		if err != nil {
+			return nil, err
+		}
+		allGPUs = allGPUs || sel == "all"
+		gpus = cuda.AppendNew(gpus, got...)
+	}
+	peerSel := c.Peers
+	if len(peerSel) == 0 && allGPUs {
+		peerSel = []string{"all"}
+	}
+	// Only the default host nodes need the topology; a tree that cannot be
+	// read leaves the buffers unbound.
+	topo := c.Topology
+	if topo == nil && !c.NoHostBinding && len(c.HostNodes) == 0 {
+		topo, _ = c.FS.Topology()
+	}
+	var out []probes.Options
+	for _, g := range gpus {
+		o := template
+		o.GPU = g
+		for _, sel := range peerSel {
+			if sel == "all" {
+				o.Peers = cuda.AppendNew(o.Peers, reachablePeers(drv, g, addrs)...)
+				continue
+			}
+			got, err := cuda.ResolveGPUs(addrs, sel, "peer")
+			if err != nil {
+				return nil, err
+			}
+			o.Peers = cuda.AppendNew(o.Peers, got...)
+		}
+		o.Peers = slices.DeleteFunc(o.Peers, func(p string) bool { return p == g })
+		switch {
+		case c.NoHostBinding:
+		case len(c.HostNodes) > 0:
+			o.HostNodes = c.HostNodes
+		default:
+			o.HostNodes = topo.HostNodes(g)
+		}
+		out = append(out, o)
+	}
+	return out, nil
+}
+
+// reachablePeers are the GPUs that gpu can access peer to peer.
+func reachablePeers(drv *cuda.Driver, gpu string, addrs []string) []string {
+	dev, err := drv.DeviceByPCIBusID(gpu)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, a := range addrs {
+		if a == gpu {
+			continue
+		}
+		peer, err := drv.DeviceByPCIBusID(a)
+		if err != nil {
+			continue
+		}
+		if ok, err := dev.CanAccessPeer(peer); err == nil && ok {
+			out = append(out, a)
+		}
+	}
+	return out
+}
