@@ -132,6 +132,7 @@ func newCLI() *cli {
 	flag.AddFlags(app, &c.log)
 	app.Version(version.Print("gpulink_exporter"))
 	app.HelpFlag.Short('h')
+	commandHelp(app)
 	return l
 }
 
