@@ -219,14 +219,14 @@ func TestAlertConventions(t *testing.T) {
 				t.Errorf("%s: %s annotation %q does not name the node ($labels.instance)", r, a, r.Annotations[a])
 			}
 		}
-		if want := runbookBase + strings.ToLower(r.Alert); r.Annotations["runbook"] != want {
-			t.Errorf("%s: runbook %q, want %q", r, r.Annotations["runbook"], want)
+		if want := runbookBase + strings.ToLower(r.Alert); r.Annotations["runbook_url"] != want {
+			t.Errorf("%s: runbook %q, want %q", r, r.Annotations["runbook_url"], want)
 		}
 		if !strings.Contains(string(readme), "\n### Alert: "+r.Alert+"\n") {
 			t.Errorf("%s: prometheus/README.md has no runbook section \"### Alert: %s\"", r, r.Alert)
 		}
 		for a := range r.Annotations {
-			if a != "summary" && a != "description" && a != "runbook" {
+			if a != "summary" && a != "description" && a != "runbook_url" {
 				t.Errorf("%s: unexpected annotation %q", r, a)
 			}
 		}

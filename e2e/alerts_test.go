@@ -189,6 +189,11 @@ func TestAlertsEndToEnd(t *testing.T) {
 			if _, ok := want[k]; ok && n.Status == "firing" {
 				if _, seen := firedAt[k]; !seen {
 					firedAt[k] = n.Received.Sub(injectedAt)
+					// What Alertmanager templates and kube-prometheus
+					// link to: runbook_url, to the alert's section.
+					if u, anchor := n.Annotations["runbook_url"], "#alert-"+strings.ToLower(n.Labels["alertname"]); !strings.HasSuffix(u, anchor) {
+						t.Errorf("%s reached the webhook with runbook_url %q, want a link ending in %s", k, u, anchor)
+					}
 				}
 			}
 		}
