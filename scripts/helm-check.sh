@@ -139,6 +139,13 @@ for values in "$chart"/ci/*-values.yaml; do
 	echo "helm-check:   $variant ok"
 done
 
+# --set gives a decimal as a string: the schema takes it, the rule gets it.
+"$HELM" template "$release" "$chart" --set prometheusRule.enabled=true \
+	--set prometheusRule.alerts.GPUThrottled.threshold=0.25 >"$tmp/set.yaml" ||
+	fail "a threshold from --set (a decimal string) was refused"
+grep -q 'ratio10m{reason=~"hw_.+_slowdown|sw_thermal_slowdown"} > 0.25$' "$tmp/set.yaml" ||
+	fail "--set prometheusRule.alerts.GPUThrottled.threshold=0.25 did not reach the rule"
+
 echo "helm-check: rule thresholds and the schema's alerts match the rules"
 chartcheck thresholds || fail "$chart/files/rule-thresholds.yaml or values.schema.json disagree with the rules"
 
