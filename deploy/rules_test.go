@@ -25,9 +25,13 @@ var contractAlerts = []string{
 	"GPULost", "GPUECCUncorrectableErrors", "GPURowRemapFailed", "GPURowRemapPending", "GPUNICAcrossSockets",
 	"GPUProbeFailing", "GPULinkExporterDown", "GPULinkSourceDown", "GPULinkSourceStale", "NetInterfaceDown",
 	// The collective and node-to-node alerts agreed for issue 13.
-	"GpulinkCollectiveBusBandwidthLow", "GpulinkSendRecvPairSlow", "GpulinkCollectiveWrongTransport",
-	"GpulinkNodeProbeFailing", "GpulinkNodeProbeBandwidthLow",
+	"NCCLBusBandwidthLow", "NCCLSendRecvPairSlow", "NCCLWrongTransport",
+	"NodeProbeFailing", "NodeProbeBandwidthLow",
 }
+
+// alertName is the naming rule written at the top of the rules file and in
+// prometheus/README.md: a subject from its table, then UpperCamelCase words.
+var alertName = regexp.MustCompile(`^(GPU|GPUDirect|PCIe|NIC|NetInterface|NCCL|NodeProbe|GPULink)[A-Z][A-Za-z0-9]*$`)
 
 const runbookBase = "https://github.com/gpulink/gpulink_exporter/blob/main/deploy/prometheus/README.md#alert-"
 
@@ -185,8 +189,8 @@ func TestPromtoolRules(t *testing.T) {
 	}
 }
 
-// TestAlertConventions: every alert the contract names exists, and every
-// alert has a severity, a summary and a description naming its node, and a
+// TestAlertConventions: every alert the contract names exists, every alert
+// is named by the naming rule and has a severity, a summary and a description naming its node, and a
 // runbook link to its section of prometheus/README.md, which exists.
 func TestAlertConventions(t *testing.T) {
 	readme, err := os.ReadFile("prometheus/README.md")
@@ -202,6 +206,9 @@ func TestAlertConventions(t *testing.T) {
 			t.Errorf("%s: alert defined twice", r)
 		}
 		seen[r.Alert] = true
+		if !alertName.MatchString(r.Alert) {
+			t.Errorf("%s: name does not start with a subject of the naming rule (prometheus/README.md, \"Alerts\")", r)
+		}
 		switch r.Labels["severity"] {
 		case "critical", "warning", "info":
 		default:
@@ -212,14 +219,14 @@ func TestAlertConventions(t *testing.T) {
 				t.Errorf("%s: %s annotation %q does not name the node ($labels.instance)", r, a, r.Annotations[a])
 			}
 		}
-		if want := runbookBase + strings.ToLower(r.Alert); r.Annotations["runbook"] != want {
-			t.Errorf("%s: runbook %q, want %q", r, r.Annotations["runbook"], want)
+		if want := runbookBase + strings.ToLower(r.Alert); r.Annotations["runbook_url"] != want {
+			t.Errorf("%s: runbook %q, want %q", r, r.Annotations["runbook_url"], want)
 		}
 		if !strings.Contains(string(readme), "\n### Alert: "+r.Alert+"\n") {
 			t.Errorf("%s: prometheus/README.md has no runbook section \"### Alert: %s\"", r, r.Alert)
 		}
 		for a := range r.Annotations {
-			if a != "summary" && a != "description" && a != "runbook" {
+			if a != "summary" && a != "description" && a != "runbook_url" {
 				t.Errorf("%s: unexpected annotation %q", r, a)
 			}
 		}

@@ -61,7 +61,7 @@ var injected = []struct {
 	// GPU 0's rail NIC: what GPU 0 sends to the p5 has no path, and the
 	// DGX's probes of the p5 fail (nccl_error) until none in the window
 	// succeeded.
-	{`{kind: nic_down, device: mlx5_0}`, []string{"NICPortDown device=mlx5_0"}, []string{"GpulinkNodeProbeFailing"}, 0},
+	{`{kind: nic_down, device: mlx5_0}`, []string{"NICPortDown device=mlx5_0"}, []string{"NodeProbeFailing"}, 0},
 	{`{kind: nic_flapping, device: mlx5_2, period: 3s}`, []string{"NICPortFlapping device=mlx5_2"}, nil, 0},
 	{`{kind: nic_symbol_errors, device: mlx5_3, per_second: 5}`, []string{"NICPortErrors device=mlx5_3"}, nil, 0},
 	// NCCL connects GPU 7 through host memory: every pair with it on the
@@ -70,12 +70,12 @@ var injected = []struct {
 	// GPU to higher) far below the node's median pair, and every
 	// collective over all eight GPUs at 20 GB/s, in two rounds running.
 	{`{kind: nccl_transport, transport: shm, gpus: [7]}`, []string{
-		"GpulinkCollectiveWrongTransport gpu=0", "GpulinkCollectiveWrongTransport gpu=1", "GpulinkCollectiveWrongTransport gpu=2",
-		"GpulinkCollectiveWrongTransport gpu=3", "GpulinkCollectiveWrongTransport gpu=4", "GpulinkCollectiveWrongTransport gpu=5",
-		"GpulinkCollectiveWrongTransport gpu=6", "GpulinkCollectiveWrongTransport gpu=7",
-		"GpulinkSendRecvPairSlow gpu=0", "GpulinkSendRecvPairSlow gpu=1", "GpulinkSendRecvPairSlow gpu=2", "GpulinkSendRecvPairSlow gpu=3",
-		"GpulinkSendRecvPairSlow gpu=4", "GpulinkSendRecvPairSlow gpu=5", "GpulinkSendRecvPairSlow gpu=6",
-		"GpulinkCollectiveBusBandwidthLow",
+		"NCCLWrongTransport gpu=0", "NCCLWrongTransport gpu=1", "NCCLWrongTransport gpu=2",
+		"NCCLWrongTransport gpu=3", "NCCLWrongTransport gpu=4", "NCCLWrongTransport gpu=5",
+		"NCCLWrongTransport gpu=6", "NCCLWrongTransport gpu=7",
+		"NCCLSendRecvPairSlow gpu=0", "NCCLSendRecvPairSlow gpu=1", "NCCLSendRecvPairSlow gpu=2", "NCCLSendRecvPairSlow gpu=3",
+		"NCCLSendRecvPairSlow gpu=4", "NCCLSendRecvPairSlow gpu=5", "NCCLSendRecvPairSlow gpu=6",
+		"NCCLBusBandwidthLow",
 	}, nil, 2},
 }
 
@@ -189,6 +189,11 @@ func TestAlertsEndToEnd(t *testing.T) {
 			if _, ok := want[k]; ok && n.Status == "firing" {
 				if _, seen := firedAt[k]; !seen {
 					firedAt[k] = n.Received.Sub(injectedAt)
+					// What Alertmanager templates and kube-prometheus
+					// link to: runbook_url, to the alert's section.
+					if u, anchor := n.Annotations["runbook_url"], "#alert-"+strings.ToLower(n.Labels["alertname"]); !strings.HasSuffix(u, anchor) {
+						t.Errorf("%s reached the webhook with runbook_url %q, want a link ending in %s", k, u, anchor)
+					}
 				}
 			}
 		}

@@ -17,7 +17,7 @@ import (
 // all-reduce gives about 370 GB/s bus bandwidth against the 450 GB/s of
 // NV18 (480 GB/s only with NVLink SHARP, which stays off), and send/recv
 // about 365 GB/s. A healthy ratio is about 0.8: alerts on the ratio must
-// not fire there (GpulinkCollectiveBusBandwidthLow uses 0.5, and the
+// not fire there (NCCLBusBandwidthLow uses 0.5, and the
 // round's own 7-day best for finer drops).
 
 // PairTransport is the transport NCCL should connect GPU to Peer with (PCI

@@ -336,7 +336,7 @@ func TestSimulatedExporter(t *testing.T) {
 				t.Errorf("energy did not grow: %g -> %g", energy, v)
 			}
 			// GPU 1's connections through host memory where P2P is
-			// expected: what GpulinkCollectiveWrongTransport joins.
+			// expected: what NCCLWrongTransport joins.
 			if v := value(t, body, "gpulink_collective_channels", with(pair12, "transport", "shm")); v != 2 {
 				t.Errorf("GPU 1 to 2: %g shm channels, want 2", v)
 			}

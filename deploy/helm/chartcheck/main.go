@@ -12,14 +12,19 @@
 //
 //	chartcheck sync     -root DIR
 //	chartcheck copies   -root DIR
-//	chartcheck rendered -root DIR -manifests FILE -expect default|all
+//	chartcheck rendered -root DIR -manifests FILE -expect default|all|VARIANT
 //	chartcheck readme   -root DIR
+//	chartcheck thresholds -root DIR
+//
+// A VARIANT is a render of ci/VARIANT-values.yaml; variants (fit.go) says
+// what each must contain.
 package main
 
 import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 )
 
 func main() {
@@ -30,7 +35,7 @@ func main() {
 	fs := flag.NewFlagSet(cmd, flag.ExitOnError)
 	root := fs.String("root", ".", "repository root")
 	manifests := fs.String("manifests", "", "rendered chart (helm template output) to check")
-	expect := fs.String("expect", "default", "what the render was made with: default (default values) or all (every optional feature on)")
+	expect := fs.String("expect", "default", "what the render was made with: default (default values), all (every optional feature on) or a variant (ci/VARIANT-values.yaml)")
 	if err := fs.Parse(args); err != nil {
 		usage()
 	}
@@ -53,14 +58,16 @@ func main() {
 			fmt.Fprintln(os.Stderr, "chartcheck rendered: -manifests is required")
 			os.Exit(2)
 		}
-		var mode renderMode
+		mode := renderVariant
 		switch *expect {
 		case "default":
 			mode = renderDefault
 		case "all":
 			mode = renderAll
-		default:
-			fmt.Fprintf(os.Stderr, "chartcheck rendered: -expect must be default or all, not %q\n", *expect)
+		}
+		check, ok := variants[*expect]
+		if !ok && mode == renderVariant {
+			fmt.Fprintf(os.Stderr, "chartcheck rendered: -expect must be default, all or one of %v, not %q\n", variantNames(), *expect)
 			os.Exit(2)
 		}
 		b, err := os.ReadFile(*manifests)
@@ -69,8 +76,18 @@ func main() {
 			break
 		}
 		errs = l.checkRendered(b, mode)
+		if check != nil {
+			objs, err := parseObjects(b)
+			if err != nil {
+				errs = append(errs, err)
+				break
+			}
+			errs = append(errs, check(l, objs)...)
+		}
 	case "readme":
 		errs = l.checkReadme()
+	case "thresholds":
+		errs = l.checkThresholds()
 	default:
 		usage()
 	}
@@ -83,6 +100,16 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: chartcheck sync|copies|rendered|readme -root DIR [-manifests FILE -expect default|all]")
+	fmt.Fprintln(os.Stderr, "usage: chartcheck sync|copies|rendered|readme|thresholds -root DIR [-manifests FILE -expect default|all|VARIANT]")
 	os.Exit(2)
+}
+
+// variantNames lists the variants, sorted, for messages.
+func variantNames() []string {
+	names := make([]string, 0, len(variants))
+	for n := range variants {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
 }

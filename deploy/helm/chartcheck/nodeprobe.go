@@ -50,6 +50,9 @@ func checkNodeProbe(objs []object, mode renderMode) []error {
 			sms = append(sms, sm)
 		}
 	}
+	if mode == renderVariant && !enabled {
+		return nil
+	}
 	if mode == renderDefault {
 		if enabled {
 			fail("--node-probe.enabled with default values: being joined must be opt-in")
@@ -75,7 +78,7 @@ func checkNodeProbe(objs []object, mode renderMode) []error {
 	}
 	if path, ok := flagValue(args, "--node-probe.config.file"); ok {
 		errs = append(errs, checkModulesFile(objs, pod, c, path)...)
-	} else if mode == renderAll {
+	} else if mode == renderAll || (mode == renderVariant && enabled) {
 		fail("--node-probe.config.file missing with nodeProbe.modules")
 	}
 	return errs
