@@ -85,9 +85,9 @@ func TestParseCgroupSlurm(t *testing.T) {
 		{"/system.slice/slurmstepd.scope/job_/step_0/user/task_0", SlurmJob{}, false},
 		{"/system.slice/slurmstepd.scope/job_12a/step_0/user/task_0", SlurmJob{}, false},
 		{"/system.slice/slurmstepd.scope/job_12345678901/step_0", SlurmJob{}, false},
-		{"/system.slice/slurmstepd.scope/s5K1KKYAYG5D0/step_0", SlurmJob{}, false},   // 12 characters
-		{"/system.slice/slurmstepd.scope/s5K1KKYAYG5DOO/step_0", SlurmJob{}, false},  // O is not Crockford's
-		{"/system.slice/slurmstepd.scope/s5k1kkyayg5d00/step_0", SlurmJob{}, false},  // lower case
+		{"/system.slice/slurmstepd.scope/s5K1KKYAYG5D0/step_0", SlurmJob{}, false},  // 12 characters
+		{"/system.slice/slurmstepd.scope/s5K1KKYAYG5DOO/step_0", SlurmJob{}, false}, // O is not Crockford's
+		{"/system.slice/slurmstepd.scope/s5k1kkyayg5d00/step_0", SlurmJob{}, false}, // lower case
 		{"/system.slice/slurmstepd.scope/job_1/step_x/user/task_0", SlurmJob{}, false},
 		{"/system.slice/slurmstepd.scope/job_1/step_0+/user/task_0", SlurmJob{}, false},
 		{"/system.slice/slurmstepd.scope/job_1/step_0/user/task_x", SlurmJob{}, false},
@@ -159,12 +159,12 @@ func TestParseEnvironJobID(t *testing.T) {
 func TestReadSlurmJob(t *testing.T) {
 	v2 := func(job string) string { return "0::/system.slice/slurmstepd.scope/" + job + "/step_0/user/task_0\n" }
 	for i, tc := range []struct {
-		name     string
-		cgroup   string
-		environ  *string // nil: no environ file
-		denied   bool    // environ unreadable
-		want     SlurmJob
-		counted  bool
+		name    string
+		cgroup  string
+		environ *string // nil: no environ file
+		denied  bool    // environ unreadable
+		want    SlurmJob
+		counted bool
 	}{
 		{name: "job_<id>", cgroup: v2("job_4242"), want: SlurmJob{ID: "4242", Step: "0", Task: "0"}},
 		{name: "SLUID with SLURM_JOB_ID", cgroup: v2(sluid), environ: ptr("PATH=/bin\x00SLURM_JOB_ID=4343\x00"),
