@@ -60,6 +60,7 @@ type config struct {
 	ncclNVLS        bool
 	dcgm            dcgm.Config
 	podSocket       string
+	slurmMappingDir string
 	nodeProbe       nodeProbeConfig
 }
 
