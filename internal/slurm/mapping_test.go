@@ -103,7 +103,7 @@ func TestMappingReader(t *testing.T) {
 	write(t, dir, "0", "4242")
 	write(t, dir, "1", "4343\n4444\n")
 	write(t, dir, "1.2", "4545\n")
-	write(t, dir, "0.tmp", "1\n")        // not a mapping file
+	write(t, dir, "0.tmp", "1\n")         // not a mapping file
 	write(t, dir, "README", "whatever\n") // nor this
 	write(t, dir, "5", "4646\n")          // no GPU 5: counted
 	write(t, dir, "2", "")                // no GPU 2 either, but empty
@@ -164,7 +164,7 @@ func TestGPUJobs(t *testing.T) {
 		{GPU: 0, UUID: "GPU-a", PCIBusID: "0000:18:00.0", Procs: []process.GPUProcess{
 			proc(10, process.SlurmJob{ID: "4242", Step: "0", Task: "0"}),
 			proc(11, process.SlurmJob{ID: "4242", Step: "0", Task: "1"}), // same job: once
-			proc(12, process.SlurmJob{}),                                  // not in Slurm
+			proc(12, process.SlurmJob{}),                                 // not in Slurm
 		}},
 		{GPU: 1, UUID: "GPU-b", PCIBusID: "0000:2a:00.0", Procs: []process.GPUProcess{
 			proc(20, process.SlurmJob{ID: "4343", SLUID: sluid, Step: "0"}),
