@@ -115,8 +115,9 @@ type webhook struct {
 // notification is one alert in one webhook call, as Alertmanager sends it.
 type notification struct {
 	Received time.Time
-	Status   string            `json:"status"`
-	Labels   map[string]string `json:"labels"`
+	Status      string            `json:"status"`
+	Labels      map[string]string `json:"labels"`
+	Annotations map[string]string `json:"annotations"`
 }
 
 func (w *webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
