@@ -114,7 +114,7 @@ type webhook struct {
 
 // notification is one alert in one webhook call, as Alertmanager sends it.
 type notification struct {
-	Received time.Time
+	Received    time.Time
 	Status      string            `json:"status"`
 	Labels      map[string]string `json:"labels"`
 	Annotations map[string]string `json:"annotations"`

@@ -187,13 +187,14 @@ func TestReadSlurmJob(t *testing.T) {
 			files["environ"] = *tc.environ
 		}
 		writeProc(t, root, strconv.Itoa(pid), files)
+		var denied error
 		if tc.denied {
-			makeUnreadable(t, filepath.Join(root, strconv.Itoa(pid), "environ"))
+			denied = makeUnreadable(t, filepath.Join(root, strconv.Itoa(pid), "environ"))
 		}
 		p, err := Read(root, pid)
 		var partial *sampler.PartialError
 		switch {
-		case tc.counted && (!errors.As(err, &partial) || partial.Count != 1 || !strings.Contains(err.Error(), "environ")):
+		case tc.counted && (!errors.As(err, &partial) || partial.Count != 1 || !errors.Is(err, denied) || !strings.Contains(err.Error(), "environ")):
 			t.Errorf("%s: err %v, want a PartialError counting environ", tc.name, err)
 		case !tc.counted && err != nil:
 			t.Errorf("%s: %v", tc.name, err)
