@@ -100,8 +100,9 @@ helm-check:
 chart-sync:
 	scripts/helm-check.sh --sync
 
-# A simulated DGX H100 (FAULTS=file to inject faults) scraped by Prometheus
-# with the shipped rules, alerting to Alertmanager: see scripts/demo.sh.
+# A simulated DGX H100 (FAULTS=file to inject faults) and AWS p5 (Slurm
+# jobs; P5_FAULTS=file) scraped by Prometheus with the shipped rules,
+# alerting to Alertmanager: see scripts/demo.sh.
 demo: build tools
 	scripts/demo.sh
 

@@ -63,6 +63,7 @@ type config struct {
 	ncclNVLS        bool
 	dcgm            dcgm.Config
 	podSocket       string
+	slurmMappingDir string
 	nodeProbe       nodeProbeConfig
 }
 

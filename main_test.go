@@ -77,6 +77,7 @@ var badValues = map[string][][]string{
 	"nic.interval":                {{"0s"}, {"-1s"}},
 	"dcgm.interval":               {{"0s"}, {"-1s"}, {"1ns"}},
 	"kubernetes.interval":         {{"0s"}, {"-30s"}},
+	"slurm.interval":              {{"0s"}, {"-15s"}},
 	"probe.interval":              {{"0s"}, {"-10m"}},
 	"probe.timeout":               {{"0s"}, {"-1s"}},
 	"probe.first-delay":           {{"-1s"}},
@@ -172,6 +173,8 @@ func TestStartupRefuses(t *testing.T) {
 		{[]string{"--node-probe.config.file=/nonexistent/modules.yml"}, "--node-probe.config.file=/nonexistent/modules.yml: open"},
 		{[]string{"--node-probe.gpu=gpu0"}, "--node-probe.gpu=gpu0: want a PCI address"},
 		{[]string{"--sim.faults=x.yaml"}, "--sim.faults needs --sim"},
+		{[]string{"--slurm.job-mapping-dir=/etc/hostname"}, "--slurm.job-mapping-dir=/etc/hostname: want a directory of job-mapping files, not a file"},
+		{[]string{"--slurm.job-mapping-dir=/etc/hostname/x"}, "--slurm.job-mapping-dir=/etc/hostname/x: want a directory the exporter can read"},
 		{[]string{"--sim=dgx-h100", "probe"}, "the probe command needs a real GPU"},
 		{[]string{"--sim=dgx-h100", "collectives"}, "the collectives command needs real GPUs"},
 	} {
@@ -187,14 +190,14 @@ func TestMissingSocketOrLibraryWarns(t *testing.T) {
 	var log bytes.Buffer
 	l := newCLI()
 	command, err := l.app.Parse([]string{"--collector.kubernetes", "--kubernetes.pod-resources-socket=/nonexistent/kubelet.sock",
-		"--nvml.library=/nonexistent/libnvidia-ml.so.1", "--cuda.library=libcuda.so.1"})
+		"--nvml.library=/nonexistent/libnvidia-ml.so.1", "--cuda.library=libcuda.so.1", "--slurm.job-mapping-dir=/nonexistent/dcgm-job-map"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := l.validate(command, slog.New(slog.NewTextHandler(&log, nil))); err != nil {
 		t.Fatal(err)
 	}
-	for _, flag := range []string{"--kubernetes.pod-resources-socket", "--nvml.library"} {
+	for _, flag := range []string{"--kubernetes.pod-resources-socket", "--nvml.library", "--slurm.job-mapping-dir"} {
 		if !strings.Contains(log.String(), "flag="+flag) {
 			t.Errorf("no warning for %s in %q", flag, log.String())
 		}
@@ -267,6 +270,8 @@ func TestWiring(t *testing.T) {
 			[]string{"kubernetes", "nic", "nvml", "probe", "process", "sim", "topology", "xid"}},
 		{[]string{"--no-collector.nvml", "--no-collector.xid", "--no-collector.topology", "--no-collector.nic"},
 			[]string{"process", "sim", "topology"}}, // the topology sampler, without its collector
+		{[]string{"--slurm.job-mapping-dir=" + t.TempDir()},
+			[]string{"nic", "nvml", "probe", "process", "sim", "slurm", "topology", "xid"}},
 	} {
 		w, l := wireSim(t, append(c.args, "--sim=dgx-h100")...)
 		var got []string

@@ -20,6 +20,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/scrape"
 	"github.com/gpulink/gpulink_exporter/internal/sim"
+	"github.com/gpulink/gpulink_exporter/internal/slurm"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
 	"github.com/gpulink/gpulink_exporter/probes/schedule"
@@ -70,6 +71,7 @@ const (
 	probeSource
 	dcgmSource
 	kubernetesSource
+	slurmSource
 	nicSource
 	nodeProbeSource
 	numSources
@@ -129,9 +131,9 @@ var sources = [numSources]source{
 			f("per-process-metrics", "Export gpulink_process_* series per GPU process; without it only the per-GPU counts.").Default("true").BoolVar(&c.perProcess)
 		},
 		start: func(w *wiring, s setting) {
-			p := sample(w, s, &process.Reader{FS: w.fsys, Processes: w.reader.ComputeProcesses,
+			w.process = sample(w, s, &process.Reader{FS: w.fsys, Processes: w.reader.ComputeProcesses,
 				Topology: w.topology.LatestData, GPUs: w.reader.Identities})
-			w.reg.MustRegister(collector.NewProcessCollector(p, w.cfg.perProcess))
+			w.reg.MustRegister(collector.NewProcessCollector(w.process, w.cfg.perProcess))
 		},
 	},
 	probeSource: {
@@ -175,6 +177,19 @@ var sources = [numSources]source{
 			w.reg.MustRegister(collector.NewPodCollector(sample(w, s, r)))
 		},
 	},
+	// No switch: the jobs of the GPU processes' cgroups come with the
+	// process source, and the mapping files are read only where
+	// --slurm.job-mapping-dir names them.
+	slurmSource: {
+		name:     "slurm",
+		interval: durationFlag{"15s", "How often to read --slurm.job-mapping-dir."},
+		flags: func(f flagFunc, c *config) {
+			f("job-mapping-dir", "Directory of Slurm job-mapping files in dcgm-exporter's format (its --hpc-job-mapping-dir), which a prolog writes and an epilog removes: one file per GPU named by its index (or <gpu>.<gpu_instance> for a MIG instance) holding a job ID a line. Its jobs join those of the GPU processes' cgroups on gpulink_gpu_job_info. Empty: not read.").
+				PlaceHolder("DIR").StringVar(&c.slurmMappingDir)
+		},
+		check: checkSlurm,
+		start: startSlurm,
+	},
 	nicSource: {
 		name: "nic", on: true,
 		help:     "InfiniBand, RoCE and EFA port state, rate and counters, and physical Ethernet interfaces, from sysfs.",
@@ -207,11 +222,12 @@ type wiring struct {
 	newNVML func() gonvml.Interface
 	sim     *sim.Node // nil unless --sim
 
-	reader   *nvml.Reader                     // nil unless a source that uses NVML is on
-	nvml     *sampler.Sampler[*nvml.Snapshot] // nil unless the nvml source is on
-	topology *sampler.Sampler[*numa.Topology] // nil unless a source that uses it is on
-	nic      *sampler.Sampler[*nic.Snapshot]  // nil unless the nic source is on
-	sched    *schedule.Scheduler              // nil unless the probes run
+	reader   *nvml.Reader                        // nil unless a source that uses NVML is on
+	nvml     *sampler.Sampler[*nvml.Snapshot]    // nil unless the nvml source is on
+	topology *sampler.Sampler[*numa.Topology]    // nil unless a source that uses it is on
+	nic      *sampler.Sampler[*nic.Snapshot]     // nil unless the nic source is on
+	process  *sampler.Sampler[*process.Snapshot] // nil unless the process source is on
+	sched    *schedule.Scheduler                 // nil unless the probes run
 
 	// routes are handlers the sources serve beside the metrics.
 	routes []route
@@ -330,6 +346,19 @@ func (w *wiring) nvmlIDs() func() []nvml.Identity {
 		return nil
 	}
 	return w.reader.Identities
+}
+
+// startSlurm reads the job-mapping files where a directory is given, and
+// serves gpulink_gpu_job_info from them and from the process source,
+// whichever of the two is on.
+func startSlurm(w *wiring, s setting) {
+	var files *sampler.Sampler[*slurm.Mappings]
+	if w.cfg.slurmMappingDir != "" {
+		files = sample(w, s, &slurm.MappingReader{Dir: w.cfg.slurmMappingDir, GPUs: w.nvmlIDs()})
+	}
+	if files != nil || w.process != nil {
+		w.reg.MustRegister(collector.NewJobCollector(w.process, files))
+	}
 }
 
 // startProbes joins the probe scheduler to the sources it judges by: NVML

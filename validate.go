@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"slices"
@@ -126,6 +127,26 @@ func checkKubernetes(c *config, st setting, warn func(string, ...any)) error {
 	if _, err := os.Stat(c.podSocket); err != nil && st.on {
 		warn("the kubelet's pod-resources socket is not there (yet); the kubernetes source reports down until it is",
 			"flag", "--"+st.name+".pod-resources-socket", "err", err)
+	}
+	return nil
+}
+
+// checkSlurm refuses a job-mapping directory that is there but is no
+// directory; one not there yet is a warning (a prolog makes it, under
+// /run, which is empty after a boot).
+func checkSlurm(c *config, st setting, warn func(string, ...any)) error {
+	dir := c.slurmMappingDir
+	if dir == "" {
+		return nil
+	}
+	flag := st.name + ".job-mapping-dir"
+	switch fi, err := os.Stat(dir); {
+	case errors.Is(err, fs.ErrNotExist):
+		warn("the job-mapping directory is not there (yet); no GPU has a job from it until a prolog makes it", "flag", "--"+flag, "dir", dir)
+	case err != nil:
+		return &flagError{flag, dir, "a directory the exporter can read: " + err.Error()}
+	case !fi.IsDir():
+		return &flagError{flag, dir, "a directory of job-mapping files, not a file"}
 	}
 	return nil
 }

@@ -162,7 +162,8 @@ func simulatedDGX(t *testing.T) []prometheus.Collector {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collector.NewNVMLCollector(nvmlS, collector.WithNVLinkSpeed(true)), collector.NewXIDCollector(xid, reader),
 		collector.NewTopologyCollector(topo, reader), collector.NewNICCollector(nic),
-		collector.NewProcessCollector(place, true), collector.NewProbeCollector(sched), collector.NewCollectiveCollector(sched),
+		collector.NewProcessCollector(place, true), collector.NewJobCollector(place, nil),
+		collector.NewProbeCollector(sched), collector.NewCollectiveCollector(sched),
 		// No DCGM or kubelet on the simulated node: described, not gathered.
 		collector.NewDCGMCollector(fixedSource[*dcgm.Snapshot]{}),
 		collector.NewPodCollector(fixedSource[*kubelet.Snapshot]{}),

@@ -10,9 +10,11 @@ import (
 )
 
 // processLabels name a process on a GPU. pod_uid and container_id are
-// empty outside Kubernetes and containers. Only processes holding a GPU
-// have series, so their number is bounded by what the GPUs can hold.
-var processLabels = []string{"pid", "comm", "pod_uid", "container_id"}
+// empty outside Kubernetes and containers; slurm_job_id (the numeric job
+// ID, else the SLUID) and slurm_step outside a Slurm job step. Only
+// processes holding a GPU have series, so their number is bounded by what
+// the GPUs can hold, and a process keeps its job and step for life.
+var processLabels = []string{"pid", "comm", "pod_uid", "container_id", "slurm_job_id", "slurm_step"}
 
 func processDesc(name, help string, extra ...string) *prometheus.Desc {
 	return gpuDesc("process", name, help, append(append([]string{}, processLabels...), extra...)...)
@@ -94,7 +96,7 @@ func (c *ProcessCollector) render(o *out, s *process.Snapshot) {
 			// comm is whatever the process named itself: label values
 			// must be UTF-8.
 			o.labels = append(slices.Clip(gpuLabels), itoa(pl.PID), strings.ToValidUTF8(pl.Comm, "\uFFFD"),
-				pl.PodUID, pl.ContainerID)
+				pl.PodUID, pl.ContainerID, pl.Slurm.Label(), pl.Slurm.Step)
 			o.optBool(c.misaffine, p.Misaffine)
 			if pl.AllowedCPUs.Valid {
 				o.gauge(c.allowedCPUs, float64(pl.AllowedCPUs.V.Count()))

@@ -34,8 +34,8 @@ func placementCPUs(s string) sampler.Opt[numa.CPUSet] {
 }
 
 // placementSnapshot has a healthy process in a pod, one pinned to the far
-// socket whose name is not UTF-8, one on a GPU whose node is unknown, and
-// a GPU without processes.
+// socket whose name is not UTF-8, one in a Slurm job step on a GPU whose
+// node is unknown, and a GPU without processes.
 func placementSnapshot() *process.Snapshot {
 	f := sampler.Some[float64]
 	return &process.Snapshot{GPUs: []process.GPU{
@@ -54,7 +54,8 @@ func placementSnapshot() *process.Snapshot {
 				NoLocalCPU: sampler.Some(true), Misaffine: sampler.Some(true)},
 		}}},
 		{GPU: 6, UUID: "GPU-6", PCIBusID: "0000:ba:00.0", NUMANode: -1, Processes: 1, Unknown: 1, Procs: []process.GPUProcess{{
-			Placement: &process.Placement{PID: 6161, Comm: "python", MemoryByNode: sampler.Some(map[int]uint64{0: 4096})},
+			Placement: &process.Placement{PID: 6161, Comm: "python", MemoryByNode: sampler.Some(map[int]uint64{0: 4096}),
+				Slurm: process.SlurmJob{ID: "4343", SLUID: "s5K1KKYAYG5D00", Step: "0+1", Task: "0"}},
 		}}},
 		{GPU: 7, UUID: "GPU-7", PCIBusID: "0000:db:00.0", NUMANode: 1},
 	}}
@@ -82,34 +83,34 @@ gpulink_gpu_processes{gpu="7",pci_bus_id="0000:db:00.0",uuid="GPU-7"} 0
 
 const placementPerProcessText = `# HELP gpulink_process_allowed_cpus CPUs the process may run on (Cpus_allowed_list: taskset, cgroup cpuset).
 # TYPE gpulink_process_allowed_cpus gauge
-gpulink_process_allowed_cpus{comm="python",container_id="` + placementCtr + `",gpu="0",pci_bus_id="0000:18:00.0",pid="4242",pod_uid="` + placementPod + `",uuid="GPU-0"} 112
-gpulink_process_allowed_cpus{comm="bad�name",container_id="",gpu="4",pci_bus_id="0000:9a:00.0",pid="5151",pod_uid="",uuid="GPU-4"} 112
+gpulink_process_allowed_cpus{comm="python",container_id="` + placementCtr + `",gpu="0",pci_bus_id="0000:18:00.0",pid="4242",pod_uid="` + placementPod + `",slurm_job_id="",slurm_step="",uuid="GPU-0"} 112
+gpulink_process_allowed_cpus{comm="bad�name",container_id="",gpu="4",pci_bus_id="0000:9a:00.0",pid="5151",pod_uid="",slurm_job_id="",slurm_step="",uuid="GPU-4"} 112
 # HELP gpulink_process_gpu_memory_used_bytes Device memory the process holds on the GPU (NVML).
 # TYPE gpulink_process_gpu_memory_used_bytes gauge
-gpulink_process_gpu_memory_used_bytes{comm="python",container_id="` + placementCtr + `",gpu="0",pci_bus_id="0000:18:00.0",pid="4242",pod_uid="` + placementPod + `",uuid="GPU-0"} 1.073741824e+09
+gpulink_process_gpu_memory_used_bytes{comm="python",container_id="` + placementCtr + `",gpu="0",pci_bus_id="0000:18:00.0",pid="4242",pod_uid="` + placementPod + `",slurm_job_id="",slurm_step="",uuid="GPU-0"} 1.073741824e+09
 # HELP gpulink_process_memory_bytes Host memory the process has resident on the NUMA node, anonymous and file pages it maps (/proc/<pid>/numa_maps).
 # TYPE gpulink_process_memory_bytes gauge
-gpulink_process_memory_bytes{comm="python",container_id="` + placementCtr + `",gpu="0",numa_node="0",pci_bus_id="0000:18:00.0",pid="4242",pod_uid="` + placementPod + `",uuid="GPU-0"} 8.192e+09
-gpulink_process_memory_bytes{comm="python",container_id="` + placementCtr + `",gpu="0",numa_node="1",pci_bus_id="0000:18:00.0",pid="4242",pod_uid="` + placementPod + `",uuid="GPU-0"} 4.9152e+07
-gpulink_process_memory_bytes{comm="bad�name",container_id="",gpu="4",numa_node="0",pci_bus_id="0000:9a:00.0",pid="5151",pod_uid="",uuid="GPU-4"} 7.3728e+09
-gpulink_process_memory_bytes{comm="bad�name",container_id="",gpu="4",numa_node="1",pci_bus_id="0000:9a:00.0",pid="5151",pod_uid="",uuid="GPU-4"} 8.192e+08
-gpulink_process_memory_bytes{comm="python",container_id="",gpu="6",numa_node="0",pci_bus_id="0000:ba:00.0",pid="6161",pod_uid="",uuid="GPU-6"} 4096
+gpulink_process_memory_bytes{comm="python",container_id="` + placementCtr + `",gpu="0",numa_node="0",pci_bus_id="0000:18:00.0",pid="4242",pod_uid="` + placementPod + `",slurm_job_id="",slurm_step="",uuid="GPU-0"} 8.192e+09
+gpulink_process_memory_bytes{comm="python",container_id="` + placementCtr + `",gpu="0",numa_node="1",pci_bus_id="0000:18:00.0",pid="4242",pod_uid="` + placementPod + `",slurm_job_id="",slurm_step="",uuid="GPU-0"} 4.9152e+07
+gpulink_process_memory_bytes{comm="bad�name",container_id="",gpu="4",numa_node="0",pci_bus_id="0000:9a:00.0",pid="5151",pod_uid="",slurm_job_id="",slurm_step="",uuid="GPU-4"} 7.3728e+09
+gpulink_process_memory_bytes{comm="bad�name",container_id="",gpu="4",numa_node="1",pci_bus_id="0000:9a:00.0",pid="5151",pod_uid="",slurm_job_id="",slurm_step="",uuid="GPU-4"} 8.192e+08
+gpulink_process_memory_bytes{comm="python",container_id="",gpu="6",numa_node="0",pci_bus_id="0000:ba:00.0",pid="6161",pod_uid="",slurm_job_id="4343",slurm_step="0+1",uuid="GPU-6"} 4096
 # HELP gpulink_process_misaffine 1 if more than half of the process's allowed CPUs, of its threads (by the CPU each last ran on) or of its resident memory is off its GPU's NUMA node, or none of its allowed CPUs is on that node. Always 0 on a machine of one node.
 # TYPE gpulink_process_misaffine gauge
-gpulink_process_misaffine{comm="python",container_id="` + placementCtr + `",gpu="0",pci_bus_id="0000:18:00.0",pid="4242",pod_uid="` + placementPod + `",uuid="GPU-0"} 0
-gpulink_process_misaffine{comm="bad�name",container_id="",gpu="4",pci_bus_id="0000:9a:00.0",pid="5151",pod_uid="",uuid="GPU-4"} 1
+gpulink_process_misaffine{comm="python",container_id="` + placementCtr + `",gpu="0",pci_bus_id="0000:18:00.0",pid="4242",pod_uid="` + placementPod + `",slurm_job_id="",slurm_step="",uuid="GPU-0"} 0
+gpulink_process_misaffine{comm="bad�name",container_id="",gpu="4",pci_bus_id="0000:9a:00.0",pid="5151",pod_uid="",slurm_job_id="",slurm_step="",uuid="GPU-4"} 1
 # HELP gpulink_process_remote_cpu_ratio Share of the CPUs the process may run on (Cpus_allowed_list) that are not on its GPU's NUMA node.
 # TYPE gpulink_process_remote_cpu_ratio gauge
-gpulink_process_remote_cpu_ratio{comm="python",container_id="` + placementCtr + `",gpu="0",pci_bus_id="0000:18:00.0",pid="4242",pod_uid="` + placementPod + `",uuid="GPU-0"} 0
-gpulink_process_remote_cpu_ratio{comm="bad�name",container_id="",gpu="4",pci_bus_id="0000:9a:00.0",pid="5151",pod_uid="",uuid="GPU-4"} 1
+gpulink_process_remote_cpu_ratio{comm="python",container_id="` + placementCtr + `",gpu="0",pci_bus_id="0000:18:00.0",pid="4242",pod_uid="` + placementPod + `",slurm_job_id="",slurm_step="",uuid="GPU-0"} 0
+gpulink_process_remote_cpu_ratio{comm="bad�name",container_id="",gpu="4",pci_bus_id="0000:9a:00.0",pid="5151",pod_uid="",slurm_job_id="",slurm_step="",uuid="GPU-4"} 1
 # HELP gpulink_process_remote_memory_ratio Share of the process's resident memory (/proc/<pid>/numa_maps) on NUMA nodes other than its GPU's.
 # TYPE gpulink_process_remote_memory_ratio gauge
-gpulink_process_remote_memory_ratio{comm="python",container_id="` + placementCtr + `",gpu="0",pci_bus_id="0000:18:00.0",pid="4242",pod_uid="` + placementPod + `",uuid="GPU-0"} 0.25
-gpulink_process_remote_memory_ratio{comm="bad�name",container_id="",gpu="4",pci_bus_id="0000:9a:00.0",pid="5151",pod_uid="",uuid="GPU-4"} 0.9
+gpulink_process_remote_memory_ratio{comm="python",container_id="` + placementCtr + `",gpu="0",pci_bus_id="0000:18:00.0",pid="4242",pod_uid="` + placementPod + `",slurm_job_id="",slurm_step="",uuid="GPU-0"} 0.25
+gpulink_process_remote_memory_ratio{comm="bad�name",container_id="",gpu="4",pci_bus_id="0000:9a:00.0",pid="5151",pod_uid="",slurm_job_id="",slurm_step="",uuid="GPU-4"} 0.9
 # HELP gpulink_process_remote_thread_ratio Share of the process's threads that last ran on a CPU off its GPU's NUMA node.
 # TYPE gpulink_process_remote_thread_ratio gauge
-gpulink_process_remote_thread_ratio{comm="python",container_id="` + placementCtr + `",gpu="0",pci_bus_id="0000:18:00.0",pid="4242",pod_uid="` + placementPod + `",uuid="GPU-0"} 0.125
-gpulink_process_remote_thread_ratio{comm="bad�name",container_id="",gpu="4",pci_bus_id="0000:9a:00.0",pid="5151",pod_uid="",uuid="GPU-4"} 1
+gpulink_process_remote_thread_ratio{comm="python",container_id="` + placementCtr + `",gpu="0",pci_bus_id="0000:18:00.0",pid="4242",pod_uid="` + placementPod + `",slurm_job_id="",slurm_step="",uuid="GPU-0"} 0.125
+gpulink_process_remote_thread_ratio{comm="bad�name",container_id="",gpu="4",pci_bus_id="0000:9a:00.0",pid="5151",pod_uid="",slurm_job_id="",slurm_step="",uuid="GPU-4"} 1
 `
 
 var placementPerGPUNames = []string{"gpulink_gpu_misaffine_processes", "gpulink_gpu_placement_unknown_processes", "gpulink_gpu_processes"}
@@ -237,9 +238,9 @@ func TestProcessMetricsDGXFaults(t *testing.T) {
 		}
 		want.WriteString(`gpulink_gpu_processes{gpu="` + string(rune('0'+i)) + `",pci_bus_id="` + g.PciBusID + `",uuid="` + uuid(i) + `"} ` + v + "\n")
 	}
-	pod4242 := `container_id="` + fixtureContainer(t, n, 4242) + `",gpu="0",pci_bus_id="0000:18:00.0",pid="4242",pod_uid="` + placementPod + `",uuid="` + uuid(0) + `"`
-	pod5151 := `container_id="` + fixtureContainer(t, n, 5151) + `",gpu="4",pci_bus_id="0000:9a:00.0",pid="5151",pod_uid="b6dcdec5-de98-5651-abf8-cfee8ab37743",uuid="` + uuid(4) + `"`
-	mps := `container_id="",gpu="2",pci_bus_id="0000:3a:00.0",pid="6161",pod_uid="",uuid="` + uuid(2) + `"`
+	pod4242 := `container_id="` + fixtureContainer(t, n, 4242) + `",gpu="0",pci_bus_id="0000:18:00.0",pid="4242",pod_uid="` + placementPod + `",slurm_job_id="",slurm_step="",uuid="` + uuid(0) + `"`
+	pod5151 := `container_id="` + fixtureContainer(t, n, 5151) + `",gpu="4",pci_bus_id="0000:9a:00.0",pid="5151",pod_uid="b6dcdec5-de98-5651-abf8-cfee8ab37743",slurm_job_id="",slurm_step="",uuid="` + uuid(4) + `"`
+	mps := `container_id="",gpu="2",pci_bus_id="0000:3a:00.0",pid="6161",pod_uid="",slurm_job_id="",slurm_step="",uuid="` + uuid(2) + `"`
 	want.WriteString(`# HELP gpulink_process_misaffine 1 if more than half of the process's allowed CPUs, of its threads (by the CPU each last ran on) or of its resident memory is off its GPU's NUMA node, or none of its allowed CPUs is on that node. Always 0 on a machine of one node.
 # TYPE gpulink_process_misaffine gauge
 gpulink_process_misaffine{comm="python",` + pod4242 + `} 1

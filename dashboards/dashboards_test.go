@@ -172,10 +172,23 @@ func checkVariables(vars map[string]variable, bad func(string, ...any)) {
 	gpu, ok := vars["gpu"]
 	if !ok {
 		bad("no gpu variable")
-	} else if q := variableQuery(gpu); q != `label_values(gpulink_gpu_info{instance=~"$instance"}, gpu)` {
-		bad("gpu variable query %q, want the GPUs of the selected instances", q)
+	} else if q := variableQuery(gpu); q != gpuVariableQuery {
+		bad("gpu variable query %q, want the GPUs of the selected instances and Slurm jobs: %s", q, gpuVariableQuery)
+	}
+	job, ok := vars["slurm_job"]
+	if !ok {
+		bad("no slurm_job variable")
+	} else if q := variableQuery(job); q != "label_values(gpulink_gpu_job_info, job_id)" {
+		bad("slurm_job variable query %q, want label_values(gpulink_gpu_job_info, job_id)", q)
 	}
 }
+
+// gpuVariableQuery lists the GPUs of the selected instances that hold a
+// selected Slurm job, and, while every job is selected ($slurm_job is
+// .*, which matches the job_id gpulink_exporter_build_info lacks), the
+// GPUs that hold none too.
+const gpuVariableQuery = `query_result(gpulink_gpu_info{instance=~"$instance"} and on(instance, gpu) gpulink_gpu_job_info{job_id=~"$slurm_job"}` +
+	` or (gpulink_gpu_info{instance=~"$instance"} unless on(instance, gpu) gpulink_gpu_job_info and on(instance) gpulink_exporter_build_info{job_id=~"$slurm_job"}))`
 
 // variableQuery reads a query variable's query in either form Grafana
 // stores: a plain string or {"query": ...}.

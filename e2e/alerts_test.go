@@ -79,6 +79,16 @@ var injected = []struct {
 	}, nil, 2},
 }
 
+// injectedP5 are the faults of the p5, whose GPU processes are Slurm job
+// steps, and the alerts each must fire there, with what their summary
+// must say of the job.
+var injectedP5 = []struct {
+	fault, alert, summary string
+}{
+	// pid 3131, task 0 of step 0 of job 4242 (cgroup job_4242), on GPU 0.
+	{`{kind: process_far_socket, gpu: 0, pid: 3131}`, "GPUProcessCrossNUMA gpu=0", "(Slurm job 4242, step 0)"},
+}
+
 const (
 	// Sources sample every second; probes run every probeEvery.
 	probeEvery = 5 * time.Second
@@ -106,10 +116,12 @@ func TestAlertsEndToEnd(t *testing.T) {
 	bin := buildExporter(t, dir)
 	timings := scaleRules(t, filepath.Join(root, "deploy/prometheus/gpulink.rules.yml"), filepath.Join(dir, "rules.yml"))
 
-	// Two nodes: a DGX H100 that gets the faults, and an AWS p5 that stays
-	// healthy throughout (its probes run too: both are busy and idle GPUs).
-	faults := filepath.Join(dir, "faults.yml")
+	// Two nodes: a DGX H100 that gets most faults, and an AWS p5, whose
+	// GPU processes are Slurm job steps, that gets one (its probes run
+	// too: both are busy and idle GPUs).
+	faults, faultsP5 := filepath.Join(dir, "faults.yml"), filepath.Join(dir, "faults-p5.yml")
 	writeFile(t, faults, "faults: []\n")
+	writeFile(t, faultsP5, "faults: []\n")
 	dgx, p5 := freeAddr(t), freeAddr(t)
 	// A collective round after every probe pass: the interval shorter
 	// than a pass's, and each round's GPU time too (a round is followed
@@ -122,7 +134,7 @@ func TestAlertsEndToEnd(t *testing.T) {
 		"--collective.interval=1s", "--collective.warmup=1", "--collective.iterations=5", "--collective.samples=1",
 		"--node-probe.enabled", "--node-probe.min-interval=1s"}
 	start(t, dir, "exporter-dgx", bin, append([]string{"--sim=dgx-h100", "--sim.faults=" + faults, "--web.listen-address=" + dgx}, common...)...)
-	start(t, dir, "exporter-p5", bin, append([]string{"--sim=aws-p5", "--web.listen-address=" + p5}, common...)...)
+	start(t, dir, "exporter-p5", bin, append([]string{"--sim=aws-p5", "--sim.faults=" + faultsP5, "--web.listen-address=" + p5}, common...)...)
 	waitHTTP(t, "http://"+dgx+"/metrics", 30*time.Second)
 	waitHTTP(t, "http://"+p5+"/metrics", 30*time.Second)
 	// A ring of two: each node probes the other, both every 3 s in one
@@ -176,8 +188,23 @@ func TestAlertsEndToEnd(t *testing.T) {
 			}
 		}
 	}
+	var textP5 strings.Builder
+	textP5.WriteString("faults:\n")
+	summaries := map[string]string{}
+	for _, f := range injectedP5 {
+		textP5.WriteString("- " + f.fault + "\n")
+		name := strings.Fields(f.alert)[0]
+		tm, ok := timings[name]
+		if !ok {
+			t.Fatalf("the rules have no alert %s", name)
+		}
+		key := name + " " + p5 + strings.TrimPrefix(f.alert, name)
+		want[key] = tm.For + tm.Fill + 2*probeEvery + plumbing
+		summaries[key] = f.summary
+	}
 	injectedAt := time.Now()
 	writeFile(t, faults, text.String())
+	writeFile(t, faultsP5, textP5.String())
 	firedAt := map[string]time.Duration{}
 	deadline := injectedAt
 	for _, d := range want {
@@ -193,6 +220,9 @@ func TestAlertsEndToEnd(t *testing.T) {
 					// link to: runbook_url, to the alert's section.
 					if u, anchor := n.Annotations["runbook_url"], "#alert-"+strings.ToLower(n.Labels["alertname"]); !strings.HasSuffix(u, anchor) {
 						t.Errorf("%s reached the webhook with runbook_url %q, want a link ending in %s", k, u, anchor)
+					}
+					if job := summaries[k]; job != "" && !strings.Contains(n.Annotations["summary"], job) {
+						t.Errorf("%s: summary %q does not name the job: want %q in it", k, n.Annotations["summary"], job)
 					}
 				}
 			}

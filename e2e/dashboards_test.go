@@ -11,7 +11,7 @@ import (
 )
 
 // expandVariables stands in for Grafana: the node variable is the node
-// under test, every GPU is selected, and the interval variables are what
+// under test, every Slurm job and GPU is selected, and the interval variables are what
 // Grafana would pick for the last few minutes at a 1 s scrape.
 func expandVariables(expr, instance string) string {
 	return strings.NewReplacer(
@@ -21,6 +21,7 @@ func expandVariables(expr, instance string) string {
 		// doubled: the value lands inside a PromQL double-quoted string.
 		"$instance", strings.ReplaceAll(regexp.QuoteMeta(instance), `\`, `\\`),
 		"$gpu", ".*",
+		"$slurm_job", ".*",
 	).Replace(expr)
 }
 

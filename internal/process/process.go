@@ -1,16 +1,17 @@
 // Package process reads where the processes holding GPUs run and keep their
 // memory, from procfs: each process's allowed CPUs, the CPU each of its
-// threads last ran on, its resident memory by NUMA node (numa_maps) and the
-// pod and container its cgroup names. Reader judges each against its GPU's
-// NUMA node with numa.Judge. The procfs root is a parameter, so fixture
-// trees stand in for a machine in tests.
+// threads last ran on, its resident memory by NUMA node (numa_maps), and
+// the pod and container or the Slurm job step its cgroup names. Reader
+// judges each against its GPU's NUMA node with numa.Judge. The procfs root
+// is a parameter, so fixture trees stand in for a machine in tests.
 //
-// prometheus/procfs reads comm and cgroup. Three files are parsed here
+// prometheus/procfs reads comm and cgroup. Four files are parsed here
 // instead, each for a reason given at its parser: numa_maps (procfs does
 // not parse it), each thread's stat (procfs's parser costs several times
-// as much, per thread of every process, every sample) and status (procfs
+// as much, per thread of every process, every sample), status (procfs
 // reads a malformed Cpus_allowed_list as CPU 0 and expands ranges without
-// a bound).
+// a bound) and environ (procfs reads it whole, for the one variable
+// wanted, SLURM_JOB_ID).
 package process
 
 import (
@@ -73,6 +74,10 @@ type Placement struct {
 	// PodUID and ContainerID come from the process's cgroup path; empty
 	// when it is not in a Kubernetes pod or a container.
 	PodUID, ContainerID string
+	// Slurm is the Slurm job step its cgroup path names (and, where the
+	// path gives the job's SLUID alone, its environment's SLURM_JOB_ID);
+	// the zero value outside Slurm.
+	Slurm SlurmJob
 }
 
 // Read reads the placement of process pid under the procfs root. When the process exited
@@ -164,6 +169,16 @@ func readFiles(root string, pid int, buf []byte) (Placement, error) {
 	}
 	if err == nil {
 		p.PodUID, p.ContainerID = cgroupPod(cgroups)
+		p.Slurm = cgroupSlurmJob(cgroups)
+	}
+	if p.Slurm.SLUID != "" && p.Slurm.ID == "" {
+		id, found, err := readEnvironJobID(dir + "/environ")
+		if gone := procErr(&t, pid, dir, err); gone != nil {
+			return p, gone
+		}
+		if found {
+			p.Slurm.ID = id
+		}
 	}
 
 	cpus, err := threadCPUs(dir, b, &t)

@@ -140,3 +140,70 @@ func FuzzParseStatusCPUs(f *testing.F) {
 		}
 	})
 }
+
+// Whatever the path, the Slurm parser gives a job whose every part is
+// well formed and found in the path, or nothing; slurmstepd's own cgroups
+// and pods are never a job.
+func FuzzParseCgroupSlurm(f *testing.F) {
+	for _, s := range []string{
+		"/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0",
+		"/system.slice/slurmstepd.scope/" + sluid + "/step_batch/user/task_0",
+		"/system.slice/n1_slurmstepd.scope/job_1/step_0+1/user/task_special",
+		"/system.slice/slurmstepd.scope/job_4242/step_0/slurm",
+		"/system.slice/slurmstepd.scope/system",
+		"/docker.slice/docker-" + ctrID + ".scope/system.slice/slurmstepd.scope/job_7/step_extern/user/task_0",
+		"/slurm/uid_1000/job_123/step_interactive/task_3",
+		"/slurm_n1/uid_0/job_5/step_0",
+		"/slurm/system",
+		"/kubepods/besteffort/pod" + podU + "/" + ctrID,
+	} {
+		f.Add(s)
+	}
+	fixtureSeeds(f, "cgroup", func(s string) { f.Add(strings.TrimPrefix(strings.TrimSpace(s), "0::")) })
+	f.Fuzz(func(t *testing.T, path string) {
+		j, ok := parseCgroupSlurm(path)
+		if !ok {
+			if j != (SlurmJob{}) {
+				t.Fatalf("%q: no match but %+v", path, j)
+			}
+			return
+		}
+		if (j.ID == "") == (j.SLUID == "") || j.ID != "" && !isJobID(j.ID) || j.SLUID != "" && !isSLUID(j.SLUID) {
+			t.Fatalf("%q: job ID %q, SLUID %q", path, j.ID, j.SLUID)
+		}
+		if j.Task != "" && j.Step == "" {
+			t.Fatalf("%q: task %q without a step", path, j.Task)
+		}
+		for _, part := range [][2]string{{"", j.SLUID}, {"step_", j.Step}, {"task_", j.Task}, {"", j.Node}, {"uid_", j.UID}, {"job_", j.ID}} {
+			if part[1] != "" && !strings.Contains(path, part[0]+part[1]) {
+				t.Fatalf("%q: %+v: %q is not in the path", path, j, part)
+			}
+		}
+		if strings.Contains(path, "kubepods") && !strings.Contains(path, "slurm") {
+			t.Fatalf("%q: a pod read as job %+v", path, j)
+		}
+		// slurmstepd's own cgroup below the same step is no job.
+		if j.Step != "" && j.Task == "" && j.UID == "" && strings.HasSuffix(strings.TrimRight(path, "/"), "step_"+j.Step) {
+			if _, ok := parseCgroupSlurm(strings.TrimRight(path, "/") + "/slurm"); ok {
+				t.Fatalf("%q/slurm reads as a job", path)
+			}
+		}
+		// The same path among v1 controllers' paths naming nothing reads
+		// the same.
+		if got := cgroupSlurmJob([]procfs.Cgroup{{HierarchyID: 2, Path: "/"}, {HierarchyID: 1, Path: path}}); got != j {
+			t.Fatalf("%q: cgroups give %+v, path %+v", path, got, j)
+		}
+	})
+}
+
+func FuzzParseEnvironJobID(f *testing.F) {
+	f.Add("HOME=/root\x00SLURM_JOB_ID=4343\x00")
+	f.Add("SLURM_JOB_ID=1")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, in string) {
+		id, found, err := parseEnvironJobID(strings.NewReader(in))
+		if err != nil || found != (id != "") || found && (!isJobID(id) || !strings.Contains(in, "SLURM_JOB_ID="+id)) {
+			t.Fatalf("%q: %q, %v, %v", in, id, found, err)
+		}
+	})
+}

@@ -247,27 +247,14 @@ func TestReadProcessGone(t *testing.T) {
 }
 
 // numa_maps needs ptrace rights: without them its value is dropped and
-// counted, the rest kept. Root reads whatever the mode, so there a
-// directory in its place stands for a file that cannot be read.
+// counted, the rest kept.
 func TestReadProcessUnreadable(t *testing.T) {
 	root := t.TempDir()
 	writeProc(t, root, "7", map[string]string{
 		"comm": "x\n", "status": "Cpus_allowed_list:\t0-3\n", "cgroup": "0::/\n",
 		"task/7/stat": statLine("x", "1"), "numa_maps": "7f00 default N0=1 kernelpagesize_kB=4\n",
 	})
-	maps := filepath.Join(root, "7", "numa_maps")
-	want := syscall.EACCES
-	if os.Geteuid() == 0 {
-		want = syscall.EISDIR
-		if err := os.Remove(maps); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Mkdir(maps, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	} else if err := os.Chmod(maps, 0); err != nil {
-		t.Fatal(err)
-	}
+	want := makeUnreadable(t, filepath.Join(root, "7", "numa_maps"))
 	p, err := Read(root, 7)
 	var partial *sampler.PartialError
 	if !errors.As(err, &partial) || partial.Count != 1 || !errors.Is(err, want) {
@@ -276,6 +263,27 @@ func TestReadProcessUnreadable(t *testing.T) {
 	if p.MemoryByNode.Valid || !p.AllowedCPUs.Valid || len(p.ThreadCPUs) != 1 {
 		t.Fatalf("placement %+v: want everything but memory", p)
 	}
+}
+
+// makeUnreadable makes the file at path fail to read, as a file of
+// another user's process does without ptrace rights, and returns the
+// error a read gets. Root reads whatever the mode, so there a directory
+// in its place stands for the file.
+func makeUnreadable(t *testing.T, path string) syscall.Errno {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if err := os.Chmod(path, 0); err != nil {
+			t.Fatal(err)
+		}
+		return syscall.EACCES
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return syscall.EISDIR
 }
 
 func TestReadProcessMalformed(t *testing.T) {

@@ -113,6 +113,7 @@ func newExporterPolicy(t *testing.T, profile, policy string) *exporter {
 		{"topology", collector.NewTopologyCollector(e.topo, reader)},
 		{"nic", collector.NewNICCollector(e.nic)},
 		{"process", collector.NewProcessCollector(e.place, true)},
+		{"job", collector.NewJobCollector(e.place, nil)},
 		{"probe", collector.NewProbeCollector(e.sched)},
 		{"collective", collector.NewCollectiveCollector(e.sched)},
 		{"exporter", collector.NewExporterCollector(e.nvml, e.xid, e.topo, e.place, e.nic, e.sched, n)},
@@ -532,4 +533,27 @@ func countSeries(body string) int {
 		}
 	}
 	return n
+}
+
+// The simulated p5 runs its GPU processes as Slurm job steps, one job's
+// cgroup named job_4242, the other's by its SLUID with SLURM_JOB_ID=4343
+// in its environment: a scrape carries each job on its process's series
+// and on its GPU's gpulink_gpu_job_info.
+func TestSimulatedP5SlurmJobs(t *testing.T) {
+	e := newExporter(t, "aws-p5")
+	e.tick(t, time.Second)
+	body := e.scrape(t)
+	for _, c := range []struct {
+		gpu, pid, job, sluid string
+	}{
+		{"0", "3131", "4242", ""},
+		{"5", "3535", "4343", sim.P5JobSLUID},
+	} {
+		value(t, body, "gpulink_process_misaffine", map[string]string{"gpu": c.gpu, "pid": c.pid, "slurm_job_id": c.job, "slurm_step": "0"})
+		value(t, body, "gpulink_gpu_job_info", map[string]string{"gpu": c.gpu, "job_id": c.job, "job_sluid": c.sluid, "source": "cgroup"})
+	}
+	if n := strings.Count(body, "\ngpulink_gpu_job_info{"); n != 2 {
+		t.Errorf("%d gpulink_gpu_job_info series, want 2:\n%s", n, body)
+	}
+	promtoolCheck(t, "aws-p5 with jobs", body)
 }

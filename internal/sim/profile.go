@@ -79,18 +79,24 @@ var Profiles = map[string]Profile{
 // ProfileNames lists the profiles in name order.
 func ProfileNames() []string { return slices.Sorted(maps.Keys(Profiles)) }
 
-// awsP5 is machine.AWSP5 with a second job, on GPU 5, so that
-// two GPUs are busy as on the DGX (which has three).
+// awsP5 is machine.AWSP5 (whose job 4242 runs on GPU 0) with a second
+// job, on GPU 5, so that two GPUs are busy as on the DGX (which has
+// three). Job 4343's cgroup is named by its SLUID, as Slurm 26.05 names
+// it by default; the numeric ID is in its environment.
 func awsP5() *machine.Machine {
 	m := machine.AWSP5()
 	const cpus = "48-95,144-191" // node 1, GPU 5's socket
 	m.Processes = append(m.Processes, machine.Process{
 		PID: 3535, PPID: 1, Comm: "python", Exe: "/usr/bin/python3.10", GPUs: []string{"0000:a8:00.0"},
 		CPUsAllowed: cpus, Threads: machine.ThreadsOn(3535, 12, mustCPUs(cpus)),
-		Pages: []uint64{6_000, 1_400_000}, Cgroup: "/system.slice/train-gpu5.service",
+		Pages: []uint64{6_000, 1_400_000}, Cgroup: "/system.slice/slurmstepd.scope/" + P5JobSLUID + "/step_0/user/task_0",
+		Environ: machine.SlurmEnviron("4343", P5JobSLUID, "0"),
 	})
 	return m
 }
+
+// P5JobSLUID is the SLUID of the simulated p5's job 4343.
+const P5JobSLUID = "s5K1KKYAYG5D00"
 
 // mustCPUs parses a CPU list written in this package.
 func mustCPUs(list string) []int {

@@ -294,6 +294,9 @@ type Process struct {
 	Pages []uint64
 	// Cgroup is the cgroup v2 path, written as "0::<Cgroup>".
 	Cgroup string
+	// Environ is the environment the process started with, NAME=value
+	// each, written NUL-separated as environ; none when empty.
+	Environ []string
 }
 
 // Thread is one task of a process and the CPU it last ran on (field 39 of

@@ -8,8 +8,9 @@ import (
 	"strings"
 )
 
-// process writes proc/<pid>: comm, cgroup, status, stat, numa_maps and
-// task/<tid>/stat for every thread.
+// process writes proc/<pid>: comm, cgroup, environ (where the model
+// gives one), status, stat, numa_maps and task/<tid>/stat for every
+// thread.
 func (w *writer) process(p *Process) {
 	t := w.t
 	dir := fmt.Sprintf("proc/%d", p.PID)
@@ -22,6 +23,9 @@ func (w *writer) process(p *Process) {
 	}
 	t.line(dir+"/comm", p.Comm)
 	t.line(dir+"/cgroup", "0::"+p.Cgroup)
+	if len(p.Environ) > 0 {
+		t.file(dir+"/environ", strings.Join(p.Environ, "\x00")+"\x00")
+	}
 	t.file(dir+"/status", w.status(p, maps))
 	t.file(dir+"/stat", stat(p, main, maps))
 	t.file(dir+"/numa_maps", maps.text)

@@ -215,8 +215,9 @@ func p5Base(i int) int { return 0x47 + 0x11*i }
 // nvidia, nvidia_uvm and nvme loaded. The releases are this model's choice.
 //
 // Processes: 3131 python on GPU0 (53:00.0), allowed and running on node0
-// CPUs, 1,500,000 pages on N0 and 8,000 on N1; systemd service
-// train.service.
+// CPUs, 1,500,000 pages on N0 and 8,000 on N1; task 0 of step 0 of Slurm
+// job 4242, whose cgroup v2 is named job_4242 (Slurm 22.05 to 25.11, or
+// 26.05 with CgroupJobIdPaths=yes).
 func AWSP5() *Machine {
 	m := &Machine{
 		Name: "aws-p5",
@@ -245,9 +246,22 @@ func AWSP5() *Machine {
 	m.Processes = []Process{
 		{PID: 3131, PPID: 1, Comm: "python", Exe: "/usr/bin/python3.10", GPUs: []string{"0000:53:00.0"},
 			CPUsAllowed: p5Node0CPUs, Threads: threads(3131, 12, p5Node0CPUs),
-			Pages: []uint64{1_500_000, 8_000}, Cgroup: "/system.slice/train.service"},
+			Pages: []uint64{1_500_000, 8_000}, Cgroup: "/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0",
+			Environ: SlurmEnviron("4242", "", "0")},
 	}
 	return m
+}
+
+// SlurmEnviron is what srun gives task 0 of a job step: the job and step
+// IDs, and the job's SLUID where given (Slurm 26.05 and later), among the
+// rest.
+func SlurmEnviron(job, sluid, step string) []string {
+	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home/train", "SLURM_JOB_ID=" + job, "SLURM_JOBID=" + job,
+		"SLURM_STEP_ID=" + step, "SLURM_PROCID=0", "SLURM_LOCALID=0", "CUDA_VISIBLE_DEVICES=0", "NCCL_NVLS_ENABLE=0"}
+	if sluid != "" {
+		env = append(env, "SLURM_JOB_SLUID="+sluid)
+	}
+	return env
 }
 
 // NoGPU models a small one-socket server without GPUs or RDMA.
