@@ -288,12 +288,16 @@ func (m *Library) GpuFabricInfo(h gonvml.Device) (gonvml.GpuFabricInfo_v3, gonvm
 			continue
 		}
 		var info gonvml.GpuFabricInfo_v3
+		supported := false
+		// g.Fabric is read under the lock only: a fault's Update may be
+		// setting it while a sampler asks (the race detector saw the nil
+		// check outside it).
 		ret := g.locked(g.call("GetGpuFabricInfoV"), func() {
 			if g.Fabric != nil {
-				info = *g.Fabric
+				info, supported = *g.Fabric, true
 			}
 		})
-		if ret == gonvml.SUCCESS && g.Fabric == nil {
+		if ret == gonvml.SUCCESS && !supported {
 			ret = gonvml.ERROR_NOT_SUPPORTED
 		}
 		return info, ret
