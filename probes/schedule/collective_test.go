@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -487,50 +486,5 @@ func TestRunCollectiveRoundNow(t *testing.T) {
 	none.s.RunCollectiveRound(context.Background())
 	if n := len(noneColl.runs()); n != 0 {
 		t.Errorf("no NVML sample: %d rounds", n)
-	}
-}
-
-// The scheduler over the real collectives child and the fake libcuda and
-// libnccl: a round after the pass, and a node without NCCL counted as a
-// no_library skip, not a failure.
-func TestCollectiveRoundThroughTheChild(t *testing.T) {
-	gpus := []nvml.GPUState{idleGPU(0), idleGPU(1)}
-	gpus[0].PCIBusID, gpus[1].PCIBusID = gpu0, gpu1
-	snap := &nvml.Snapshot{GPUs: gpus, Pairs: nvswitch(gpus)}
-	for _, tc := range []struct {
-		name   string
-		flags  []string
-		result string
-		skip   string
-	}{
-		{"with NCCL", nil, probes.RunSuccess, ""},
-		{"without NCCL", []string{"--library=/nonexistent/libnccl.so.2"}, "", SkipNoLibrary},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			child := collectivesMachine(t, time.Minute, tc.flags...)
-			f, _ := newCollectiveSched(t, snap, func(c *SchedulerConfig) {
-				c.CollectiveRunner = child
-				c.CollectiveOptions = probes.CollectiveOptions{SizeBytes: 1 << 20, SmallBytes: 8 << 10, Warmup: 2, Iterations: 3, Samples: 2}
-			})
-			f.s.RunRound(context.Background())
-			st := f.collective(t)
-			if tc.skip != "" {
-				if !maps.Equal(nonZero(st.Skips), map[string]uint64{tc.skip: 1}) || len(nonZero(st.Runs)) != 0 || f.s.Status().Errors != 0 {
-					t.Errorf("runs %v, skips %v, errors %d: want one %s skip", nonZero(st.Runs), nonZero(st.Skips), f.s.Status().Errors, tc.skip)
-				}
-				return
-			}
-			if !maps.Equal(nonZero(st.Runs), map[string]uint64{tc.result: 1}) || st.Last == nil {
-				t.Fatalf("runs %v, skips %v, last %+v", nonZero(st.Runs), nonZero(st.Skips), st.Last)
-			}
-			for _, r := range st.Last.Results {
-				if r.SizeBytes == st.SizeBytes && math.Abs(r.BusBytesPerSecond-fakeP2PRate) > fakeP2PRate*busTolerance {
-					t.Errorf("%s at %d bytes: bus bandwidth %.4g, want the fake's P2P %.4g", r.Collective, r.SizeBytes, r.BusBytesPerSecond, fakeP2PRate)
-				}
-			}
-			if len(st.Last.Transports) == 0 || st.Last.Transports[0].Kind != probes.TransportP2P || len(st.GPUs) != 2 || st.GPUs[1].BusySeconds <= 0 {
-				t.Errorf("transports %+v, GPUs %+v", st.Last.Transports, st.GPUs)
-			}
-		})
 	}
 }

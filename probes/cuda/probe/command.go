@@ -101,7 +101,7 @@ func (c *Command) Run(ctx context.Context, stdout, stderr io.Writer) int {
 			return probes.ExitUsage
 		}
 		round = runRound(ctx, drv, c.FS, opts)
-	case cuda.AddressesOnly(c.GPUs):
+	case probes.AddressesOnly(c.GPUs):
 		// The daemon names GPUs by address: it gets a round saying why
 		// each could not be probed, not a bare failure.
 		round = failedRound(c.GPUs, err)
@@ -142,12 +142,12 @@ func (c *Command) options(drv *cuda.Driver, template probes.Options) ([]probes.O
 	var gpus []string
 	allGPUs := false
 	for _, sel := range c.GPUs {
-		got, err := cuda.ResolveGPUs(addrs, sel, "gpu")
+		got, err := probes.ResolveGPUs(addrs, sel, "gpu")
 		if err != nil {
 			return nil, err
 		}
 		allGPUs = allGPUs || sel == "all"
-		gpus = cuda.AppendNew(gpus, got...)
+		gpus = probes.AppendNew(gpus, got...)
 	}
 	peerSel := c.Peers
 	if len(peerSel) == 0 && allGPUs {
@@ -165,14 +165,14 @@ func (c *Command) options(drv *cuda.Driver, template probes.Options) ([]probes.O
 		o.GPU = g
 		for _, sel := range peerSel {
 			if sel == "all" {
-				o.Peers = cuda.AppendNew(o.Peers, reachablePeers(drv, g, addrs)...)
+				o.Peers = probes.AppendNew(o.Peers, reachablePeers(drv, g, addrs)...)
 				continue
 			}
-			got, err := cuda.ResolveGPUs(addrs, sel, "peer")
+			got, err := probes.ResolveGPUs(addrs, sel, "peer")
 			if err != nil {
 				return nil, err
 			}
-			o.Peers = cuda.AppendNew(o.Peers, got...)
+			o.Peers = probes.AppendNew(o.Peers, got...)
 		}
 		o.Peers = slices.DeleteFunc(o.Peers, func(p string) bool { return p == g })
 		switch {

@@ -142,11 +142,11 @@ func (c *CollectiveCommand) Run(ctx context.Context, stdout, stderr io.Writer) i
 		if o.GPUs, err = c.gpus(drv); err != nil {
 			return usage(err)
 		}
-	case cuda.AddressesOnly(c.GPUs):
+	case probes.AddressesOnly(c.GPUs):
 		// The daemon names GPUs by address: it gets a round saying why
 		// nothing was measured, not a bare failure.
 		for _, g := range c.GPUs {
-			o.GPUs = cuda.AppendNew(o.GPUs, nvml.NormalizeBusID(g))
+			o.GPUs = probes.AppendNew(o.GPUs, nvml.NormalizeBusID(g))
 		}
 		m = unavailable{err}
 	default:
@@ -239,11 +239,11 @@ func (c *CollectiveCommand) gpus(drv *cuda.Driver) ([]string, error) {
 	}
 	var out []string
 	for _, sel := range c.GPUs {
-		got, err := cuda.ResolveGPUs(addrs, sel, "gpu")
+		got, err := probes.ResolveGPUs(addrs, sel, "gpu")
 		if err != nil {
 			return nil, err
 		}
-		out = cuda.AppendNew(out, got...)
+		out = probes.AppendNew(out, got...)
 	}
 	return out, nil
 }

@@ -1,4 +1,4 @@
-package cuda
+package probes
 
 import (
 	"fmt"
@@ -10,8 +10,8 @@ import (
 )
 
 // How the probe and collectives commands choose GPUs: by PCI address, or
-// by index in PCI address order (nvidia-smi's numbering), over the
-// devices the driver sees.
+// by index in PCI address order (nvidia-smi's numbering) among the
+// devices the driver sees (cuda.PCIOrder).
 
 // AddressesOnly reports whether there are GPU selectors and every one is
 // a PCI address.
@@ -48,26 +48,4 @@ func AppendNew(list []string, more ...string) []string {
 		}
 	}
 	return list
-}
-
-// PCIOrder lists the PCI addresses of the GPUs CUDA sees, sorted.
-func PCIOrder(drv *Driver) ([]string, error) {
-	n, err := drv.DeviceCount()
-	if err != nil {
-		return nil, err
-	}
-	var addrs []string
-	for i := range n {
-		dev, err := drv.Device(i)
-		if err != nil {
-			return nil, err
-		}
-		a, err := dev.PCIBusID()
-		if err != nil {
-			return nil, err
-		}
-		addrs = append(addrs, a)
-	}
-	slices.Sort(addrs)
-	return addrs, nil
 }
