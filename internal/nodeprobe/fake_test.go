@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -65,6 +67,8 @@ type fakeRunner struct {
 	// solo measures without waiting for the other node, as the simulated
 	// node's model does: it has results even when the target declined.
 	solo bool
+	// delay is how long opening the communicator takes.
+	delay time.Duration
 
 	mu        sync.Mutex
 	runs      []probes.CollectiveOptions
@@ -97,6 +101,9 @@ func (m fakeMeasurer) NCCLVersion() int { return 22703 }
 func (m fakeMeasurer) OpenComm(ctx context.Context, o probes.CollectiveOptions, ids chan<- string) (probes.Communicator, error) {
 	if m.r.failOpen != nil {
 		return nil, m.r.failOpen
+	}
+	if !schedule.SleepUnlessDone(ctx, m.r.delay) {
+		return nil, ctx.Err()
 	}
 	if o.UniqueID == "" {
 		id, joined := m.r.fab.open()
@@ -263,4 +270,17 @@ func meeting(n int) func() func() {
 			wg.Wait()
 		})
 	}
+}
+
+// fakeReservations serves ReservePath on mux as a target from this
+// version does, holding nothing: for fake targets whose join is the test.
+func fakeReservations(mux *http.ServeMux) {
+	mux.HandleFunc(ReservePath, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if r.Method == http.MethodDelete {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		writeJSON(w, http.StatusOK, ReserveResponse{Token: "fake"})
+	})
 }

@@ -40,7 +40,7 @@ var (
 			"waited and tried again within its budget.", nil, nil)
 	failureDesc = prometheus.NewDesc("gpulink_node_probe_failure_info",
 		"Why probe_success is 0; value 1. reason: declined_busy, declined_session, declined_rate_limited, declined_unavailable, "+
-			"declined_disabled (either node declined), unauthorized, unreachable, timeout, nccl_error, bad_response, bad_module.",
+			"declined_disabled (either node declined), unauthorized, unreachable, timeout, nccl_error, bad_response, refused, bad_module.",
 		[]string{"reason"}, nil)
 )
 
