@@ -69,10 +69,14 @@ type fakeRunner struct {
 	solo bool
 	// delay is how long opening the communicator takes.
 	delay time.Duration
+	// linger is how long the process stays after its round, unless its
+	// context ends: a target whose answer comes after the prober's round.
+	linger time.Duration
 
 	mu        sync.Mutex
 	runs      []probes.CollectiveOptions
-	cancelled int // runs that ended because their context did
+	cancelled int      // runs that ended because their context did
+	sendRecvs []string // "from->to/size" of every send/recv it took part in
 }
 
 func (r *fakeRunner) RunCollectives(ctx context.Context, o probes.CollectiveOptions, ids chan<- string) (*probes.CollectiveRound, error) {
@@ -80,6 +84,7 @@ func (r *fakeRunner) RunCollectives(ctx context.Context, o probes.CollectiveOpti
 	r.runs = append(r.runs, o)
 	r.mu.Unlock()
 	round := probes.MeasureCollectiveRound(ctx, fakeMeasurer{r}, o, ids)
+	schedule.SleepUnlessDone(ctx, r.linger)
 	if ctx.Err() != nil {
 		r.mu.Lock()
 		r.cancelled++
@@ -144,7 +149,10 @@ func (c *fakeComm) Collective(op probes.Collective, size int64) (probes.Measured
 	return c.time(float64(size) * probes.BusFactor(op, c.o.Ranks))
 }
 
-func (c *fakeComm) SendRecv(_, _ int, size int64) (probes.Measured, error) {
+func (c *fakeComm) SendRecv(from, to int, size int64) (probes.Measured, error) {
+	c.r.mu.Lock()
+	c.r.sendRecvs = append(c.r.sendRecvs, fmt.Sprintf("%d->%d/%d", from, to, size))
+	c.r.mu.Unlock()
 	return c.time(float64(size))
 }
 

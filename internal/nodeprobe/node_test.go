@@ -160,18 +160,27 @@ func (s scrape) value(name string, labels ...string) (float64, bool) {
 	return 0, false
 }
 
-// failed checks a probe that did not succeed, for reason.
-func (s scrape) failed(t *testing.T, reason string) {
+// failed checks a probe that did not succeed, for reason, and on side
+// when one is given.
+func (s scrape) failed(t *testing.T, reason string, side ...string) {
 	t.Helper()
 	if v, _ := s.value("probe_success"); v != 0 {
 		t.Errorf("probe_success %g, want 0", v)
 	}
-	if v, ok := s.value("gpulink_node_probe_failure_info", "reason", reason); !ok || v != 1 {
-		var got []string
-		for _, m := range s["gpulink_node_probe_failure_info"].GetMetric() {
-			got = append(got, m.GetLabel()[0].GetValue())
+	var got []string
+	found := false
+	for _, m := range s["gpulink_node_probe_failure_info"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
 		}
-		t.Errorf("failure reason %v, want %s", got, reason)
+		got = append(got, labels["reason"]+" on "+labels["side"])
+		if labels["reason"] == reason && (len(side) == 0 || labels["side"] == side[0]) && m.GetGauge().GetValue() == 1 {
+			found = true
+		}
+	}
+	if !found || len(got) != 1 {
+		t.Errorf("failure %v, want %s on %v", got, reason, side)
 	}
 	if _, ok := s.value("probe_duration_seconds"); !ok {
 		t.Error("no probe_duration_seconds")

@@ -78,7 +78,7 @@ func (n *Node) serveProbe(w http.ResponseWriter, r *http.Request) {
 	if out.reason == "" {
 		logger.Debug("node-to-node probe succeeded")
 	} else {
-		logger.Info("node-to-node probe failed", "reason", out.reason, "detail", out.detail)
+		logger.Info("node-to-node probe failed", "reason", out.reason, "side", out.side, "detail", out.detail)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(out)
@@ -203,7 +203,7 @@ func (n *Node) try(ctx context.Context, u, target, name string, m Module, probe 
 	out := &outcome{module: m}
 	unlock, reason, detail := n.lockProber(probe)
 	if reason != "" {
-		out.reason, out.detail = reason, detail
+		out.fail(reason, SideProber, detail)
 		return out
 	}
 	if n.locked != nil {
@@ -216,7 +216,7 @@ func (n *Node) try(ctx context.Context, u, target, name string, m Module, probe 
 	client, err := promconfig.NewClientFromConfig(hc, "node_probe")
 	if err != nil {
 		unlock()
-		out.reason, out.detail = ReasonBadModule, "http_client: "+err.Error()
+		out.fail(ReasonBadModule, SideProber, "http_client: "+err.Error())
 		return out
 	}
 	defer client.CloseIdleConnections()
@@ -251,19 +251,19 @@ func (n *Node) finish(ctx context.Context, out *outcome, client *http.Client, u,
 	token, reason, detail := n.reserve(ctx, client, u, ReserveRequest{Version: JoinVersion, Module: name,
 		Options: sessionOptions(m, time.Until(deadlineOf(ctx))), Prober: n.cfg.Name})
 	if reason != "" {
-		out.reason, out.detail = reason, detail
+		out.fail(reason, SideTarget, detail)
 		return ""
 	}
 	gpus, release, reason, detail := n.takeGPUs(k)
 	if reason != "" {
-		out.reason, out.detail = reason, detail
+		out.fail(reason, SideProber, detail)
 		return token
 	}
 	defer release()
 	out.gpus, out.localRates = gpus, n.nicRates(gpus)
 	o := probes.CollectiveOptions{GPUs: busIDs(gpus), Collectives: m.Collectives, SizeBytes: int64(m.Size),
 		SmallBytes: int64(m.SmallSize), Warmup: m.Warmup, Iterations: m.Iterations, Samples: m.Samples,
-		Ranks: 2 * k, FirstRank: 0, Peer: target}
+		Ranks: 2 * k, FirstRank: 0, Peer: target, SendRecvOffset: k}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ids := make(chan string, 1)
@@ -278,12 +278,13 @@ func (n *Node) finish(ctx context.Context, out *outcome, client *http.Client, u,
 	case id = <-ids:
 	case l := <-localc:
 		out.local = l.round
-		out.reason, out.detail = childFailure(ctx, l, "this node's child ended before making an NCCL unique id")
+		r, d := childFailure(ctx, l, "this node's child ended before making an NCCL unique id")
+		out.fail(r, SideProber, d)
 		return token
 	case <-ctx.Done():
 		cancel()
 		out.local = (<-localc).round
-		out.reason, out.detail = ReasonTimeout, "no NCCL unique id from this node's child before the deadline"
+		out.fail(ReasonTimeout, SideProber, "no NCCL unique id from this node's child before the deadline")
 		return token
 	}
 	left := time.Until(deadlineOf(ctx))
@@ -293,11 +294,12 @@ func (n *Node) finish(ctx context.Context, out *outcome, client *http.Client, u,
 	go func() { joinc <- n.join(sctx, client, u, req) }()
 
 	// Whichever side fails first ends the other: a declined or failed
-	// join cancels this node's child, and a failed child cancels the
-	// join, which the target sees as its request ending.
+	// join cancels this node's child, and a failed child or a result
+	// without a value cancels the join, which the target sees as its
+	// request ending: it counts the session failed too.
 	var j joined
 	var l ran
-	joinFirst := false
+	joinFirst, localFailed := false, ""
 	select {
 	case j = <-joinc:
 		joinFirst = true
@@ -307,6 +309,8 @@ func (n *Node) finish(ctx context.Context, out *outcome, client *http.Client, u,
 		l = <-localc
 	case l = <-localc:
 		if r, _ := childFailure(ctx, l, ""); r != "" {
+			cancel()
+		} else if localFailed = roundFailure(l.round); localFailed != "" {
 			cancel()
 		}
 		j = <-joinc
@@ -327,22 +331,26 @@ func (n *Node) finish(ctx context.Context, out *outcome, client *http.Client, u,
 	// cancelled for it.
 	switch {
 	case joinFirst && j.reason != "":
-		out.reason, out.detail = j.reason, j.detail
+		out.fail(j.reason, SideTarget, j.detail)
 		return giveBack
 	case joinFirst && j.round.Error != "":
-		out.reason, out.detail = ReasonNCCLError, "target: "+j.round.Error
+		out.fail(ReasonNCCLError, SideTarget, "target: "+j.round.Error)
 		return giveBack
 	}
 	if r, d := childFailure(ctx, l, ""); r != "" {
-		out.reason, out.detail = r, "this node: "+d
+		out.fail(r, SideProber, "this node: "+d)
+		return giveBack
+	}
+	if localFailed != "" {
+		out.fail(ReasonNCCLError, SideProber, "this node: "+localFailed)
 		return giveBack
 	}
 	if j.reason != "" {
-		out.reason, out.detail = j.reason, j.detail
+		out.fail(j.reason, SideTarget, j.detail)
 		return giveBack
 	}
 	if j.round.Error != "" {
-		out.reason, out.detail = ReasonNCCLError, "target: "+j.round.Error
+		out.fail(ReasonNCCLError, SideTarget, "target: "+j.round.Error)
 		return giveBack
 	}
 	out.check()

@@ -80,7 +80,7 @@ func (n *Node) serveJoin(w http.ResponseWriter, r *http.Request) {
 	round, err := n.cfg.Runner.RunCollectives(ctx, probes.CollectiveOptions{GPUs: busIDs(h.gpus),
 		Collectives: o.Collectives, SizeBytes: o.SizeBytes, SmallBytes: o.SmallBytes, Warmup: o.Warmup,
 		Iterations: o.Iterations, Samples: o.Samples, Ranks: req.Ranks, FirstRank: req.FirstRank,
-		UniqueID: req.ID, Peer: req.Prober}, nil)
+		UniqueID: req.ID, Peer: req.Prober, SendRecvOffset: o.GPUsPerNode}, nil)
 	if round == nil {
 		reason, detail := childFailure(ctx, ran{err: err}, "")
 		n.count(RoleTarget, ResultFailed, reason)
@@ -96,9 +96,9 @@ func (n *Node) serveJoin(w http.ResponseWriter, r *http.Request) {
 		// what it measured is cut short.
 		round.Error = "the session ended before the round did: " + context.Cause(ctx).Error()
 	}
-	if round.Error != "" {
+	if why := roundFailure(round); why != "" {
 		n.count(RoleTarget, ResultFailed, "")
-		logger.Warn("node-to-node session failed", "err", round.Error)
+		logger.Warn("node-to-node session failed", "err", why)
 	} else {
 		n.count(RoleTarget, ResultSuccess, "")
 		logger.Debug("joined a node-to-node session", "seconds", round.Seconds)

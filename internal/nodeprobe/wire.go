@@ -18,8 +18,10 @@ const JoinPath = "/node-probe/join"
 
 // JoinVersion changes whenever the reservation, the join request or
 // their answers change incompatibly; a target refuses a request of
-// another version. 2: the reservation carries the session's options, and
-// the join must match them.
+// another version. 2: the reservation carries the session's options, the
+// join must match them, and send/recv runs only from each of the
+// prober's GPUs to its counterpart (both children must make the same
+// calls).
 const JoinVersion = 2
 
 // Reasons a session gave no result: gpulink_node_probe_failure_info's
