@@ -105,10 +105,7 @@ func TestTwoGPUsANodeMeasuresWhatItReports(t *testing.T) {
 	}
 	var reported []string
 	for _, mt := range s["gpulink_node_probe_bus_bandwidth_bytes_per_second"].GetMetric() {
-		labels := map[string]string{}
-		for _, l := range mt.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
+		labels := labelsOf(mt)
 		if labels["collective"] == string(probes.SendRecv) {
 			reported = append(reported, labels["gpu"])
 		}

@@ -38,10 +38,7 @@ func metric(t *testing.T, n *Node, name string, labels ...string) float64 {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
+			have := labelsOf(m)
 			match := len(have)*2 == len(labels)
 			for i := 0; i+1 < len(labels); i += 2 {
 				match = match && have[labels[i]] == labels[i+1]

@@ -160,6 +160,15 @@ func (s scrape) value(name string, labels ...string) (float64, bool) {
 	return 0, false
 }
 
+// labelsOf is a series' labels by name.
+func labelsOf(m *dto.Metric) map[string]string {
+	out := map[string]string{}
+	for _, l := range m.GetLabel() {
+		out[l.GetName()] = l.GetValue()
+	}
+	return out
+}
+
 // failed checks a probe that did not succeed, for reason, and on side
 // when one is given.
 func (s scrape) failed(t *testing.T, reason string, side ...string) {
@@ -170,10 +179,7 @@ func (s scrape) failed(t *testing.T, reason string, side ...string) {
 	var got []string
 	found := false
 	for _, m := range s["gpulink_node_probe_failure_info"].GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
+		labels := labelsOf(m)
 		got = append(got, labels["reason"]+" on "+labels["side"])
 		if labels["reason"] == reason && (len(side) == 0 || labels["side"] == side[0]) && m.GetGauge().GetValue() == 1 {
 			found = true
