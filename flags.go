@@ -181,7 +181,7 @@ func formatFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) 
 // nodeProbeFlags are the node-to-node probes' flags.
 func nodeProbeFlags(f flagFunc, c *config) {
 	f("config.file", "Modules file of the node-to-node probes (/probe?target=&module=): what each module runs and how the prober calls the target (http_client: TLS, basic auth). Checked at start, re-read on SIGHUP. Without it the one module is "+nodeprobe.DefaultModuleName+".").PlaceHolder("FILE").StringVar(&c.nodeProbe.configFile)
-	f("min-interval", "Least time between two node-to-node sessions this node takes part in, in each role (prober, target); a call inside it is declined as declined_rate_limited. 0 is no limit.").Default("1m").DurationVar(&c.nodeProbe.minInterval)
+	f("min-interval", "Least time between two node-to-node sessions this node takes part in, in each role: as prober a probe counts from its first try, whatever the target answers; as target a reservation or join counts whether it runs or not. A call inside it is declined as declined_rate_limited. 0 is no limit.").Default("1m").DurationVar(&c.nodeProbe.minInterval)
 	f("enabled", "Answer "+nodeprobe.ReservePath+" and "+nodeprobe.JoinPath+": let other exporters' /probe run node-to-node sessions with this node's idle GPUs. /probe itself (this node as the prober) is always served.").Default("false").BoolVar(&c.nodeProbe.enabled)
 	f("gpu", "GPU node-to-node sessions may use, by PCI address (0000:18:00.0). Repeatable. Default: every GPU. Two exporters on one host (a test of the network path) each name their own; the child is also limited to them through CUDA_VISIBLE_DEVICES if the operator sets it.").PlaceHolder("PCI_ADDRESS").StringsVar(&c.nodeProbe.gpus)
 }

@@ -148,8 +148,8 @@ func gauge(mfs map[string]*dto.MetricFamily, name string, labels ...string) (flo
 // Two simulated exporters probe each other through the real wiring: the
 // simulated node's runner on both sides, each modelling its own GPU's
 // rail NIC (a 400 Gb/s ConnectX-7, 50 GB/s, of which NCCL's network
-// transport gets 0.8). A port of the prober's rail NIC down fails the
-// session; a target-side NIC fault is the target's to report.
+// transport gets 0.8). A port of either node's rail NIC down fails the
+// session, on that node's side.
 func TestNodeProbeBetweenSimulatedNodes(t *testing.T) {
 	// --probe.policy=always: the profile's GPU 0 runs a job, and the
 	// session takes the first GPU the policy allows.
@@ -200,16 +200,17 @@ func TestNodeProbeBetweenSimulatedNodes(t *testing.T) {
 			t.Fatal("probe_success still 1 10s after the prober's rail port went down")
 		}
 	}
-	if v, _ := gauge(mfs, "gpulink_node_probe_failure_info", "reason", nodeprobe.ReasonNCCLError); v != 1 {
-		t.Errorf("failure %v, want nccl_error", mfs["gpulink_node_probe_failure_info"])
+	if v, _ := gauge(mfs, "gpulink_node_probe_failure_info", "reason", nodeprobe.ReasonNCCLError, "side", nodeprobe.SideProber); v != 1 {
+		t.Errorf("failure %v, want nccl_error on the prober's side", mfs["gpulink_node_probe_failure_info"])
 	}
 	if _, ok := gauge(mfs, "gpulink_node_probe_bus_bandwidth_bytes_per_second", "collective", "send_recv", "gpu", "0"); ok {
 		t.Error("a send_recv bandwidth from a GPU whose NIC is down")
 	}
-	// The other way round the failed port is on the target, which
-	// reports no send: the prober's own side is healthy.
-	if ok, _ := gauge(target.probe(t, prober), "probe_success"); ok != 1 {
-		t.Errorf("probe_success %g from the healthy node", ok)
+	// The other way round the failed port is on the target: its side of
+	// the session fails, and so does the session, on the target's side.
+	mfs = target.probe(t, prober)
+	if v, _ := gauge(mfs, "gpulink_node_probe_failure_info", "reason", nodeprobe.ReasonNCCLError, "side", nodeprobe.SideTarget); v != 1 {
+		t.Errorf("probe of the node whose port is down: failure %v, want nccl_error on the target's side", mfs["gpulink_node_probe_failure_info"])
 	}
 }
 

@@ -59,9 +59,11 @@ var injected = []struct {
 	// takes GPU 0 (the first the policy allows), so no probe notices.
 	{`{kind: nic_rate, device: mlx5_1, fraction: 0.5}`, []string{"NICPortRateDegraded device=mlx5_1"}, nil, 0},
 	// GPU 0's rail NIC: what GPU 0 sends to the p5 has no path, and the
-	// DGX's probes of the p5 fail (nccl_error) until none in the window
-	// succeeded.
-	{`{kind: nic_down, device: mlx5_0}`, []string{"NICPortDown device=mlx5_0"}, []string{"NodeProbeFailing"}, 0},
+	// DGX's probes of the p5 fail (nccl_error on the prober's side) until
+	// none in the window succeeded; so do the p5's probes of the DGX,
+	// whose side of the session fails (a failure on either side fails it
+	// for both).
+	{`{kind: nic_down, device: mlx5_0}`, []string{"NICPortDown device=mlx5_0", "NodeProbeFailing"}, []string{"NodeProbeFailing"}, 0},
 	{`{kind: nic_flapping, device: mlx5_2, period: 3s}`, []string{"NICPortFlapping device=mlx5_2"}, nil, 0},
 	{`{kind: nic_symbol_errors, device: mlx5_3, per_second: 5}`, []string{"NICPortErrors device=mlx5_3"}, nil, 0},
 	// NCCL connects GPU 7 through host memory: every pair with it on the

@@ -120,6 +120,11 @@ type CollectiveOptions struct {
 	// Peer names the other node in a node-to-node probe (the target as
 	// Prometheus gave it); empty inside a node.
 	Peer string
+	// SendRecvOffset, when above 0, limits send/recv to each rank r to
+	// rank r+SendRecvOffset: between two nodes of k GPUs each (offset k),
+	// each GPU to its counterpart on the other node, the pairs a
+	// node-to-node probe reports. 0 is every pair of ranks.
+	SendRecvOffset int
 }
 
 // CollectiveResult is one collective at one size. Seconds is the time of
@@ -222,7 +227,7 @@ type CollectiveRunner interface {
 // MeasureCollectiveRound runs one collective round over m: every
 // collective asked for, in run order, at o.SizeBytes for the bandwidth and
 // o.SmallBytes for the latency; send/recv once per pair of ranks, lower
-// to higher. Every process of a communicator runs it with the same
+// to higher (or only those o.SendRecvOffset apart). Every process of a communicator runs it with the same
 // options but its own GPUs, so all make the same calls in the same order.
 // A send/recv is reported only by the process holding the sender: its
 // time is the one that counts (the receiver's side may start late or
@@ -256,7 +261,7 @@ func MeasureCollectiveRound(ctx context.Context, m CollectiveMeasurer, o Collect
 				round.Results = append(round.Results, collectiveResult(CollectiveResult{Collective: c, SizeBytes: size, Ranks: o.Ranks}, t, err))
 				continue
 			}
-			for _, p := range sendRecvPairs(o.Ranks) {
+			for _, p := range sendRecvPairs(o.Ranks, o.SendRecvOffset) {
 				if ctx.Err() != nil {
 					return round
 				}
@@ -272,10 +277,17 @@ func MeasureCollectiveRound(ctx context.Context, m CollectiveMeasurer, o Collect
 	return round
 }
 
-// sendRecvPairs is every pair of ranks once, lower to higher, in order.
-func sendRecvPairs(ranks int) [][2]int {
+// sendRecvPairs is every pair of ranks once, lower to higher, in order;
+// with offset above 0 only each rank to the one offset above it.
+func sendRecvPairs(ranks, offset int) [][2]int {
 	var out [][2]int
 	for a := range ranks {
+		if offset > 0 {
+			if a+offset < ranks {
+				out = append(out, [2]int{a, a + offset})
+			}
+			continue
+		}
 		for b := a + 1; b < ranks; b++ {
 			out = append(out, [2]int{a, b})
 		}

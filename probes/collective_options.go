@@ -95,6 +95,9 @@ func (o CollectiveOptions) validateRanks() error {
 			Want: fmt.Sprintf("want 0 to %d: %d GPUs from it must fit in %d ranks", o.Ranks-local, local, o.Ranks)}
 	case o.UniqueID == "" && o.FirstRank != 0:
 		return &OptionError{Flag: "--unique-id", Value: "", Want: "want the id rank 0 made: only the process holding rank 0 makes it"}
+	case o.SendRecvOffset < 0 || o.SendRecvOffset >= o.Ranks:
+		return &OptionError{Flag: "--send-recv-offset", Value: strconv.Itoa(o.SendRecvOffset),
+			Want: fmt.Sprintf("want 0 (every pair) to %d", o.Ranks-1)}
 	case o.SmallBytes < 4*int64(o.Ranks):
 		return &OptionError{Flag: "--collective.small-size", Value: units.Base2Bytes(o.SmallBytes).String(),
 			Want: fmt.Sprintf("want at least 4 bytes (one float) for each of %d ranks", o.Ranks)}
@@ -145,6 +148,9 @@ func (o CollectiveOptions) Args() []string {
 	}
 	if o.Peer != "" {
 		args = append(args, "--peer="+o.Peer)
+	}
+	if o.SendRecvOffset > 0 {
+		args = append(args, "--send-recv-offset="+strconv.Itoa(o.SendRecvOffset))
 	}
 	return args
 }

@@ -58,6 +58,8 @@ func TestCollectiveOptionsValidate(t *testing.T) {
 			o.GPUs, o.Ranks, o.UniqueID, o.SmallBytes = testGPUs, 512, testUniqueID, 1<<10
 		}, "--collective.small-size=1KiB: want at least 4 bytes (one float) for each of 512 ranks"},
 		{"a GPU twice", func(o *CollectiveOptions) { o.GPUs, o.Ranks = []string{testGPUs[0], testGPUs[0]}, 2 }, "--gpu=0000:18:00.0: want each GPU once"},
+		{"a send/recv offset past the ranks", func(o *CollectiveOptions) { o.GPUs, o.Ranks, o.SendRecvOffset = testGPUs[:1], 2, 2 },
+			"--send-recv-offset=2: want 0 (every pair) to 1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := DefaultCollectiveOptions()
@@ -75,9 +77,10 @@ func TestCollectiveOptionsValidate(t *testing.T) {
 
 func TestCollectiveOptionsArgs(t *testing.T) {
 	o := CollectiveOptions{GPUs: testGPUs[:1], Collectives: []Collective{SendRecv, AllReduce}, SizeBytes: 1 << 20, SmallBytes: 4096,
-		Warmup: 2, Iterations: 7, Samples: 3, Ranks: 2, FirstRank: 1, UniqueID: testUniqueID, Peer: "node-b:9849"}
+		Warmup: 2, Iterations: 7, Samples: 3, Ranks: 2, FirstRank: 1, UniqueID: testUniqueID, Peer: "node-b:9849", SendRecvOffset: 1}
 	want := []string{"--gpu=0000:18:00.0", "--collective=send_recv", "--collective=all_reduce", "--size=1048576", "--small-size=4096",
-		"--warmup=2", "--iters=7", "--samples=3", "--ranks=2", "--first-rank=1", "--unique-id=" + testUniqueID, "--peer=node-b:9849"}
+		"--warmup=2", "--iters=7", "--samples=3", "--ranks=2", "--first-rank=1", "--unique-id=" + testUniqueID, "--peer=node-b:9849",
+		"--send-recv-offset=1"}
 	if got := o.Args(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Args() = %q\nwant       %q", got, want)
 	}

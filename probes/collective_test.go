@@ -136,3 +136,21 @@ func TestMeasureCollectiveRoundSendRecvAcrossProcesses(t *testing.T) {
 		t.Errorf("reported %v, want each of the 3 pairs at 2 sizes once", reported)
 	}
 }
+
+// Between two nodes of two GPUs each (SendRecvOffset 2), send/recv runs
+// only from each GPU to its counterpart: 0->2 and 1->3, not the pairs
+// inside a node nor across.
+func TestMeasureCollectiveRoundSendRecvOffset(t *testing.T) {
+	o := CollectiveOptions{Ranks: 4, Collectives: []Collective{SendRecv}, SizeBytes: 1 << 20, SmallBytes: 8 << 10, SendRecvOffset: 2,
+		GPUs: []string{"0000:18:00.0", "0000:2a:00.0"}}
+	comm := &recordingComm{}
+	r := MeasureCollectiveRound(context.Background(), &recordingMeasurer{comm: comm}, o, nil)
+	var got []string
+	for _, res := range r.Results {
+		got = append(got, fmt.Sprintf("%d->%d/%d", *res.FromRank, *res.ToRank, res.SizeBytes))
+	}
+	want := []string{"0->2/1048576", "1->3/1048576", "0->2/8192", "1->3/8192"}
+	if !slices.Equal(got, want) || len(comm.calls) != 4 {
+		t.Errorf("reported %v after %d calls, want %v in 4", got, len(comm.calls), want)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -65,10 +67,16 @@ type fakeRunner struct {
 	// solo measures without waiting for the other node, as the simulated
 	// node's model does: it has results even when the target declined.
 	solo bool
+	// delay is how long opening the communicator takes.
+	delay time.Duration
+	// linger is how long the process stays after its round, unless its
+	// context ends: a target whose answer comes after the prober's round.
+	linger time.Duration
 
 	mu        sync.Mutex
 	runs      []probes.CollectiveOptions
-	cancelled int // runs that ended because their context did
+	cancelled int      // runs that ended because their context did
+	sendRecvs []string // "from->to/size" of every send/recv it took part in
 }
 
 func (r *fakeRunner) RunCollectives(ctx context.Context, o probes.CollectiveOptions, ids chan<- string) (*probes.CollectiveRound, error) {
@@ -76,6 +84,7 @@ func (r *fakeRunner) RunCollectives(ctx context.Context, o probes.CollectiveOpti
 	r.runs = append(r.runs, o)
 	r.mu.Unlock()
 	round := probes.MeasureCollectiveRound(ctx, fakeMeasurer{r}, o, ids)
+	schedule.SleepUnlessDone(ctx, r.linger)
 	if ctx.Err() != nil {
 		r.mu.Lock()
 		r.cancelled++
@@ -97,6 +106,9 @@ func (m fakeMeasurer) NCCLVersion() int { return 22703 }
 func (m fakeMeasurer) OpenComm(ctx context.Context, o probes.CollectiveOptions, ids chan<- string) (probes.Communicator, error) {
 	if m.r.failOpen != nil {
 		return nil, m.r.failOpen
+	}
+	if !schedule.SleepUnlessDone(ctx, m.r.delay) {
+		return nil, ctx.Err()
 	}
 	if o.UniqueID == "" {
 		id, joined := m.r.fab.open()
@@ -137,7 +149,10 @@ func (c *fakeComm) Collective(op probes.Collective, size int64) (probes.Measured
 	return c.time(float64(size) * probes.BusFactor(op, c.o.Ranks))
 }
 
-func (c *fakeComm) SendRecv(_, _ int, size int64) (probes.Measured, error) {
+func (c *fakeComm) SendRecv(from, to int, size int64) (probes.Measured, error) {
+	c.r.mu.Lock()
+	c.r.sendRecvs = append(c.r.sendRecvs, fmt.Sprintf("%d->%d/%d", from, to, size))
+	c.r.mu.Unlock()
 	return c.time(float64(size))
 }
 
@@ -263,4 +278,17 @@ func meeting(n int) func() func() {
 			wg.Wait()
 		})
 	}
+}
+
+// fakeReservations serves ReservePath on mux as a target from this
+// version does, holding nothing: for fake targets whose join is the test.
+func fakeReservations(mux *http.ServeMux) {
+	mux.HandleFunc(ReservePath, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if r.Method == http.MethodDelete {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		writeJSON(w, http.StatusOK, ReserveResponse{Token: "fake"})
+	})
 }

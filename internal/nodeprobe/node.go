@@ -74,7 +74,8 @@ type Config struct {
 
 // Node is this exporter's side of node-to-node probes: the prober of
 // /probe and the target of /node-probe/join, sharing one session lock and
-// one gate. It counts its sessions as a prometheus.Collector.
+// one gate. It counts its sessions, reservations and declines as a
+// prometheus.Collector.
 type Node struct {
 	cfg    Config
 	logger *slog.Logger
@@ -85,17 +86,45 @@ type Node struct {
 	mu   sync.Mutex
 	last map[string]time.Time     // start of the latest session, by role
 	took map[string]time.Duration // the latest successful session as prober, by module
+	// probeCount numbers the probes as prober; limitedProbe is the one
+	// whose start last[RoleProber] is.
+	probeCount, limitedProbe uint64
 	// reserved is the session entered for a prober's join to come
 	// (reserve.go); nil when none is.
 	reserved *reservation
+	// remotes are the remotes whose reservations expired unjoined, by
+	// host: each is declined until its lockout ends (reserve.go).
+	remotes map[string]*lockout
 
-	sessions *prometheus.CounterVec
+	sessions     *prometheus.CounterVec
+	declines     *prometheus.CounterVec
+	reservations prometheus.Counter
+	ended        *prometheus.CounterVec
+
+	// bodyTimeout bounds reading a request's body (readStrict).
+	bodyTimeout time.Duration
 
 	// Seams for the tests.
 	now   func() time.Time
 	rand  func() float64 // in [0, 1)
 	sleep func(ctx context.Context, d time.Duration) bool
+	// locked, when set, is called as a prober has taken its session lock
+	// and before it asks the target; unlocking before it lets go of it.
+	locked, unlocking func()
 }
+
+// Declines are counted by the declined_* reasons; every series from the
+// start.
+var declineReasons = []string{ReasonBusy, ReasonSession, ReasonRateLimited, ReasonUnavailable, ReasonDisabled}
+
+// How a reservation ends: gpulink_node_probe_reservations_ended_total's
+// how label.
+const (
+	EndJoined    = "joined"     // its join came and the session ran
+	EndExpired   = "expired"    // no join within its hold
+	EndGivenBack = "given_back" // the prober gave it back unused
+	EndRefused   = "refused"    // its join did not match it, and was refused
+)
 
 // New makes the node's side of node-to-node probes.
 func New(cfg Config) *Node {
@@ -106,91 +135,181 @@ func New(cfg Config) *Node {
 		cfg.Modules = NewModules(DefaultFile())
 	}
 	n := &Node{
-		cfg:    cfg,
-		logger: cfg.Logger.With("source", "node-probe"),
-		last:   map[string]time.Time{},
-		took:   map[string]time.Duration{},
+		cfg:     cfg,
+		logger:  cfg.Logger.With("source", "node-probe"),
+		last:    map[string]time.Time{},
+		took:    map[string]time.Duration{},
+		remotes: map[string]*lockout{},
 		sessions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpulink_node_probe_sessions_total",
 			Help: "Node-to-node probe sessions this exporter took part in, by role (prober: it answered /probe; target: it was " +
-				"asked to join) and result (success; failed: a child failed, timed out or gave a result without a value; " +
-				"declined: a node was busy, in another session, rate limited or unable to take part).",
+				"asked to reserve itself or join) and result (success; failed: a child failed, timed out or gave a result without a " +
+				"value; declined: a node was busy, in another session, rate limited or unable to take part).",
 		}, []string{"role", "result"}),
-		now:   time.Now,
-		rand:  rand.Float64,
-		sleep: schedule.SleepUnlessDone,
+		declines: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpulink_node_probe_declines_total",
+			Help: "Node-to-node sessions declined, by role (prober: a probe of this node's ended declined, by its own node or the " +
+				"target; target: this node declined a reservation or join) and reason.",
+		}, []string{"role", "reason"}),
+		reservations: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpulink_node_probe_reservations_total",
+			Help: "Reservations this node made as target: its session, GPUs and round lock held for a prober's join.",
+		}),
+		ended: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpulink_node_probe_reservations_ended_total",
+			Help: "Reservations this node made as target, by how they ended (joined; expired: no join within the hold; " +
+				"given_back: the prober gave it back unused; refused: its join did not match it).",
+		}, []string{"how"}),
+		bodyTimeout: defaultBodyTimeout,
+		now:         time.Now,
+		rand:        rand.Float64,
+		sleep:       schedule.SleepUnlessDone,
 	}
 	// Every series from the start, so the first of each is an increase.
 	for _, role := range []string{RoleProber, RoleTarget} {
 		for _, result := range []string{ResultSuccess, ResultFailed, ResultDeclined} {
 			n.sessions.WithLabelValues(role, result)
 		}
+		for _, reason := range declineReasons {
+			n.declines.WithLabelValues(role, reason)
+		}
+	}
+	for _, how := range []string{EndJoined, EndExpired, EndGivenBack, EndRefused} {
+		n.ended.WithLabelValues(how)
 	}
 	return n
 }
 
+func (n *Node) collectors() []prometheus.Collector {
+	return []prometheus.Collector{n.sessions, n.declines, n.reservations, n.ended}
+}
+
 // Describe implements prometheus.Collector.
-func (n *Node) Describe(ch chan<- *prometheus.Desc) { n.sessions.Describe(ch) }
+func (n *Node) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range n.collectors() {
+		c.Describe(ch)
+	}
+}
 
 // Collect implements prometheus.Collector.
-func (n *Node) Collect(ch chan<- prometheus.Metric) { n.sessions.Collect(ch) }
+func (n *Node) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range n.collectors() {
+		c.Collect(ch)
+	}
+}
 
-func (n *Node) count(role, result string) { n.sessions.WithLabelValues(role, result).Inc() }
+// count counts a session's result in role; a decline also by its reason.
+func (n *Node) count(role, result, reason string) {
+	n.sessions.WithLabelValues(role, result).Inc()
+	if result == ResultDeclined {
+		n.declines.WithLabelValues(role, reason).Inc()
+	}
+}
 
 // hold is a session this node has entered: its GPUs and how to leave.
 type hold struct {
 	gpus    []schedule.SessionGPU
 	release func()
-	// forget takes the session's start back from its role's rate limit,
-	// for a session that never took place (the target declined): a
-	// prober is not held back by a try that was declined.
-	forget func()
 }
 
-// enter takes the session lock, the role's rate limit and k GPUs, in that
-// order; on failure reason is one of the declined_* reasons, detail says
-// more, and nothing is held.
-func (n *Node) enter(role string, k int) (h *hold, reason, detail string) {
-	if !n.session.TryLock() {
-		return nil, ReasonSession, "this node is already in a node-to-node session"
-	}
-	entered := false
-	defer func() {
-		if !entered {
-			n.session.Unlock()
-		}
-	}()
-	now := n.now()
+// rateLimited says why a session in role starting now is declined by
+// --node-probe.min-interval; "" when it is not.
+func (n *Node) rateLimited(role string, now time.Time) string {
 	n.mu.Lock()
 	last := n.last[role]
 	n.mu.Unlock()
-	if n.cfg.MinInterval > 0 && !last.IsZero() && now.Sub(last) < n.cfg.MinInterval {
-		return nil, ReasonRateLimited, "the last session as " + role + " started " + now.Sub(last).Round(time.Millisecond).String() +
-			" ago; --node-probe.min-interval is " + n.cfg.MinInterval.String()
+	if n.cfg.MinInterval <= 0 || last.IsZero() || now.Sub(last) >= n.cfg.MinInterval {
+		return ""
 	}
+	return "the last session as " + role + " started " + now.Sub(last).Round(time.Millisecond).String() +
+		" ago; --node-probe.min-interval is " + n.cfg.MinInterval.String()
+}
+
+func (n *Node) started(role string, at time.Time) {
+	n.mu.Lock()
+	n.last[role] = at
+	n.mu.Unlock()
+}
+
+// nextProbe numbers a probe as prober, for lockProber.
+func (n *Node) nextProbe() uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.probeCount++
+	return n.probeCount
+}
+
+// lockProber takes the session lock for probe, and the prober's rate
+// limit: from then on the probe counts toward --node-probe.min-interval
+// as prober, whatever the target answers, so a target that makes the
+// prober wait and then declines cannot hand it back. A later try of the
+// same probe is not limited by its first. On failure nothing is held.
+func (n *Node) lockProber(probe uint64) (unlock func(), reason, detail string) {
+	if !n.session.TryLock() {
+		return nil, ReasonSession, "this node is already in a node-to-node session"
+	}
+	n.mu.Lock()
+	again := n.limitedProbe == probe
+	n.mu.Unlock()
+	if !again {
+		now := n.now()
+		if why := n.rateLimited(RoleProber, now); why != "" {
+			n.session.Unlock()
+			return nil, ReasonRateLimited, why
+		}
+		n.mu.Lock()
+		n.last[RoleProber], n.limitedProbe = now, probe
+		n.mu.Unlock()
+	}
+	return func() {
+		if n.unlocking != nil {
+			n.unlocking()
+		}
+		n.session.Unlock()
+	}, "", ""
+}
+
+// takeGPUs takes k GPUs through the gate; on failure reason is one of the
+// declined_* reasons and detail says more.
+func (n *Node) takeGPUs(k int) (gpus []schedule.SessionGPU, release func(), reason, detail string) {
 	switch {
 	case n.cfg.Runner == nil:
-		return nil, ReasonUnavailable, "this exporter has no collective runner"
+		return nil, nil, ReasonUnavailable, "this exporter has no collective runner"
 	case n.cfg.Gate == nil:
-		return nil, ReasonUnavailable, "this exporter does not probe its GPUs (no NVML, or --probe.policy=off)"
+		return nil, nil, ReasonUnavailable, "this exporter does not probe its GPUs (no NVML, or --probe.policy=off)"
 	}
 	gpus, release, why := n.cfg.Gate.TryAcquire(k, n.cfg.GPUs)
 	if why != "" {
-		return nil, gateReason(why), "GPUs: " + why
+		return nil, nil, gateReason(why), "GPUs: " + why
 	}
-	n.mu.Lock()
-	n.last[role] = now
-	n.mu.Unlock()
-	entered = true
-	forget := func() {
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		// Unless another session in the role has started since.
-		if n.last[role].Equal(now) {
-			n.last[role] = last
-		}
+	return gpus, release, "", ""
+}
+
+// enterTarget takes the session lock, the target's rate limit (and
+// remote's lockout) and k GPUs, in that order, for a reservation or a
+// join from remote; on failure reason is one of the declined_* reasons,
+// detail says more, and nothing is held. The session counts toward
+// --node-probe.min-interval as target from now, joined or not.
+func (n *Node) enterTarget(k int, remote string) (h *hold, reason, detail string) {
+	if !n.session.TryLock() {
+		return nil, ReasonSession, "this node is already in a node-to-node session"
 	}
-	return &hold{gpus: gpus, release: func() { release(); n.session.Unlock() }, forget: forget}, "", ""
+	now := n.now()
+	why := n.rateLimited(RoleTarget, now)
+	if why == "" {
+		why = n.lockedOut(remote, now)
+	}
+	if why != "" {
+		n.session.Unlock()
+		return nil, ReasonRateLimited, why
+	}
+	gpus, release, reason, detail := n.takeGPUs(k)
+	if reason != "" {
+		n.session.Unlock()
+		return nil, reason, detail
+	}
+	n.started(RoleTarget, now)
+	return &hold{gpus: gpus, release: sync.OnceFunc(func() { release(); n.session.Unlock() })}, "", ""
 }
 
 // gateReason sorts the gate's reason: the GPUs are busy (try again

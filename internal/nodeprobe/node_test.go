@@ -160,18 +160,33 @@ func (s scrape) value(name string, labels ...string) (float64, bool) {
 	return 0, false
 }
 
-// failed checks a probe that did not succeed, for reason.
-func (s scrape) failed(t *testing.T, reason string) {
+// labelsOf is a series' labels by name.
+func labelsOf(m *dto.Metric) map[string]string {
+	out := map[string]string{}
+	for _, l := range m.GetLabel() {
+		out[l.GetName()] = l.GetValue()
+	}
+	return out
+}
+
+// failed checks a probe that did not succeed, for reason, and on side
+// when one is given.
+func (s scrape) failed(t *testing.T, reason string, side ...string) {
 	t.Helper()
 	if v, _ := s.value("probe_success"); v != 0 {
 		t.Errorf("probe_success %g, want 0", v)
 	}
-	if v, ok := s.value("gpulink_node_probe_failure_info", "reason", reason); !ok || v != 1 {
-		var got []string
-		for _, m := range s["gpulink_node_probe_failure_info"].GetMetric() {
-			got = append(got, m.GetLabel()[0].GetValue())
+	var got []string
+	found := false
+	for _, m := range s["gpulink_node_probe_failure_info"].GetMetric() {
+		labels := labelsOf(m)
+		got = append(got, labels["reason"]+" on "+labels["side"])
+		if labels["reason"] == reason && (len(side) == 0 || labels["side"] == side[0]) && m.GetGauge().GetValue() == 1 {
+			found = true
 		}
-		t.Errorf("failure reason %v, want %s", got, reason)
+	}
+	if !found || len(got) != 1 {
+		t.Errorf("failure %v, want %s on %v", got, reason, side)
 	}
 	if _, ok := s.value("probe_duration_seconds"); !ok {
 		t.Error("no probe_duration_seconds")
@@ -180,6 +195,10 @@ func (s scrape) failed(t *testing.T, reason string) {
 
 func sessions(n *Node, role, result string) float64 {
 	return testutil.ToFloat64(n.sessions.WithLabelValues(role, result))
+}
+
+func declines(n *Node, role, reason string) float64 {
+	return testutil.ToFloat64(n.declines.WithLabelValues(role, reason))
 }
 
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(math.Abs(a), math.Abs(b)) }
@@ -194,7 +213,7 @@ func TestProbeSuccess(t *testing.T) {
 		m.GPUsPerNode = k
 		mods := NewModules(&File{Modules: map[string]Module{"ring": m}})
 		a := newTestNode(t, fab, "node-a", 50e9, true, func(c *Config) { c.Modules = mods })
-		b := newTestNode(t, fab, "node-b", 25e9, true, nil)
+		b := newTestNode(t, fab, "node-b", 25e9, true, func(c *Config) { c.Modules = mods })
 		params := target(b.hostport())
 		params.Set("module", "ring")
 		status, body := a.probe(t, params, "")
@@ -290,9 +309,7 @@ func TestProbeExpectedNeedsBothNodes(t *testing.T) {
 
 // A target that declines: its reason reaches the prober's answer, and the
 // prober, which asked the target to reserve itself first, starts no
-// child. An exporter from before reservations declines the join itself:
-// the prober's child, waiting for ranks that will never come, is
-// cancelled. (A target in another session is tried again: retry_test.go.)
+// child. (A target in another session is tried again: retry_test.go.)
 func TestProbeTargetDeclines(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -305,38 +322,32 @@ func TestProbeTargetDeclines(t *testing.T) {
 		{"MIG", func(b *testNode) { b.gate.refuse(schedule.SkipMIG) }, ReasonUnavailable, http.StatusServiceUnavailable},
 		{"no runner", func(b *testNode) { b.node.cfg.Runner = nil }, ReasonUnavailable, http.StatusServiceUnavailable},
 	} {
-		for _, v := range []struct{ solo, old bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
-			t.Run(fmt.Sprintf("%s/solo=%v/old=%v", tc.name, v.solo, v.old), func(t *testing.T) {
-				solo := v.solo
+		for _, solo := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/solo=%v", tc.name, solo), func(t *testing.T) {
 				fab := newFabric()
 				a := newTestNode(t, fab, "a", 50e9, true, nil)
 				// solo: the prober's side measures without the target, as
 				// the simulated node's does; what it measured alone is no
 				// result of the session.
 				a.runner.solo = solo
-				b := newTestNode(t, fab, "b", 50e9, !v.old, nil)
-				if v.old {
-					// An exporter from before reservations: no ReservePath.
-					b.mux.Handle(JoinPath, b.node.JoinHandler())
-				}
+				b := newTestNode(t, fab, "b", 50e9, true, nil)
 				tc.setup(b)
 				_, body := a.probe(t, target(b.hostport()), "")
 				parse(t, body).failed(t, tc.reason)
 				if strings.Contains(body, "gpulink_node_probe_bus_bandwidth_bytes_per_second") {
 					t.Errorf("a declined probe has bandwidth series:\n%s", body)
 				}
-				runs, cancelled := a.runner.calls()
-				switch {
-				case !v.old && len(runs) != 0:
+				if runs, _ := a.runner.calls(); len(runs) != 0 {
 					t.Errorf("prober's child: %d runs; want none, the reservation declined", len(runs))
-				case v.old && (len(runs) != 1 || (!solo && cancelled != 1)):
-					t.Errorf("prober's child: %d runs, %d cancelled; want 1 run, cancelled", len(runs), cancelled)
 				}
 				if runs, _ := b.runner.calls(); len(runs) != 0 {
 					t.Errorf("the declining target ran %d children", len(runs))
 				}
 				if sessions(a.node, RoleProber, ResultDeclined) != 1 || sessions(b.node, RoleTarget, ResultDeclined) != 1 {
 					t.Error("the decline is not counted on both nodes")
+				}
+				if declines(a.node, RoleProber, tc.reason) != 1 || declines(b.node, RoleTarget, tc.reason) != 1 {
+					t.Error("the decline is not counted by its reason on both nodes")
 				}
 				// The target's own answer, as the prober got it.
 				status, d := postJoin(t, b, validJoin())
@@ -420,12 +431,14 @@ func TestProbeRateLimited(t *testing.T) {
 	if sessions(c.node, RoleTarget, ResultDeclined) != 1 {
 		t.Error("the target's decline is not counted")
 	}
-	// No session took place for d: a declined try does not count toward
-	// its own limit as prober.
+	// d held its session lock while c answered: its probe counts toward
+	// its own limit as prober, declined or not, and its next inside the
+	// minute asks no one.
 	e := newTestNode(t, fab, "e", 50e9, true, limited)
 	e.node.now = clock
-	if s := parse(t, second(d.probe(t, target(e.hostport()), ""))); !success(s) {
-		t.Error("a prober whose target declined was held back by its own limit")
+	parse(t, second(d.probe(t, target(e.hostport()), ""))).failed(t, ReasonRateLimited)
+	if sessions(e.node, RoleTarget, ResultDeclined) != 0 {
+		t.Error("a prober held back by its own limit asked its target")
 	}
 	status, dec := postJoin(t, c, validJoin())
 	if status != http.StatusTooManyRequests || dec.Reason != ReasonRateLimited {
@@ -583,6 +596,9 @@ func TestProbeFailures(t *testing.T) {
 			fab := newFabric()
 			a := newTestNode(t, fab, "a", 50e9, true, nil)
 			b := newTestNode(t, fab, "b", 50e9, !tc.noJoin, nil)
+			if tc.noJoin && tc.reason != ReasonDisabled {
+				fakeReservations(b.mux)
+			}
 			tc.setup(a, b)
 			status, body := a.probe(t, target(b.hostport()), "")
 			if status != http.StatusOK {
@@ -654,7 +670,7 @@ func TestJoinRefusesBadRequests(t *testing.T) {
 		{"{", "unexpected EOF"},
 		{`{"version":1,"surprise":true}`, `unknown field \"surprise\"`},
 		{mutate(func(r *JoinRequest) {}) + " {}", "more than one JSON value"},
-		{mutate(func(r *JoinRequest) { r.Version = 2 }), "version 2"},
+		{mutate(func(r *JoinRequest) { r.Version = JoinVersion + 1 }), fmt.Sprintf("version %d", JoinVersion+1)},
 		{mutate(func(r *JoinRequest) { r.ID = "" }), "id: --unique-id"},
 		{mutate(func(r *JoinRequest) { r.ID = "zz" }), "NCCL unique id: 2 characters"},
 		{mutate(func(r *JoinRequest) { r.ID = strings.Repeat("zz", 128) }), "is not a hex digit"},
@@ -734,8 +750,10 @@ func TestMetricsLint(t *testing.T) {
 	fab := newFabric()
 	a := newTestNode(t, fab, "a", 50e9, true, nil)
 	b := newTestNode(t, fab, "b", 50e9, true, nil)
-	if n := testutil.CollectAndCount(a.node); n != 6 {
-		t.Errorf("%d session series, want 6 (2 roles x 3 results)", n)
+	// Sessions: 2 roles x 3 results; declines: 2 roles x 5 reasons;
+	// reservations; their ends: 4 ways.
+	if n := testutil.CollectAndCount(a.node); n != 6+10+1+4 {
+		t.Errorf("%d series, want 21", n)
 	}
 	if problems, err := testutil.CollectAndLint(a.node); err != nil || len(problems) > 0 {
 		t.Errorf("sessions counter: %v %v", problems, err)

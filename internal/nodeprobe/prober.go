@@ -78,7 +78,7 @@ func (n *Node) serveProbe(w http.ResponseWriter, r *http.Request) {
 	if out.reason == "" {
 		logger.Debug("node-to-node probe succeeded")
 	} else {
-		logger.Info("node-to-node probe failed", "reason", out.reason, "detail", out.detail)
+		logger.Info("node-to-node probe failed", "reason", out.reason, "side", out.side, "detail", out.detail)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(out)
@@ -143,13 +143,14 @@ type ran struct {
 	err   error
 }
 
-// joined is what the target answered; answered is false when no answer
-// came (the request did not reach it, or the connection failed).
+// joined is what the target answered; status is its HTTP status, 0 when
+// no answer came (the request did not reach it, or the connection
+// failed).
 type joined struct {
 	round          *probes.CollectiveRound
 	rates          []float64
 	reason, detail string
-	answered       bool
+	status         int
 }
 
 // probe runs one session as the prober and says how it went. While
@@ -159,9 +160,10 @@ type joined struct {
 // ended.
 func (n *Node) probe(ctx context.Context, u, target, name string, m Module, budget time.Duration, end time.Time) *outcome {
 	var out *outcome
+	id := n.nextProbe()
 	for tries := 1; ; tries++ {
 		start := n.now()
-		out = n.try(ctx, u, target, name, m)
+		out = n.try(ctx, u, target, name, m, id)
 		out.attempts = tries
 		if out.reason == "" {
 			n.tookSession(name, n.now().Sub(start))
@@ -186,28 +188,42 @@ func (n *Node) probe(ctx context.Context, u, target, name string, m Module, budg
 	case isDecline(out.reason):
 		result = ResultDeclined
 	}
-	n.count(RoleProber, result)
+	n.count(RoleProber, result, out.reason)
 	return out
 }
 
-// try is one try at a session as the prober. A try the target declined
-// is taken back from the prober's rate limit: no session took place,
-// whether the prober tries again or gives up.
-func (n *Node) try(ctx context.Context, u, target, name string, m Module) *outcome {
+// try is one try, of the probe numbered probe, at a session as
+// the prober. It holds this node's session lock from the start, so that
+// a ring's probes that meet are declined_session on both sides (and try
+// again) rather than reserving each other; it takes its GPUs only once
+// the target has reserved itself, so that a target slow to answer holds
+// no GPU and no probe round back. Whatever this node holds is let go of
+// before a reservation it will not use is given back.
+func (n *Node) try(ctx context.Context, u, target, name string, m Module, probe uint64) *outcome {
 	out := &outcome{module: m}
-	h, reason, detail := n.enter(RoleProber, m.GPUsPerNode)
+	unlock, reason, detail := n.lockProber(probe)
 	if reason != "" {
-		out.reason, out.detail = reason, detail
+		out.fail(reason, SideProber, detail)
 		return out
 	}
-	defer h.release()
-	out.gpus, out.localRates = h.gpus, n.nicRates(h.gpus)
-	n.finish(ctx, out, u, target, name, m, h)
-	if isDecline(out.reason) {
-		h.forget()
+	if n.locked != nil {
+		n.locked()
+	}
+	// Never follow a redirect: the target is host:port, and the module's
+	// credentials go there and nowhere else.
+	hc := m.HTTPClient
+	hc.FollowRedirects = false
+	client, err := promconfig.NewClientFromConfig(hc, "node_probe")
+	if err != nil {
+		unlock()
+		out.fail(ReasonBadModule, SideProber, "http_client: "+err.Error())
 		return out
 	}
-	if out.reason != "" && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	defer client.CloseIdleConnections()
+	if token := n.finish(ctx, out, client, u, target, name, m, unlock); token != "" {
+		n.giveBack(ctx, client, u, token)
+	}
+	if out.reason != "" && !isDecline(out.reason) && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		// Whatever failed first, the deadline is what ended the session:
 		// a child cut off mid-operation, a target that did not answer.
 		out.reason = ReasonTimeout
@@ -222,33 +238,32 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-// finish runs both children of a session this node has entered: its own,
-// and the target's through the join call.
-func (n *Node) finish(ctx context.Context, out *outcome, u, target, name string, m Module, h *hold) {
-	client, err := promconfig.NewClientFromConfig(m.HTTPClient, "node_probe")
-	if err != nil {
-		out.reason, out.detail = ReasonBadModule, "http_client: "+err.Error()
-		return
-	}
-	defer client.CloseIdleConnections()
+// finish runs a session whose session lock this node holds (unlock lets
+// go of it): the target's reservation, this node's GPUs, both children,
+// its own and the target's through the join call. It lets go of all it
+// took before it returns, and returns the token of a reservation the
+// target still holds for a join that will not come ("" when none).
+func (n *Node) finish(ctx context.Context, out *outcome, client *http.Client, u, target, name string, m Module, unlock func()) (giveBack string) {
+	defer unlock()
 	k := m.GPUsPerNode
-	// The target first, so that no child starts for a target that
-	// declines (reserve.go).
-	token, reason, detail := n.reserve(ctx, client, u, ReserveRequest{Version: JoinVersion, Module: name, GPUsPerNode: k,
-		HoldSeconds: time.Until(deadlineOf(ctx)).Seconds(), Prober: n.cfg.Name})
+	// The target first, so that no child starts, and no GPU is held, for
+	// a target that declines (reserve.go).
+	token, reason, detail := n.reserve(ctx, client, u, ReserveRequest{Version: JoinVersion, Module: name,
+		Options: sessionOptions(m, time.Until(deadlineOf(ctx))), Prober: n.cfg.Name})
 	if reason != "" {
-		out.reason, out.detail = reason, detail
-		return
+		out.fail(reason, SideTarget, detail)
+		return ""
 	}
-	joinAnswered := false
-	defer func() {
-		if token != "" && !joinAnswered {
-			n.giveBack(client, u, token)
-		}
-	}()
-	o := probes.CollectiveOptions{GPUs: busIDs(h.gpus), Collectives: m.Collectives, SizeBytes: int64(m.Size),
+	gpus, release, reason, detail := n.takeGPUs(k)
+	if reason != "" {
+		out.fail(reason, SideProber, detail)
+		return token
+	}
+	defer release()
+	out.gpus, out.localRates = gpus, n.nicRates(gpus)
+	o := probes.CollectiveOptions{GPUs: busIDs(gpus), Collectives: m.Collectives, SizeBytes: int64(m.Size),
 		SmallBytes: int64(m.SmallSize), Warmup: m.Warmup, Iterations: m.Iterations, Samples: m.Samples,
-		Ranks: 2 * k, FirstRank: 0, Peer: target}
+		Ranks: 2 * k, FirstRank: 0, Peer: target, SendRecvOffset: k}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ids := make(chan string, 1)
@@ -263,13 +278,14 @@ func (n *Node) finish(ctx context.Context, out *outcome, u, target, name string,
 	case id = <-ids:
 	case l := <-localc:
 		out.local = l.round
-		out.reason, out.detail = childFailure(ctx, l, "this node's child ended before making an NCCL unique id")
-		return
+		r, d := childFailure(ctx, l, "this node's child ended before making an NCCL unique id")
+		out.fail(r, SideProber, d)
+		return token
 	case <-ctx.Done():
 		cancel()
 		out.local = (<-localc).round
-		out.reason, out.detail = ReasonTimeout, "no NCCL unique id from this node's child before the deadline"
-		return
+		out.fail(ReasonTimeout, SideProber, "no NCCL unique id from this node's child before the deadline")
+		return token
 	}
 	left := time.Until(deadlineOf(ctx))
 	req := JoinRequest{Version: JoinVersion, ID: id, Ranks: 2 * k, FirstRank: k, Module: name,
@@ -278,11 +294,12 @@ func (n *Node) finish(ctx context.Context, out *outcome, u, target, name string,
 	go func() { joinc <- n.join(sctx, client, u, req) }()
 
 	// Whichever side fails first ends the other: a declined or failed
-	// join cancels this node's child, and a failed child cancels the
-	// join, which the target sees as its request ending.
+	// join cancels this node's child, and a failed child or a result
+	// without a value cancels the join, which the target sees as its
+	// request ending: it counts the session failed too.
 	var j joined
 	var l ran
-	joinFirst := false
+	joinFirst, localFailed := false, ""
 	select {
 	case j = <-joinc:
 		joinFirst = true
@@ -293,10 +310,16 @@ func (n *Node) finish(ctx context.Context, out *outcome, u, target, name string,
 	case l = <-localc:
 		if r, _ := childFailure(ctx, l, ""); r != "" {
 			cancel()
+		} else if localFailed = roundFailure(l.round); localFailed != "" {
+			cancel()
 		}
 		j = <-joinc
 	}
-	joinAnswered = j.answered
+	// A target that answered the join with anything but its round (a
+	// decline, a refusal, a proxy's error) may still hold the reservation.
+	if j.status != http.StatusOK {
+		giveBack = token
+	}
 	out.local, out.remote, out.remoteRates = l.round, j.round, j.rates
 	if isDecline(j.reason) {
 		// No session took place: whatever this node's child measured
@@ -308,25 +331,30 @@ func (n *Node) finish(ctx context.Context, out *outcome, u, target, name string,
 	// cancelled for it.
 	switch {
 	case joinFirst && j.reason != "":
-		out.reason, out.detail = j.reason, j.detail
-		return
+		out.fail(j.reason, SideTarget, j.detail)
+		return giveBack
 	case joinFirst && j.round.Error != "":
-		out.reason, out.detail = ReasonNCCLError, "target: "+j.round.Error
-		return
+		out.fail(ReasonNCCLError, SideTarget, "target: "+j.round.Error)
+		return giveBack
 	}
 	if r, d := childFailure(ctx, l, ""); r != "" {
-		out.reason, out.detail = r, "this node: "+d
-		return
+		out.fail(r, SideProber, "this node: "+d)
+		return giveBack
+	}
+	if localFailed != "" {
+		out.fail(ReasonNCCLError, SideProber, "this node: "+localFailed)
+		return giveBack
 	}
 	if j.reason != "" {
-		out.reason, out.detail = j.reason, j.detail
-		return
+		out.fail(j.reason, SideTarget, j.detail)
+		return giveBack
 	}
 	if j.round.Error != "" {
-		out.reason, out.detail = ReasonNCCLError, "target: "+j.round.Error
-		return
+		out.fail(ReasonNCCLError, SideTarget, "target: "+j.round.Error)
+		return giveBack
 	}
 	out.check()
+	return giveBack
 }
 
 // childFailure is why a child's run gave no usable round ("" when it did);
@@ -370,7 +398,7 @@ func (n *Node) join(ctx context.Context, client *http.Client, base string, req J
 	} else {
 		j.reason, j.detail = answerFailure(resp, b, JoinPath)
 	}
-	j.answered = true
+	j.status = resp.StatusCode
 	return j
 }
 

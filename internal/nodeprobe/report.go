@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/alecthomas/units"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpulink/gpulink_exporter/probes"
@@ -40,8 +41,9 @@ var (
 			"waited and tried again within its budget.", nil, nil)
 	failureDesc = prometheus.NewDesc("gpulink_node_probe_failure_info",
 		"Why probe_success is 0; value 1. reason: declined_busy, declined_session, declined_rate_limited, declined_unavailable, "+
-			"declined_disabled (either node declined), unauthorized, unreachable, timeout, nccl_error, bad_response, bad_module.",
-		[]string{"reason"}, nil)
+			"declined_disabled (either node declined), unauthorized, unreachable, timeout, nccl_error, bad_response, refused, bad_module. "+
+			"side: the node whose decline or failure ended the session (prober, target, or both when each failed on its own).",
+		[]string{"reason", "side"}, nil)
 )
 
 // ProbeFamilies describes every family a /probe answer may hold and
@@ -57,10 +59,11 @@ type outcome struct {
 	// localRates and remoteRates are what the NIC nearest each node's
 	// GPUs carries, in rank order (0 unknown).
 	localRates, remoteRates []float64
-	// reason is "" for a success.
-	reason, detail string
-	duration       time.Duration
-	attempts       int // tries at a session, the last of which this is
+	// reason is "" for a success; side is the node whose failure or
+	// decline it is (Side*).
+	reason, detail, side string
+	duration             time.Duration
+	attempts             int // tries at a session, the last of which this is
 
 	describeOnly bool
 }
@@ -89,7 +92,7 @@ func (o *outcome) Collect(ch chan<- prometheus.Metric) {
 	gauge(durationDesc, o.duration.Seconds())
 	gauge(attemptsDesc, float64(o.attempts))
 	if o.reason != "" {
-		gauge(failureDesc, 1, o.reason)
+		gauge(failureDesc, 1, o.reason, o.side)
 	}
 	if o.local == nil {
 		return
@@ -234,9 +237,77 @@ func (o *outcome) channels() map[string]int {
 	return out
 }
 
-// check fails a session in which a result has no value.
+// Sides of a session: gpulink_node_probe_failure_info's side label.
+const (
+	SideProber = "prober"
+	SideTarget = "target"
+	SideBoth   = "both"
+)
+
+// fail ends the session for reason, on side.
+func (o *outcome) fail(reason, side, detail string) {
+	o.reason, o.side, o.detail = reason, side, detail
+}
+
+// check fails a session in which a result of either node has no value:
+// a failure on the target's side fails the session as one on the
+// prober's does, and the answer says whose it was.
 func (o *outcome) check() {
-	if _, missing := o.measured(); missing != "" {
-		o.reason, o.detail = ReasonNCCLError, missing
+	local, remote := roundFailure(o.local), roundFailure(o.remote)
+	if remote == "" {
+		remote = o.remoteMissing()
 	}
+	switch {
+	case local != "" && remote != "":
+		o.fail(ReasonNCCLError, SideBoth, "this node: "+local+"; target: "+remote)
+		return
+	case remote != "":
+		o.fail(ReasonNCCLError, SideTarget, "target: "+remote)
+		return
+	case local != "":
+		o.fail(ReasonNCCLError, SideProber, "this node: "+local)
+		return
+	}
+	if _, missing := o.measured(); missing != "" {
+		o.fail(ReasonNCCLError, SideProber, "this node: "+missing)
+	}
+}
+
+// remoteMissing is the first collective over both nodes the target's
+// round has no result of; "" when it has every one.
+func (o *outcome) remoteMissing() string {
+	for _, c := range o.module.Collectives {
+		if c == probes.SendRecv {
+			continue // the prober's GPUs send: its round has them
+		}
+		for _, size := range []int64{int64(o.module.Size), int64(o.module.SmallSize)} {
+			if find(o.remote, c, size, nil, nil) == nil {
+				return fmt.Sprintf("%s at %s: no result", c, units.Base2Bytes(size))
+			}
+		}
+	}
+	return ""
+}
+
+// roundFailure is why round did not give every result it has a value:
+// its error, or its first result with one; "" when none failed. The
+// prober judges both nodes' rounds by it, and the target its own.
+func roundFailure(round *probes.CollectiveRound) string {
+	if round == nil {
+		return ""
+	}
+	if round.Error != "" {
+		return round.Error
+	}
+	for _, r := range round.Results {
+		if r.Error == "" {
+			continue
+		}
+		what := string(r.Collective)
+		if r.FromRank != nil && r.ToRank != nil {
+			what = fmt.Sprintf("%s %d->%d", r.Collective, *r.FromRank, *r.ToRank)
+		}
+		return fmt.Sprintf("%s at %s: %s", what, units.Base2Bytes(r.SizeBytes), r.Error)
+	}
+	return ""
 }

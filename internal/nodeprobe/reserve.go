@@ -9,20 +9,39 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
+	"slices"
 	"time"
 
 	"github.com/prometheus/common/version"
 )
 
-// A prober reserves the target before it starts its NCCL child: POST
-// /node-probe/reserve enters the session on the target (its session lock,
-// its rate limit and its GPUs, as a join would) and holds it for the join
-// that follows with the reservation's token. Without it every try of a
-// prober whose target was busy or in another session started a child (a
-// CUDA context on each GPU, NCCL's setup) only to cancel it when the join
-// was declined. A target that has no such path (an exporter from before
-// it) answers 404, and the prober joins without a reservation as before.
+// A prober reserves the target before it takes its own GPUs and starts
+// its NCCL child: POST /node-probe/reserve enters the session on the
+// target (its session lock, its rate limit and its GPUs, as a join would)
+// and holds it for the join that follows with the reservation's token.
+// Without it every try of a prober whose target was busy or in another
+// session started a child (a CUDA context on each GPU, NCCL's setup) only
+// to cancel it when the join was declined. A target that answers 404 does
+// not take part (--node-probe.enabled is off, or it is from before
+// reservations, when the join's version was 1 and this one would not be
+// read either): declined_disabled, and no child starts.
+//
+// What a reservation may hold, and how often:
+//   - one at a time (the session lock), for at most what was left of the
+//     prober's deadline when it asked, and never more than maxReserveHold;
+//   - it starts the target's --node-probe.min-interval whether it is
+//     joined, given back or left to expire: holding a node without running
+//     a session costs as much as running one;
+//   - a remote (host) whose reservation expired unjoined is declined
+//     (declined_rate_limited) for lockoutBase or the min-interval, whichever
+//     is longer, doubled for each expiry in a row up to maxLockout; a join
+//     of its next reservation clears the record;
+//   - the join must match it: module, collectives, sizes, iterations and
+//     GPUs equal, and a timeout no longer than it was reserved for; a join
+//     that does not is refused and ends the reservation.
 
 // ReservePath is where a prober reserves a target.
 const ReservePath = "/node-probe/reserve"
@@ -36,15 +55,34 @@ var Paths = []string{ProbePath, ReservePath, JoinPath}
 // a whole probe timeout.
 const maxReserveHold = 30 * time.Second
 
-// ReserveRequest is the prober's body on POST /node-probe/reserve.
+// reserveTimeout bounds the prober's wait for the target's answer to a
+// reservation: a target answers at once (it takes a lock and looks at its
+// GPUs), and the prober holds its session lock meanwhile.
+const reserveTimeout = 5 * time.Second
+
+// The lockout of a remote whose reservations expire unjoined, and how
+// many remotes are remembered (the least recent first forgotten).
+const (
+	lockoutBase = time.Minute
+	maxLockout  = time.Hour
+	maxRemotes  = 1024
+)
+
+// defaultBodyTimeout bounds reading a request's body: a real one is under
+// 1 KiB and comes with its headers.
+const defaultBodyTimeout = 10 * time.Second
+
+// ReserveRequest is the prober's body on POST /node-probe/reserve: the
+// session it will join with, which the join must match.
 type ReserveRequest struct {
 	Version int `json:"version"`
-	// Module names the prober's module, for the target's log.
-	Module      string `json:"module"`
-	GPUsPerNode int    `json:"gpus_per_node"`
-	// HoldSeconds is how long the target keeps the reservation for the
-	// join: what is left of the prober's deadline, up to maxReserveHold.
-	HoldSeconds float64 `json:"hold_seconds"`
+	// Module names the prober's module: the target checks Options against
+	// its own module of that name.
+	Module string `json:"module"`
+	// Options are the session's; TimeoutSeconds is what is left of the
+	// prober's deadline, and the reservation's hold (up to
+	// maxReserveHold).
+	Options SessionOptions `json:"options"`
 	// Prober names the prober (its host name).
 	Prober string `json:"prober"`
 }
@@ -57,23 +95,102 @@ type ReserveResponse struct {
 
 // validate checks a reservation as the target reads it.
 func (r *ReserveRequest) validate() error {
-	switch {
-	case r.Version != JoinVersion:
+	if r.Version != JoinVersion {
 		return fmt.Errorf("version %d: this exporter speaks %d", r.Version, JoinVersion)
-	case r.GPUsPerNode < 1 || r.GPUsPerNode > MaxGPUsPerNode:
-		return fmt.Errorf("gpus_per_node %d: want 1 to %d", r.GPUsPerNode, MaxGPUsPerNode)
-	case !(r.HoldSeconds > 0):
-		return fmt.Errorf("hold_seconds %g: want above 0", r.HoldSeconds)
 	}
-	return nil
+	return r.Options.validate(r.Module)
 }
 
 // reservation is a session entered for a prober whose join has not come
 // yet.
 type reservation struct {
-	token string
-	h     *hold
-	timer *time.Timer
+	token   string
+	h       *hold
+	timer   *time.Timer
+	module  string
+	options SessionOptions
+	remote  string // host
+}
+
+// matches says how a join differs from the reservation it names; "" when
+// it does not.
+func (res *reservation) matches(req *JoinRequest) string {
+	o, r := req.Options, res.options
+	switch {
+	case req.Module != res.module:
+		return fmt.Sprintf("module %q, reserved for %q", req.Module, res.module)
+	case o.GPUsPerNode != r.GPUsPerNode:
+		return fmt.Sprintf("gpus_per_node %d, reserved for %d", o.GPUsPerNode, r.GPUsPerNode)
+	case o.SizeBytes != r.SizeBytes || o.SmallBytes != r.SmallBytes:
+		return fmt.Sprintf("size_bytes %d and small_bytes %d, reserved for %d and %d", o.SizeBytes, o.SmallBytes, r.SizeBytes, r.SmallBytes)
+	case !slices.Equal(o.Collectives, r.Collectives):
+		return fmt.Sprintf("collectives %v, reserved for %v", o.Collectives, r.Collectives)
+	case o.Warmup != r.Warmup || o.Iterations != r.Iterations || o.Samples != r.Samples:
+		return fmt.Sprintf("warmup %d, iterations %d, samples %d, reserved for %d, %d, %d", o.Warmup, o.Iterations, o.Samples, r.Warmup, r.Iterations, r.Samples)
+	case o.TimeoutSeconds > r.TimeoutSeconds:
+		return fmt.Sprintf("timeout_seconds %g, reserved for %g", o.TimeoutSeconds, r.TimeoutSeconds)
+	}
+	return ""
+}
+
+// lockout is a remote whose reservations expired unjoined.
+type lockout struct {
+	expired int       // in a row
+	until   time.Time // declined until then
+}
+
+// remoteHost is the host a request came from: the unit of a lockout.
+func remoteHost(r *http.Request) string {
+	if h, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return h
+	}
+	return r.RemoteAddr
+}
+
+// lockedOut says why remote is declined at now; "" when it is not.
+func (n *Node) lockedOut(remote string, now time.Time) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	l := n.remotes[remote]
+	if l == nil || !now.Before(l.until) {
+		return ""
+	}
+	return fmt.Sprintf("%d %s from %s expired unjoined in a row; its reservations are declined for another %s",
+		l.expired, plural(l.expired, "reservation", "reservations"), remote, l.until.Sub(now).Round(time.Second))
+}
+
+// lockOut records an expiry of remote's at now. Called with n.mu held.
+func (n *Node) lockOut(remote string, now time.Time) time.Duration {
+	l := n.remotes[remote]
+	if l == nil {
+		if len(n.remotes) >= maxRemotes {
+			n.forgetRemote(now)
+		}
+		l = &lockout{}
+		n.remotes[remote] = l
+	}
+	l.expired++
+	d := max(lockoutBase, n.cfg.MinInterval) << min(l.expired-1, 16)
+	d = min(d, maxLockout)
+	l.until = now.Add(d)
+	return d
+}
+
+// forgetRemote makes room for another remote: every record whose lockout
+// ended more than maxLockout ago, or else the one that ends first.
+// Called with n.mu held.
+func (n *Node) forgetRemote(now time.Time) {
+	var first string
+	for r, l := range n.remotes {
+		if now.Sub(l.until) > maxLockout {
+			delete(n.remotes, r)
+		} else if first == "" || l.until.Before(n.remotes[first].until) {
+			first = r
+		}
+	}
+	if len(n.remotes) >= maxRemotes {
+		delete(n.remotes, first)
+	}
 }
 
 // ReserveHandler answers POST /node-probe/reserve (see ReservePath) with
@@ -86,7 +203,7 @@ func (n *Node) serveReserve(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
 	case http.MethodPost:
 	case http.MethodDelete:
-		if n.dropReservation(r.URL.Query().Get("token"), "given back by the prober") {
+		if n.dropReservation(r.URL.Query().Get("token"), EndGivenBack, "given back by the prober") {
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
@@ -98,7 +215,7 @@ func (n *Node) serveReserve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req ReserveRequest
-	if err := readStrict(w, r, &req); err != nil {
+	if err := n.readStrict(w, r, &req); err != nil {
 		writeJSON(w, http.StatusBadRequest, Decline{Reason: ReasonBadRequest, Detail: "reading the reservation: " + err.Error()})
 		return
 	}
@@ -107,9 +224,15 @@ func (n *Node) serveReserve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	logger := n.logger.With("prober", req.Prober, "remote", r.RemoteAddr, "module", req.Module)
-	h, reason, detail := n.enter(RoleTarget, req.GPUsPerNode)
+	if err := n.withinModule(req.Module, req.Options); err != nil {
+		logger.Warn("refused a node-to-node reservation", "err", err)
+		writeJSON(w, http.StatusBadRequest, Decline{Reason: ReasonBadRequest, Detail: "reservation: " + err.Error()})
+		return
+	}
+	remote := remoteHost(r)
+	h, reason, detail := n.enterTarget(req.Options.GPUsPerNode, remote)
 	if reason != "" {
-		n.count(RoleTarget, ResultDeclined)
+		n.count(RoleTarget, ResultDeclined, reason)
 		logger.Info("declined a node-to-node session", "reason", reason, "detail", detail)
 		writeJSON(w, declineStatus(reason), Decline{Reason: reason, Detail: detail})
 		return
@@ -117,19 +240,20 @@ func (n *Node) serveReserve(w http.ResponseWriter, r *http.Request) {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read does not fail
 	token := hex.EncodeToString(b[:])
-	hold := min(time.Duration(req.HoldSeconds*float64(time.Second)), maxReserveHold)
+	hold := min(time.Duration(req.Options.TimeoutSeconds*float64(time.Second)), maxReserveHold)
 	n.mu.Lock()
 	// The session lock is held: no other reservation can be pending.
-	n.reserved = &reservation{token: token, h: h}
-	n.reserved.timer = time.AfterFunc(hold, func() { n.dropReservation(token, "no join within "+hold.String()) })
+	n.reserved = &reservation{token: token, h: h, module: req.Module, options: req.Options, remote: remote}
+	n.reserved.timer = time.AfterFunc(hold, func() { n.dropReservation(token, EndExpired, "no join within "+hold.String()) })
 	n.mu.Unlock()
+	n.reservations.Inc()
 	logger.Debug("reserved for a node-to-node session", "hold", hold)
 	writeJSON(w, http.StatusOK, ReserveResponse{Token: token})
 }
 
-// takeReservation hands the session reserved under token to its join;
+// takeReservation hands the reservation made under token to its join;
 // nil when there is none (it expired, or was never made).
-func (n *Node) takeReservation(token string) *hold {
+func (n *Node) takeReservation(token string) *reservation {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	res := n.reserved
@@ -137,13 +261,14 @@ func (n *Node) takeReservation(token string) *hold {
 		return nil
 	}
 	n.reserved = nil
-	return res.h
+	return res
 }
 
-// dropReservation leaves the session reserved under token, which took no
-// place: its start is taken back from the target's rate limit. It says
-// whether there was one.
-func (n *Node) dropReservation(token, why string) bool {
+// dropReservation ends the reservation made under token, which no
+// session used, for how (expired, given back); an expiry locks its
+// remote out. Its start still counts toward the target's rate limit. It
+// says whether there was one.
+func (n *Node) dropReservation(token, how, why string) bool {
 	n.mu.Lock()
 	res := n.reserved
 	if token == "" || res == nil || res.token != token {
@@ -152,44 +277,100 @@ func (n *Node) dropReservation(token, why string) bool {
 	}
 	res.timer.Stop()
 	n.reserved = nil
+	var lockedFor time.Duration
+	if how == EndExpired {
+		lockedFor = n.lockOut(res.remote, n.now())
+	}
 	n.mu.Unlock()
-	res.h.forget()
-	res.h.release()
-	n.logger.Info("node-to-node reservation left unused", "why", why)
+	n.endReservation(res, how, why, "locked_out_for", lockedFor)
 	return true
 }
 
+// endReservation lets go of a reservation no session will use.
+func (n *Node) endReservation(res *reservation, how, why string, attrs ...any) {
+	res.h.release()
+	n.ended.WithLabelValues(how).Inc()
+	n.logger.Info("node-to-node reservation left unused", append([]any{"how", how, "why", why, "remote", res.remote}, attrs...)...)
+}
+
+// joinedFrom clears remote's record of expiries: its reservation was
+// joined.
+func (n *Node) joinedFrom(remote string) {
+	n.mu.Lock()
+	delete(n.remotes, remote)
+	n.mu.Unlock()
+	n.ended.WithLabelValues(EndJoined).Inc()
+}
+
+// withinModule checks a session's options against this node's own module
+// of the name: a target runs nothing bigger, longer or on more GPUs than
+// its operator configured, whatever the prober's modules say.
+func (n *Node) withinModule(name string, o SessionOptions) error {
+	m, ok := n.cfg.Modules.Get(name)
+	if !ok {
+		return fmt.Errorf("module %q: this target has no such module", name)
+	}
+	over := func(field string, got, limit any) error {
+		return fmt.Errorf("module %q: %s %v is over this target's %v", name, field, got, limit)
+	}
+	for _, c := range o.Collectives {
+		if !slices.Contains(m.Collectives, c) {
+			return fmt.Errorf("module %q: collective %s is not among this target's %v", name, c, m.Collectives)
+		}
+	}
+	switch {
+	case o.GPUsPerNode > m.GPUsPerNode:
+		return over("gpus_per_node", o.GPUsPerNode, m.GPUsPerNode)
+	case len(n.cfg.GPUs) > 0 && o.GPUsPerNode > len(n.cfg.GPUs):
+		return over("gpus_per_node", o.GPUsPerNode, fmt.Sprintf("%d GPUs of --node-probe.gpu", len(n.cfg.GPUs)))
+	case o.SizeBytes > int64(m.Size):
+		return over("size_bytes", o.SizeBytes, int64(m.Size))
+	case o.SmallBytes > int64(m.SmallSize):
+		return over("small_bytes", o.SmallBytes, int64(m.SmallSize))
+	case o.Warmup > m.Warmup:
+		return over("warmup", o.Warmup, m.Warmup)
+	case o.Iterations > m.Iterations:
+		return over("iterations", o.Iterations, m.Iterations)
+	case o.Samples > m.Samples:
+		return over("samples", o.Samples, m.Samples)
+	case o.TimeoutSeconds > time.Duration(m.Timeout).Seconds():
+		return over("timeout_seconds", o.TimeoutSeconds, time.Duration(m.Timeout).Seconds())
+	}
+	return nil
+}
+
 // reserve asks the target at base (scheme://host:port) to reserve itself.
-// It returns the token; or no token and no reason when the target has no
-// reservations (an exporter from before them: join without one); or the
-// reason and detail the target declined or failed with.
+// It returns the token, or the reason and detail the target declined or
+// failed with: a 404 is declined_disabled (the target does not take part).
 func (n *Node) reserve(ctx context.Context, client *http.Client, base string, req ReserveRequest) (token, reason, detail string) {
+	ctx, cancel := context.WithTimeout(ctx, reserveTimeout)
+	defer cancel()
 	resp, b, reason, detail := call(ctx, client, http.MethodPost, base+ReservePath, req)
 	if reason != "" {
 		return "", reason, detail
 	}
 	defer resp.Body.Close()
-	switch resp.StatusCode {
-	case http.StatusOK:
+	if resp.StatusCode == http.StatusOK {
 		var rr ReserveResponse
 		if err := json.Unmarshal(b, &rr); err != nil || rr.Token == "" {
 			return "", ReasonBadResponse, fmt.Sprintf("the target's reservation: %.200q", b)
 		}
 		return rr.Token, "", ""
-	case http.StatusNotFound:
-		return "", "", ""
 	}
 	reason, detail = answerFailure(resp, b, ReservePath)
 	return "", reason, detail
 }
 
 // giveBack returns a reservation the prober will not join, so that the
-// target need not wait for it to expire. Best effort: ctx may be over,
-// so it has a few seconds of its own.
-func (n *Node) giveBack(client *http.Client, base, token string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	hr, err := http.NewRequestWithContext(ctx, http.MethodDelete, base+ReservePath+"?token="+token, nil)
+// target need not wait for it to expire, within what is left of ctx
+// (the probe's deadline): past it, the reservation expires on its own,
+// its hold being what was left of the deadline when it was made.
+func (n *Node) giveBack(ctx context.Context, client *http.Client, base, token string) {
+	if ctx.Err() != nil {
+		n.logger.Debug("no time left to give back a node-to-node reservation; it expires at the probe's deadline")
+		return
+	}
+	hr, err := http.NewRequestWithContext(ctx, http.MethodDelete, base+ReservePath+"?token="+url.QueryEscape(token), nil)
 	if err != nil {
 		return
 	}
@@ -230,16 +411,22 @@ func call(ctx context.Context, client *http.Client, method, u string, v any) (re
 	return resp, b, "", ""
 }
 
-// answerFailure is why a target's answer other than 200 (and, for a join,
-// 404) says it did not take part.
+// answerFailure is why a target's answer other than 200 says it did not
+// take part: a 404 is a target that does not (declined_disabled), a 400
+// one that refused what it was asked (refused: another version, or beyond
+// its own module), and a redirect, which is never followed, an answer no
+// exporter sends.
 func answerFailure(resp *http.Response, b []byte, path string) (reason, detail string) {
 	switch resp.StatusCode {
 	case http.StatusUnauthorized, http.StatusForbidden:
 		return ReasonUnauthorized, resp.Status
 	case http.StatusNotFound:
-		return ReasonDisabled, resp.Status + ": the target does not answer " + path + " (--node-probe.enabled)"
+		return ReasonDisabled, resp.Status + ": the target does not answer " + path + " (--node-probe.enabled, and an exporter with reservations)"
 	}
 	var d Decline
+	if err := json.Unmarshal(b, &d); err == nil && d.Reason == ReasonBadRequest && resp.StatusCode == http.StatusBadRequest {
+		return ReasonRefused, "target: " + d.Detail
+	}
 	if err := json.Unmarshal(b, &d); err != nil || !targetReason(d.Reason) {
 		return ReasonBadResponse, fmt.Sprintf("%s: %.200q", resp.Status, b)
 	}
@@ -247,10 +434,22 @@ func answerFailure(resp *http.Response, b []byte, path string) (reason, detail s
 }
 
 // readStrict reads one JSON object into v, no unknown field, up to
-// maxJoinBytes; it reads the body to its end whatever happens.
-func readStrict(w http.ResponseWriter, r *http.Request, v any) error {
+// maxJoinBytes, within the node's body timeout (a caller that sends its
+// body slowly holds a goroutine and a descriptor no longer); it reads the
+// body to its end whatever happens. Once the body is read, net/http lifts
+// the deadline itself to watch the connection (a caller that hangs up
+// ends the request's context), so a session that runs longer is not cut;
+// a body not read in time leaves the connection to be closed.
+func (n *Node) readStrict(w http.ResponseWriter, r *http.Request, v any) error {
+	// Where the connection cannot take a deadline (a test's recorder),
+	// the body is read as it comes.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(n.bodyTimeout))
 	body := http.MaxBytesReader(w, r.Body, maxJoinBytes)
 	defer func() { _, _ = io.Copy(io.Discard, body) }()
+	return decodeStrict(body, v)
+}
+
+func decodeStrict(body io.Reader, v any) error {
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

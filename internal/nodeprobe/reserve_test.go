@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpulink/gpulink_exporter/probes"
 )
 
 // reserveCall sends method to the target's ReservePath with body and returns the
@@ -22,7 +24,7 @@ func reserveCall(t *testing.T, tn *testNode, method, query, body string) (int, s
 
 func reserveOn(t *testing.T, tn *testNode, hold time.Duration) string {
 	t.Helper()
-	b, err := json.Marshal(ReserveRequest{Version: JoinVersion, Module: "nccl_ring", GPUsPerNode: 1, HoldSeconds: hold.Seconds(), Prober: "a"})
+	b, err := json.Marshal(ReserveRequest{Version: JoinVersion, Module: "nccl_ring", Options: sessionOptions(DefaultModule(), hold), Prober: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,10 +46,11 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // A reservation holds the target (its GPUs, its session lock) until its
-// hold runs out; unused, it is taken back from the rate limit, and a join
-// naming it after that enters the session itself.
+// hold runs out; unused, it still counts toward the target's rate limit,
+// and a join naming it after that enters the session itself, under the
+// same limits.
 func TestReservationExpires(t *testing.T) {
-	b := newTestNode(t, newFabric(), "b", 50e9, true, func(c *Config) { c.MinInterval = time.Hour })
+	b := newTestNode(t, newFabric(), "b", 50e9, true, nil)
 	token := reserveOn(t, b, 50*time.Millisecond)
 	if !b.gate.isHeld() {
 		t.Fatal("a reservation that holds no GPUs")
@@ -56,11 +59,15 @@ func TestReservationExpires(t *testing.T) {
 		t.Errorf("a join without the token while reserved: %d %+v, want declined_session", status, d)
 	}
 	waitFor(t, "the reservation to expire", func() bool { return !b.gate.isHeld() })
-	if !strings.Contains(b.log.String(), "no join within 50ms") {
-		t.Errorf("log does not say why the reservation ended:\n%s", b.log.String())
+	waitFor(t, "the expiry to be logged", func() bool { return strings.Contains(b.log.String(), "no join within 50ms") })
+	if got := metric(t, b.node, "gpulink_node_probe_reservations_ended_total", "how", EndExpired); got != 1 {
+		t.Errorf("expiries counted %g, want 1", got)
 	}
-	// No session took place: the rate limit does not hold the next back,
-	// nor does the stale token.
+	// The stale token is no reservation: the join enters the session
+	// itself, from another remote than the one locked out.
+	b.node.mu.Lock()
+	b.node.remotes = map[string]*lockout{}
+	b.node.mu.Unlock()
 	req := validJoin()
 	req.Reservation = token
 	if status, d := postJoin(t, b, req); status != http.StatusOK {
@@ -75,7 +82,7 @@ func TestReservationExpires(t *testing.T) {
 // token frees the target at once; an unknown token is 404.
 func TestReservationGivenBack(t *testing.T) {
 	b := newTestNode(t, newFabric(), "b", 50e9, true, nil)
-	token := reserveOn(t, b, time.Minute)
+	token := reserveOn(t, b, 20*time.Second)
 	if status, _ := reserveCall(t, b, http.MethodDelete, "?token=not-"+token, ""); status != http.StatusNotFound {
 		t.Errorf("giving back another token: %d, want 404", status)
 	}
@@ -93,6 +100,12 @@ func TestReservationGivenBack(t *testing.T) {
 	}
 	if status, _ := reserveCall(t, b, http.MethodGet, "", ""); status != http.StatusMethodNotAllowed {
 		t.Errorf("GET: %d, want 405", status)
+	}
+	if got := metric(t, b.node, "gpulink_node_probe_reservations_ended_total", "how", EndGivenBack); got != 1 {
+		t.Errorf("give-backs counted %g, want 1", got)
+	}
+	if got := metric(t, b.node, "gpulink_node_probe_reservations_total"); got != 1 {
+		t.Errorf("reservations counted %g, want 1", got)
 	}
 }
 
@@ -117,16 +130,28 @@ func TestProberGivesBackWhenItsChildFails(t *testing.T) {
 	}
 }
 
-// A reservation the target cannot read is refused with the field named.
+// A reservation the target cannot read, or beyond its own module, is
+// refused with the field named.
 func TestReservationRefusesBadRequests(t *testing.T) {
 	b := newTestNode(t, newFabric(), "b", 50e9, true, nil)
+	body := func(f func(*ReserveRequest)) string {
+		r := ReserveRequest{Version: JoinVersion, Module: DefaultModuleName, Options: sessionOptions(DefaultModule(), time.Second), Prober: "a"}
+		f(&r)
+		return string(must(json.Marshal(r)))
+	}
 	for _, c := range []struct{ body, want string }{
-		{`{"version":1,"gpus_per_node":1,"hold_seconds":1,"extra":1}`, `unknown field "extra"`},
-		{`{"version":9,"gpus_per_node":1,"hold_seconds":1}`, "version 9"},
-		{`{"version":1,"gpus_per_node":0,"hold_seconds":1}`, "gpus_per_node 0"},
-		{`{"version":1,"gpus_per_node":1,"hold_seconds":0}`, "hold_seconds 0"},
-		{`{"version":1,"gpus_per_node":1,"hold_seconds":1}{}`, "more than one JSON value"},
+		{strings.Replace(body(func(*ReserveRequest) {}), "{", `{"extra":1,`, 1), `unknown field "extra"`},
+		{body(func(r *ReserveRequest) { r.Version = 9 }), "version 9"},
+		{body(func(r *ReserveRequest) { r.Options.GPUsPerNode = 0 }), "gpus_per_node: 0"},
+		{body(func(r *ReserveRequest) { r.Options.TimeoutSeconds = 0 }), "timeout_seconds 0"},
+		{body(func(*ReserveRequest) {}) + "{}", "more than one JSON value"},
 		{`not json`, "reading the reservation"},
+		// This target's own module: one GPU, 256 MiB, 30 s.
+		{body(func(r *ReserveRequest) { r.Module = "other" }), `module "other": this target has no such module`},
+		{body(func(r *ReserveRequest) { r.Options.GPUsPerNode = 2 }), "gpus_per_node 2 is over this target's 1"},
+		{body(func(r *ReserveRequest) { r.Options.SizeBytes = 1 << 30 }), "size_bytes 1073741824 is over"},
+		{body(func(r *ReserveRequest) { r.Options.TimeoutSeconds = 60 }), "timeout_seconds 60 is over this target's 30"},
+		{body(func(r *ReserveRequest) { r.Options.Collectives = []probes.Collective{probes.AllToAll} }), "collective all_to_all is not among"},
 	} {
 		status, body := reserveCall(t, b, http.MethodPost, "", c.body)
 		var d Decline

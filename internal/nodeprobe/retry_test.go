@@ -47,14 +47,13 @@ func TestProbeCollidingRing(t *testing.T) {
 		t.Run(fmt.Sprintf("%d nodes", size), func(t *testing.T) {
 			fab := newFabric()
 			// Prometheus' offsets put the scrapes at one moment: every
-			// prober enters its session (its session lock held) before
-			// any asks its target, and none lets go before every one has
-			// its answer.
+			// prober takes its session lock before any asks its target,
+			// and none lets go before every one has its answer.
 			started, answered := meeting(size), meeting(size)
 			ring := make([]*testNode, size)
 			for i := range ring {
 				tn := newTestNode(t, fab, fmt.Sprintf("node-%d", i), 50e9, true, nil)
-				tn.gate.enter, tn.gate.leave = started(), answered()
+				tn.node.locked, tn.node.unlocking = started(), answered()
 				draw := (float64(i) + 0.5) / float64(size) // 0.25, 0.75; 0.17, 0.5, 0.83
 				tn.node.now, tn.node.sleep, tn.node.rand = time.Now, schedule.SleepUnlessDone, func() float64 { return draw }
 				ring[i] = tn
@@ -247,7 +246,7 @@ func TestProbeOtherDeclinesNotRetried(t *testing.T) {
 		{"target unavailable", false, func(_, b *testNode) { b.gate.refuse(schedule.SkipMIG) }, ReasonUnavailable},
 		{"target disabled", true, func(_, _ *testNode) {}, ReasonDisabled},
 		{"unauthorized", true, func(_, b *testNode) {
-			b.mux.HandleFunc(JoinPath, func(w http.ResponseWriter, _ *http.Request) {
+			b.mux.HandleFunc(ReservePath, func(w http.ResponseWriter, _ *http.Request) {
 				http.Error(w, "Unauthorized", http.StatusUnauthorized)
 			})
 		}, ReasonUnauthorized},

@@ -29,24 +29,48 @@ func (n *Node) serveJoin(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "Method not allowed: POST a join request", http.StatusMethodNotAllowed)
 		return
 	}
-	req, err := readJoin(w, r)
+	req, err := n.readJoin(w, r)
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, Decline{Reason: ReasonBadRequest, Detail: err.Error()})
 		return
 	}
 	logger := n.logger.With("prober", req.Prober, "remote", r.RemoteAddr, "module", req.Module)
-	// The session the prober reserved; without one (it expired, or the
-	// prober did not reserve), the join enters the session itself.
-	h := n.takeReservation(req.Reservation)
-	var reason, detail string
-	if h == nil {
-		h, reason, detail = n.enter(RoleTarget, req.Options.GPUsPerNode)
+	// The session the prober reserved, which the join must match; a
+	// reservation the join does not match ends, refused, as does a join
+	// beyond this node's own module.
+	res := n.takeReservation(req.Reservation)
+	why := ""
+	if res != nil {
+		why = res.matches(req)
 	}
-	if reason != "" {
-		n.count(RoleTarget, ResultDeclined)
-		logger.Info("declined to join a node-to-node session", "reason", reason, "detail", detail)
-		writeJSON(w, declineStatus(reason), Decline{Reason: reason, Detail: detail})
+	if why == "" {
+		if err := n.withinModule(req.Module, req.Options); err != nil {
+			why = err.Error()
+		}
+	}
+	if why != "" {
+		if res != nil {
+			n.endReservation(res, EndRefused, why)
+		}
+		logger.Warn("refused a node-to-node join", "why", why)
+		writeJSON(w, http.StatusBadRequest, Decline{Reason: ReasonBadRequest, Detail: "join: " + why})
 		return
+	}
+	// Without a reservation (it expired, or the prober made none), the
+	// join enters the session itself, under the same limits.
+	var h *hold
+	if res != nil {
+		h = res.h
+		n.joinedFrom(res.remote)
+	} else {
+		var reason, detail string
+		h, reason, detail = n.enterTarget(req.Options.GPUsPerNode, remoteHost(r))
+		if reason != "" {
+			n.count(RoleTarget, ResultDeclined, reason)
+			logger.Info("declined to join a node-to-node session", "reason", reason, "detail", detail)
+			writeJSON(w, declineStatus(reason), Decline{Reason: reason, Detail: detail})
+			return
+		}
 	}
 	defer h.release()
 	o := req.Options
@@ -56,10 +80,10 @@ func (n *Node) serveJoin(w http.ResponseWriter, r *http.Request) {
 	round, err := n.cfg.Runner.RunCollectives(ctx, probes.CollectiveOptions{GPUs: busIDs(h.gpus),
 		Collectives: o.Collectives, SizeBytes: o.SizeBytes, SmallBytes: o.SmallBytes, Warmup: o.Warmup,
 		Iterations: o.Iterations, Samples: o.Samples, Ranks: req.Ranks, FirstRank: req.FirstRank,
-		UniqueID: req.ID, Peer: req.Prober}, nil)
+		UniqueID: req.ID, Peer: req.Prober, SendRecvOffset: o.GPUsPerNode}, nil)
 	if round == nil {
 		reason, detail := childFailure(ctx, ran{err: err}, "")
-		n.count(RoleTarget, ResultFailed)
+		n.count(RoleTarget, ResultFailed, reason)
 		logger.Warn("node-to-node session failed", "reason", reason, "err", detail)
 		writeJSON(w, http.StatusInternalServerError, Decline{Reason: reason, Detail: detail})
 		return
@@ -72,11 +96,11 @@ func (n *Node) serveJoin(w http.ResponseWriter, r *http.Request) {
 		// what it measured is cut short.
 		round.Error = "the session ended before the round did: " + context.Cause(ctx).Error()
 	}
-	if round.Error != "" {
-		n.count(RoleTarget, ResultFailed)
-		logger.Warn("node-to-node session failed", "err", round.Error)
+	if why := roundFailure(round); why != "" {
+		n.count(RoleTarget, ResultFailed, "")
+		logger.Warn("node-to-node session failed", "err", why)
 	} else {
-		n.count(RoleTarget, ResultSuccess)
+		n.count(RoleTarget, ResultSuccess, "")
 		logger.Debug("joined a node-to-node session", "seconds", round.Seconds)
 	}
 	writeJSON(w, http.StatusOK, JoinResponse{Round: round, NICBytesPerSecond: n.nicRates(h.gpus)})
@@ -87,9 +111,9 @@ func (n *Node) serveJoin(w http.ResponseWriter, r *http.Request) {
 // whatever happens, so that the server watches the connection while the
 // child runs: a prober that hangs up ends the request's context, and so
 // this node's child.
-func readJoin(w http.ResponseWriter, r *http.Request) (*JoinRequest, error) {
+func (n *Node) readJoin(w http.ResponseWriter, r *http.Request) (*JoinRequest, error) {
 	var req JoinRequest
-	if err := readStrict(w, r, &req); err != nil {
+	if err := n.readStrict(w, r, &req); err != nil {
 		return nil, fmt.Errorf("reading the join request: %w", err)
 	}
 	if err := req.validate(); err != nil {

@@ -149,7 +149,7 @@ func TestProbeThroughWebConfig(t *testing.T) {
 		t.Run(tc.module+"/"+tc.scheme, func(t *testing.T) {
 			fab := newFabric()
 			a := newTestNode(t, fab, "a", 50e9, true, func(c *Config) { c.Modules = NewModules(file) })
-			b := newTestNode(t, fab, "b", 50e9, true, nil)
+			b := newTestNode(t, fab, "b", 50e9, true, func(c *Config) { c.Modules = NewModules(file) })
 			addr := serveWebConfig(t, b.mux, webConfig)
 			params := url.Values{"target": {tc.scheme + addr}, "module": {tc.module}}
 			_, body := a.probe(t, params, "")

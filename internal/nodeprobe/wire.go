@@ -16,9 +16,13 @@ import (
 // JoinPath is where a target exporter is asked to join a session.
 const JoinPath = "/node-probe/join"
 
-// JoinVersion changes whenever the join request or its answer changes
-// incompatibly; a target refuses a request of another version.
-const JoinVersion = 1
+// JoinVersion changes whenever the reservation, the join request or
+// their answers change incompatibly; a target refuses a request of
+// another version. 2: the reservation carries the session's options, the
+// join must match them, and send/recv runs only from each of the
+// prober's GPUs to its counterpart (both children must make the same
+// calls).
+const JoinVersion = 2
 
 // Reasons a session gave no result: gpulink_node_probe_failure_info's
 // reason label on /probe, and the reason a target declines with.
@@ -36,6 +40,10 @@ const (
 	ReasonBadModule    = "bad_module"        // the module's http_client cannot be built (a CA file gone since it was loaded)
 	ReasonNCCLError    = "nccl_error"        // a child failed, or a result has no value
 	ReasonBadResponse  = "bad_response"      // the target answered what no exporter of this version sends
+	// ReasonRefused: the target refused the request (400): another
+	// version, beyond its own module of the name, or a join that does not
+	// match its reservation.
+	ReasonRefused = "refused"
 )
 
 // JoinRequest is the prober's body on POST /node-probe/join: the NCCL
@@ -88,19 +96,28 @@ func (o SessionOptions) module() Module {
 	return m
 }
 
+// validate checks a session's options, as a module named module.
+func (o SessionOptions) validate(module string) error {
+	if !(o.TimeoutSeconds > 0) {
+		return fmt.Errorf("options: timeout_seconds %g: want above 0", o.TimeoutSeconds)
+	}
+	m := o.module()
+	if err := m.Validate(module); err != nil {
+		return fmt.Errorf("options: %w", err)
+	}
+	return nil
+}
+
 // validate checks a request as the target reads it; the error says which
 // field is wrong.
 func (r *JoinRequest) validate() error {
 	if r.Version != JoinVersion {
 		return fmt.Errorf("version %d: this exporter speaks %d", r.Version, JoinVersion)
 	}
-	if r.Options.TimeoutSeconds <= 0 {
-		return fmt.Errorf("options: timeout_seconds %g: want above 0", r.Options.TimeoutSeconds)
+	if err := r.Options.validate(r.Module); err != nil {
+		return err
 	}
 	m := r.Options.module()
-	if err := m.Validate(r.Module); err != nil {
-		return fmt.Errorf("options: %w", err)
-	}
 	k := r.Options.GPUsPerNode
 	if r.FirstRank != k || r.Ranks != 2*k {
 		return fmt.Errorf("ranks %d, first_rank %d: with gpus_per_node %d want ranks %d, first_rank %d", r.Ranks, r.FirstRank, k, 2*k, k)

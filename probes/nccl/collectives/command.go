@@ -45,6 +45,8 @@ type CollectiveCommand struct {
 	NVLS    bool
 	Timeout time.Duration
 	Output  string
+	// SendRecvOffset: see probes.CollectiveOptions.
+	SendRecvOffset int
 }
 
 const collectivesHelp = `Run one round of NCCL collectives over the GPUs and print the results as nccl-tests does (the daemon runs this as a child process).
@@ -68,6 +70,9 @@ func AddCollectiveCommand(app *kingpin.Application, c *CollectiveCommand) *kingp
 	cmd.Flag("unique-id", "NCCL unique id (hex) the communicator is joined with, as rank 0's process printed it. Default: make one (this process must hold rank 0).").StringVar(&c.UniqueID)
 	cmd.Flag("id-fd", "File descriptor (3 or more) to write a new unique id to, with a newline, when other processes hold ranks. Default: stderr.").Default("0").IntVar(&c.IDFD)
 	cmd.Flag("peer", "The other node of a node-to-node probe, as the results name it.").StringVar(&c.Peer)
+	// Set by the daemon's node-to-node sessions (each GPU to its
+	// counterpart on the other node); hidden to keep the help short.
+	cmd.Flag("send-recv-offset", "Send/recv only from each rank r to rank r+N; 0 for every pair.").Default("0").Hidden().IntVar(&c.SendRecvOffset)
 	cmd.Flag("library", "Path or name of the NCCL library.").Default(nccl.DefaultLibrary).StringVar(&c.Library)
 	cmd.Flag("nvls", "Let NCCL use NVLink SHARP (NVLS, multicast); off by default: on a shared machine multicast can put the GPUs out of service.").BoolVar(&c.NVLS)
 	cmd.Flag("timeout", "Abort the communicator and report what was measured after this long; 0 for no limit.").Default("0s").DurationVar(&c.Timeout)
@@ -218,7 +223,7 @@ func (c *CollectiveCommand) options() (probes.CollectiveOptions, error) {
 		return probes.CollectiveOptions{}, err
 	}
 	o := probes.CollectiveOptions{SizeBytes: size, SmallBytes: small, Warmup: c.Warmup, Iterations: c.Iterations, Samples: c.Samples,
-		Ranks: c.Ranks, FirstRank: c.FirstRank, UniqueID: c.UniqueID, Peer: c.Peer}
+		Ranks: c.Ranks, FirstRank: c.FirstRank, UniqueID: c.UniqueID, Peer: c.Peer, SendRecvOffset: c.SendRecvOffset}
 	for _, k := range c.Collectives {
 		o.Collectives = append(o.Collectives, probes.Collective(k))
 	}
