@@ -354,6 +354,7 @@ func (w *wiring) nvmlIDs() func() []nvml.Identity {
 func startSlurm(w *wiring, s setting) {
 	var files *sampler.Sampler[*slurm.Mappings]
 	if w.cfg.slurmMappingDir != "" {
+		w.logger.Info("reading Slurm job-mapping files", "dir", w.cfg.slurmMappingDir, "interval", s.interval)
 		files = sample(w, s, &slurm.MappingReader{Dir: w.cfg.slurmMappingDir, GPUs: w.nvmlIDs()})
 	}
 	if files != nil || w.process != nil {

@@ -268,11 +268,27 @@ func TestCheckDaemonSet(t *testing.T) {
 	if got := check(goodDaemonSet, renderAll); !strings.Contains(got, "--collector.dcgm is missing") {
 		t.Errorf("all features: errors %q lack the missing DCGM flag", got)
 	}
-	all := strings.Replace(goodDaemonSet, "- --path.procfs=/host/proc", `- --path.procfs=/host/proc
+	all := strings.NewReplacer("- --path.procfs=/host/proc", `- --path.procfs=/host/proc
         - --collector.dcgm
-        - --dcgm.address=$(NODE_IP):5555`, 1)
+        - --dcgm.address=$(NODE_IP):5555
+        - --slurm.job-mapping-dir=/run/dcgm-job-map`,
+		"        - {name: pr, mountPath: /var/lib/kubelet/pod-resources, readOnly: true}\n", `        - {name: pr, mountPath: /var/lib/kubelet/pod-resources, readOnly: true}
+        - {name: jobs, mountPath: /run/dcgm-job-map, readOnly: true}
+`,
+		"      - {name: pr, hostPath: {path: /var/lib/kubelet/pod-resources}}\n", `      - {name: pr, hostPath: {path: /var/lib/kubelet/pod-resources}}
+      - {name: jobs, hostPath: {path: /run/dcgm-job-map, type: DirectoryOrCreate}}
+`).Replace(goodDaemonSet)
 	if got := check(all, renderAll); got != "" {
 		t.Errorf("all features: %s", got)
+	}
+	// The mapping directory must be the host's, read-only.
+	for _, tc := range []struct{ old, new string }{
+		{"{name: jobs, mountPath: /run/dcgm-job-map, readOnly: true}", "{name: jobs, mountPath: /run/dcgm-job-map}"},
+		{"      - {name: jobs, hostPath: {path: /run/dcgm-job-map, type: DirectoryOrCreate}}\n", ""},
+	} {
+		if got := check(strings.Replace(all, tc.old, tc.new, 1), renderAll); !strings.Contains(got, "--slurm.job-mapping-dir=/run/dcgm-job-map: want the host's") {
+			t.Errorf("mapping directory %q: errors %q", tc.new, got)
+		}
 	}
 }
 

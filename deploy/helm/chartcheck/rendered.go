@@ -474,14 +474,15 @@ func checkDaemonSet(objs []object, mode renderMode) []error {
 
 	// Pod attribution is on by default (the chart exists for Kubernetes);
 	// DCGM only when asked for.
-	optional := map[string]string{"--collector.dcgm": "dcgm", "--dcgm.address": "dcgm"}
+	optional := map[string]string{"--collector.dcgm": "dcgm.enabled", "--dcgm.address": "dcgm.enabled", "--slurm.job-mapping-dir": "slurm.jobMappingDir"}
 	for flag, feature := range optional {
 		_, ok := flagValue(args, flag)
 		switch {
 		case mode == renderDefault && ok:
-			fail("%s is on with default values; it belongs to %s.enabled", flag, feature)
-		case mode == renderAll && !ok && flag == "--collector.dcgm":
-			fail("%s is missing with %s.enabled", flag, feature)
+			fail("%s is on with default values; it belongs to %s", flag, feature)
+		case mode == renderAll && !ok && flag != "--dcgm.address":
+			// The address may be left to the embedded engine.
+			fail("%s is missing with %s set", flag, feature)
 		}
 	}
 	for _, flag := range []string{"--collector.kubernetes", "--kubernetes.pod-resources-socket"} {
@@ -494,6 +495,9 @@ func checkDaemonSet(objs []object, mode renderMode) []error {
 		if mountedHost(dir) != dir {
 			fail("--kubernetes.pod-resources-socket=%s: want the host's %s mounted read-only at %s", sock, dir, dir)
 		}
+	}
+	if dir, ok := flagValue(args, "--slurm.job-mapping-dir"); ok && mountedHost(dir) != dir {
+		fail("--slurm.job-mapping-dir=%s: want the host's %s mounted read-only at %s", dir, dir, dir)
 	}
 	if addr, _ := flagValue(args, "--dcgm.address"); mode == renderAll && addr == "" {
 		fail("--dcgm.address is empty")
