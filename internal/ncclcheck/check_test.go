@@ -1,0 +1,273 @@
+package ncclcheck
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gpulink/gpulink_exporter/internal/nic"
+	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
+	"github.com/gpulink/gpulink_exporter/numa"
+)
+
+// node extracts a fixture machine (numa/testdata/<name>.txtar) and adds
+// files (path -> content; content "->x" makes a symbolic link to x).
+func node(t *testing.T, name string, files map[string]string) (root string, topo *numa.Topology, ports *nic.Snapshot) {
+	t.Helper()
+	root = t.TempDir()
+	f, err := os.Open(filepath.Join("..", "..", "numa", "testdata", name+".txtar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := machine.ExtractTxtar(f, root); err != nil {
+		t.Fatal(err)
+	}
+	for p, content := range files {
+		full := filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if target, ok := strings.CutPrefix(content, "->"); ok {
+			err = os.Symlink(target, full)
+		} else {
+			err = os.WriteFile(full, []byte(content), 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	fsys := numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
+	topo, err = fsys.Topology()
+	if topo == nil {
+		t.Fatalf("topology: %v", err)
+	}
+	ports, err = (&nic.Reader{FS: fsys}).Sample(context.Background())
+	if ports == nil {
+		t.Fatalf("NICs: %v", err)
+	}
+	return root, topo, ports
+}
+
+func env(root string, vars map[string]string, memlock uint64) Env {
+	return Env{Root: root, Library: "libnccl.so.2", Getenv: func(k string) string { return vars[k] },
+		Memlock: func() (uint64, error) { return memlock, nil }}
+}
+
+// A DGX H100: eight InfiniBand ports up, each GPU with its own NIC under
+// its PCIe switch (PIX), nvidia_peermem loaded: IB with GPUDirect RDMA for
+// every GPU.
+func TestExpectDGXH100(t *testing.T) {
+	_, topo, ports := node(t, "dgx-h100", nil)
+	es := Expect(topo, ports)
+	if len(es) != 8 {
+		t.Fatalf("%d GPUs, want 8", len(es))
+	}
+	for _, e := range es {
+		if e.Network != "IB" || !e.GDR || e.Path != numa.PathPIX || len(e.RailNICs) != 1 {
+			t.Errorf("%+v: want IB with GPUDirect RDMA over one PIX rail NIC", e)
+		}
+	}
+	// A rail's port down: that GPU's traffic takes another NIC, without
+	// GPUDirect RDMA (the other NICs are across the host bridge).
+	ports.Ports[0].StateID.V, ports.Ports[0].State = 1, "DOWN"
+	es = Expect(topo, ports)
+	if es[0].Network != "IB" || es[0].GDR {
+		t.Errorf("rail port down: %+v, want IB without GPUDirect RDMA", es[0])
+	}
+	// Without peermem or dma-buf, no GPUDirect RDMA anywhere.
+	topo.GPUDirect.PeermemLoaded.V, topo.GPUDirect.DMABufSupported.V = false, false
+	for _, e := range Expect(topo, ports) {
+		if e.GDR {
+			t.Errorf("%+v: GPUDirect RDMA without peermem or dma-buf", e)
+		}
+	}
+	// Every port down: sockets.
+	for i := range ports.Ports {
+		ports.Ports[i].StateID.V = 1
+	}
+	for _, e := range Expect(topo, ports) {
+		if e.Network != "Socket" || e.GDR {
+			t.Errorf("%+v: want Socket", e)
+		}
+	}
+	if Expect(nil, ports) != nil {
+		t.Error("no topology: want nothing")
+	}
+}
+
+// An AWS p5: EFA through the OFI plugin; GPUDirect RDMA where dma-buf or
+// peermem is there (the fixture's kernel and driver offer dma-buf).
+func TestExpectAWSP5(t *testing.T) {
+	_, topo, ports := node(t, "aws-p5", nil)
+	es := Expect(topo, ports)
+	if len(es) != 8 {
+		t.Fatalf("%d GPUs, want 8", len(es))
+	}
+	for _, e := range es {
+		if e.Network != "EFA" || len(e.RailNICs) != 4 {
+			t.Errorf("%+v: want EFA over four rail NICs", e)
+		}
+		if want := topo.GPUDirect.PeermemLoaded.V || topo.GPUDirect.DMABufSupported.V; e.GDR != want {
+			t.Errorf("%+v: GDR %v, want %v (peermem %v, dma-buf %v)", e, e.GDR, want, topo.GPUDirect.PeermemLoaded, topo.GPUDirect.DMABufSupported)
+		}
+	}
+}
+
+func lines(r *Report) string {
+	var b bytes.Buffer
+	_ = r.Write(&b)
+	return b.String()
+}
+
+func item(t *testing.T, r *Report, check string) Item {
+	t.Helper()
+	i := slices.IndexFunc(r.Items, func(it Item) bool { return it.Check == check })
+	if i < 0 {
+		t.Fatalf("no %s item in\n%s", check, lines(r))
+	}
+	return r.Items[i]
+}
+
+// The borrowed H200 VM: no RDMA NICs, so sockets are expected and the
+// check passes with NCCL found; it fails naming the library where the
+// library is nowhere.
+func TestCheckH200VM(t *testing.T) {
+	root, topo, ports := node(t, "h200-vm", map[string]string{
+		"usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5": "ELF",
+		"usr/lib/x86_64-linux-gnu/libnccl.so.2":      "->libnccl.so.2.21.5",
+	})
+	r := Check(env(root, nil, 8<<20), topo, ports)
+	out := lines(r)
+	if !r.Ready() {
+		t.Errorf("not ready:\n%s", out)
+	}
+	for _, want := range []string{
+		"ok       library           /usr/lib/x86_64-linux-gnu/libnccl.so.2, NCCL 2.21.5\n",
+		"ok       network_plugin    none (no libnccl-net.so): NCCL's own IB and Socket transports\n",
+		"info     rdma_devices      none, and no RDMA port is up: sockets are all there is\n",
+		"info     memlock           RLIMIT_MEMLOCK 8 MiB (only RDMA needs it)\n",
+		"expected_network  GPU 0000:",
+		": Socket (",
+		"ready: ",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	if r.LibraryPath != "/usr/lib/x86_64-linux-gnu/libnccl.so.2" || r.Version != "2.21.5" || r.Plugin != "" {
+		t.Errorf("library %q version %q plugin %q", r.LibraryPath, r.Version, r.Plugin)
+	}
+
+	e := env(root, nil, 8<<20)
+	e.Library = "/nowhere/libnccl.so.2"
+	r = Check(e, topo, ports)
+	if r.Ready() || r.Passed(CheckLibrary) || !strings.Contains(item(t, r, CheckLibrary).Detail, "/nowhere/libnccl.so.2 not found") {
+		t.Errorf("library nowhere:\n%s", lines(r))
+	}
+	if !strings.HasSuffix(lines(r), "NOT READY: see the lines marked missing\n") {
+		t.Errorf("verdict:\n%s", lines(r))
+	}
+
+	// Loading decides where the caller may load: its error, or too old a
+	// version, fails.
+	e = env(root, nil, 8<<20)
+	e.LoadVersion = func(string) (int, error) { return 0, errors.New("libnccl.so.2: cannot open shared object file") }
+	if r := Check(e, topo, ports); r.Passed(CheckLibrary) || !strings.Contains(item(t, r, CheckLibrary).Detail, "cannot open shared object file") {
+		t.Errorf("load error:\n%s", lines(r))
+	}
+	e.LoadVersion = func(string) (int, error) { return 21305, nil }
+	if r := Check(e, topo, ports); r.Passed(CheckLibrary) || !strings.Contains(item(t, r, CheckLibrary).Detail, "NCCL 2.13.5; the probes need 2.14") {
+		t.Errorf("2.13:\n%s", lines(r))
+	}
+	e.LoadVersion = func(string) (int, error) { return 22809, nil }
+	if r := Check(e, topo, ports); !r.Ready() || r.Version != "2.28.9" {
+		t.Errorf("2.28.9:\n%s", lines(r))
+	}
+}
+
+// A DGX H100 in a container that sees neither /dev/infiniband nor an
+// unlimited memlock: RDMA is impossible, and the check says both.
+func TestCheckDGXH100(t *testing.T) {
+	root, topo, ports := node(t, "dgx-h100", map[string]string{
+		"opt/nccl/lib/libnccl.so.2":  "ELF",
+		"etc/ld.so.conf.d/nccl.conf": "# NCCL\n/opt/nccl/lib\ninclude /etc/other/*.conf\n",
+	})
+	r := Check(env(root, nil, 64<<10), topo, ports)
+	if r.Ready() || r.Passed(CheckRDMADevices) || r.Passed(CheckMemlock) || !r.Passed(CheckLibrary) || !r.Passed(CheckPlugin) {
+		t.Errorf("want rdma_devices and memlock missing:\n%s", lines(r))
+	}
+	if got := item(t, r, CheckLibrary).Detail; got != "/opt/nccl/lib/libnccl.so.2, version unknown until a collective round loads it" {
+		t.Errorf("library: %q", got)
+	}
+	if got := item(t, r, CheckMemlock).Detail; !strings.Contains(got, "64 KiB") {
+		t.Errorf("memlock: %q", got)
+	}
+	if got := item(t, r, CheckNICPorts).Detail; got != "mlx5_0 port 1: infiniband, up, 400 Gb/s" {
+		t.Errorf("first port: %q", got)
+	}
+	if got := item(t, r, CheckNetworkGPU).Detail; !strings.HasSuffix(got, ": IB with GPUDirect RDMA (rail mlx5_0, PIX)") {
+		t.Errorf("first GPU: %q", got)
+	}
+
+	// With the devices, an unlimited memlock (or CAP_IPC_LOCK): ready.
+	root, topo, ports = node(t, "dgx-h100", map[string]string{
+		"usr/lib/libnccl.so.2":   "ELF",
+		"dev/infiniband/uverbs0": "",
+		"dev/infiniband/uverbs1": "",
+		"proc/self/status":       "Name:\tgpulink\nCapEff:\t0000000000004000\n",
+	})
+	r = Check(env(root, nil, 64<<10), topo, ports)
+	if !r.Ready() || item(t, r, CheckRDMADevices).Detail != "/dev/infiniband/uverbs0 /dev/infiniband/uverbs1" {
+		t.Errorf("want ready:\n%s", lines(r))
+	}
+	if got := item(t, r, CheckMemlock).Detail; got != "RLIMIT_MEMLOCK 64 KiB, but CAP_IPC_LOCK lifts it" {
+		t.Errorf("memlock: %q", got)
+	}
+	if r := Check(env(root, nil, Unlimited), topo, ports); item(t, r, CheckMemlock).Detail != "RLIMIT_MEMLOCK unlimited" {
+		t.Errorf("unlimited:\n%s", lines(r))
+	}
+}
+
+// An AWS p5 needs aws-ofi-nccl: found by NCCL_NET_PLUGIN's name on
+// LD_LIBRARY_PATH, missing without it, and off with "none".
+func TestCheckAWSP5Plugin(t *testing.T) {
+	root, topo, ports := node(t, "aws-p5", map[string]string{
+		"usr/lib/libnccl.so.2":                       "ELF",
+		"dev/infiniband/uverbs0":                     "",
+		"opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so": "ELF",
+	})
+	vars := map[string]string{"NCCL_NET_PLUGIN": "ofi", "LD_LIBRARY_PATH": "/opt/amazon/ofi-nccl/lib:/opt/amazon/efa/lib"}
+	r := Check(env(root, vars, Unlimited), topo, ports)
+	if !r.Ready() || r.Plugin != "/opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so" {
+		t.Errorf("plugin %q:\n%s", r.Plugin, lines(r))
+	}
+	r = Check(env(root, map[string]string{"NCCL_NET_PLUGIN": "ofi"}, Unlimited), topo, ports)
+	if r.Passed(CheckPlugin) || !strings.Contains(item(t, r, CheckPlugin).Detail, "no libnccl-net-ofi.so on the library path: EFA is reached only through aws-ofi-nccl") {
+		t.Errorf("no plugin:\n%s", lines(r))
+	}
+	r = Check(env(root, map[string]string{"NCCL_NET_PLUGIN": "none"}, Unlimited), topo, ports)
+	if r.Passed(CheckPlugin) {
+		t.Errorf("plugins off on EFA:\n%s", lines(r))
+	}
+	r = Check(env(root, map[string]string{"NCCL_NET_PLUGIN": "/opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so"}, Unlimited), topo, ports)
+	if !r.Passed(CheckPlugin) {
+		t.Errorf("plugin by path:\n%s", lines(r))
+	}
+}
+
+func TestVersionFromName(t *testing.T) {
+	for name, want := range map[string]int{
+		"/usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5": 22105, "libnccl.so.2.28.9": 22809, "libnccl.so.2": 0,
+		"libnccl.so.2.300.1": 0, "libnccl-net.so.2.21.5": 0,
+	} {
+		if got := versionFromName(name); got != want {
+			t.Errorf("versionFromName(%q) = %d, want %d", name, got, want)
+		}
+	}
+}
