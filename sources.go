@@ -74,6 +74,7 @@ const (
 	slurmSource
 	nicSource
 	nodeProbeSource
+	ncclSource
 	numSources
 )
 
@@ -208,6 +209,12 @@ var sources = [numSources]source{
 		flags: nodeProbeFlags,
 		check: checkNodeProbe,
 		start: startNodeProbe,
+	},
+	ncclSource: {
+		name: "nccl", on: true, usesTopology: true,
+		help:     "What an NCCL session between this node and another would use and lack, without running one: the library, the network plugin, the RDMA devices, the memlock limit, and the network and GPUDirect RDMA the NICs call for (as `collectives --check` prints it).",
+		interval: durationFlag{"1m", "How often to check what NCCL between nodes would use."},
+		start:    startNCCLCheck,
 	},
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/collector"
 	"github.com/gpulink/gpulink_exporter/internal/dcgm"
 	"github.com/gpulink/gpulink_exporter/internal/kubelet"
+	"github.com/gpulink/gpulink_exporter/internal/ncclcheck"
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/nodeprobe"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
@@ -117,6 +118,8 @@ func simulatedDGX(t *testing.T) []prometheus.Collector {
 	place := sampler.New[*process.Snapshot]("process", &process.Reader{
 		FS: fsys, Processes: reader.ComputeProcesses, Topology: topo.LatestData, GPUs: reader.Identities}, opts)
 	nic := sampler.New[*nic.Snapshot]("nic", &nic.Reader{FS: fsys}, opts)
+	check := sampler.New[*ncclcheck.Report]("nccl", &ncclcheck.Source{Env: n.NCCLEnv("libnccl.so.2"),
+		Topology: topo.LatestData, NICs: nic.LatestData}, opts)
 	xid := nvml.NewXIDWatcher(reader, nil)
 	xid.Wait = 20 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
@@ -148,7 +151,7 @@ func simulatedDGX(t *testing.T) []prometheus.Collector {
 		if err := n.Advance(now); err != nil {
 			t.Fatal(err)
 		}
-		for _, s := range []interface{ SampleOnce(context.Context) }{nvmlS, topo, place, nic} {
+		for _, s := range []interface{ SampleOnce(context.Context) }{nvmlS, topo, place, nic, check} {
 			s.SampleOnce(context.Background())
 		}
 		sched.RunRound(context.Background())
@@ -164,10 +167,11 @@ func simulatedDGX(t *testing.T) []prometheus.Collector {
 		collector.NewTopologyCollector(topo, reader), collector.NewNICCollector(nic),
 		collector.NewProcessCollector(place, true), collector.NewJobCollector(place, nil),
 		collector.NewProbeCollector(sched), collector.NewCollectiveCollector(sched),
+		collector.NewNCCLCheckCollector(check, reader),
 		// No DCGM or kubelet on the simulated node: described, not gathered.
 		collector.NewDCGMCollector(fixedSource[*dcgm.Snapshot]{}),
 		collector.NewPodCollector(fixedSource[*kubelet.Snapshot]{}),
-		collector.NewExporterCollector(nvmlS, xid, topo, place, nic, sched, n),
+		collector.NewExporterCollector(nvmlS, xid, topo, place, nic, sched, check, n),
 		// Node-to-node probes: the sessions counter on /metrics, and the
 		// families of a /probe answer (its own registry), described.
 		nodeprobe.New(nodeprobe.Config{}), nodeprobe.ProbeFamilies(),
@@ -195,7 +199,8 @@ func TestMetricNamesFile(t *testing.T) {
 	for _, family := range []string{"gpulink_gpu_info", "gpulink_gpu_xid_errors_total", "gpulink_topology_gpu_numa_info",
 		"gpulink_nic_port_up", "gpulink_gpu_processes", "gpulink_probe_bandwidth_bytes_per_second",
 		"gpulink_probe_pcie_link_generation_under_load", "gpulink_collective_bus_bandwidth_ratio", "gpulink_collective_channels",
-		"gpulink_collective_send_recv_bandwidth_ratio", "gpulink_source_up", "gpulink_exporter_build_info"} {
+		"gpulink_collective_send_recv_bandwidth_ratio", "gpulink_collective_expected_network_info", "gpulink_collective_library_info",
+		"gpulink_collective_network_ready", "gpulink_source_up", "gpulink_exporter_build_info"} {
 		if !gathered[family] {
 			t.Errorf("family %s missing from the simulated DGX H100's scrape", family)
 		}

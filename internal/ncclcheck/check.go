@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gpulink/gpulink_exporter/internal/nccllog"
 	"github.com/gpulink/gpulink_exporter/internal/nic"
@@ -486,10 +487,26 @@ type Source struct {
 	Env      Env
 	Topology func() *numa.Topology
 	NICs     func() *nic.Snapshot
+	// Ready, where set, says the topology and NICs have been read once:
+	// the first sample waits for it (within its deadline), so that the
+	// daemon's first report knows what the NICs call for.
+	Ready func() bool
 }
 
 // Sample implements sampler.Source.
 func (s *Source) Sample(ctx context.Context) (*Report, error) {
+	if s.Ready != nil {
+		t := time.NewTicker(50 * time.Millisecond)
+		for !s.Ready() {
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, fmt.Errorf("the topology and NICs were not read in time: %w", context.Cause(ctx))
+			case <-t.C:
+			}
+		}
+		t.Stop()
+	}
 	var topo *numa.Topology
 	var ports *nic.Snapshot
 	if s.Topology != nil {

@@ -77,6 +77,10 @@ func CheckFaults(name string, m *machine.Machine, faults []Fault) error {
 			if f.Transport == probes.TransportNet && !hasRDMA(m) {
 				return fail("transport", "this node has no RDMA device for NCCL's network transport")
 			}
+		case NCCLNetSocket, NCCLGDROff:
+			if !hasRDMA(m) {
+				return fail("kind", "this node has no RDMA device: NCCL takes sockets between nodes anyway")
+			}
 		case ProcessFarSocket, ProcessFarMemory:
 			if len(m.Nodes) < 2 {
 				return fail("gpu", "this node has one NUMA node: no socket is far")

@@ -43,6 +43,13 @@ const (
 	ACSRedirect      FaultKind = "acs_redirect"
 	PeermemMissing   FaultKind = "peermem_missing"
 	NCCLTransport    FaultKind = "nccl_transport"
+	// NCCLNetSocket: the container does not see the RDMA devices
+	// (/dev/infiniband), and NCCL takes sockets between nodes though the
+	// NICs' RDMA ports are up: the classic silent fallback.
+	NCCLNetSocket FaultKind = "nccl_net_socket"
+	// NCCLGDROff: NCCL's network connections go without GPUDirect RDMA
+	// (staged through host memory) where the node calls for it.
+	NCCLGDROff FaultKind = "nccl_gdr_off"
 )
 
 // fieldSpec says which fields a kind takes, each by its YAML name, in the
@@ -74,12 +81,14 @@ var kindFields = map[FaultKind]fieldSpec{
 	ACSRedirect:      {oneOf: []string{"gpu", "device"}},
 	PeermemMissing:   {},
 	NCCLTransport:    {required: []string{"transport"}, optional: []string{"gpus"}},
+	NCCLNetSocket:    {},
+	NCCLGDROff:       {},
 }
 
 // FaultKinds lists the kinds in the order the fault file documents them.
 var FaultKinds = []FaultKind{PCIeWidth, PCIeGeneration, NVLinkDown, NVLinkErrors, NICRate, NICDown,
 	NICFlapping, NICSymbolErrors, ProcessFarSocket, ProcessFarMemory, Throttle, XID, ProbeBandwidth, ProbeLatency, FabricDown, RecoveryAction,
-	ACSRedirect, PeermemMissing, NCCLTransport}
+	ACSRedirect, PeermemMissing, NCCLTransport, NCCLNetSocket, NCCLGDROff}
 
 // ThrottleReasons are the clock event reasons a throttle fault may hold
 // active: the ones a healthy GPU never shows for long.

@@ -41,6 +41,8 @@ faults:
 - {kind: acs_redirect, device: "0000:39:01.0"}
 - {kind: nccl_transport,    transport: shm, gpus: [1, 0]}
 - {kind: nccl_transport,    transport: net, gpus: [3]}
+- {kind: nccl_net_socket}
+- {kind: nccl_gdr_off}
 `
 
 func TestParseContractFile(t *testing.T) {
@@ -72,6 +74,8 @@ func TestParseContractFile(t *testing.T) {
 		{Kind: ACSRedirect, GPU: -1, Device: "0000:39:01.0", PeerGPU: -1},
 		{Kind: NCCLTransport, GPU: -1, PeerGPU: -1, Transport: "shm", GPUs: "0,1"},
 		{Kind: NCCLTransport, GPU: -1, PeerGPU: -1, Transport: "net", GPUs: "3"},
+		{Kind: NCCLNetSocket, GPU: -1, PeerGPU: -1},
+		{Kind: NCCLGDROff, GPU: -1, PeerGPU: -1},
 	}
 	if len(faults) != len(want) {
 		t.Fatalf("got %d faults, want %d: %+v", len(faults), len(want), faults)

@@ -342,6 +342,9 @@ func (n *Node) Advance(now time.Time) error {
 	n.live.writeSysfs(m, dt, eff)
 	machine.Pause()
 	err := n.syncer.Sync(m)
+	if err == nil {
+		err = n.writeContainer(m)
+	}
 	n.last, n.tickTook, n.tickErr = now, time.Since(start), err
 	if err != nil {
 		n.errors++

@@ -21,6 +21,8 @@ type Profile struct {
 	// restores health.
 	Machine func() *machine.Machine
 	Links   LinkModel
+	// NCCL is what the exporter's container holds of NCCL (ncclenv.go).
+	NCCL ProfileNCCL
 }
 
 // LinkModel is what the modelled probes measure against what the path
@@ -65,6 +67,7 @@ var Profiles = map[string]Profile{
 		Description: "NVIDIA DGX H100: 8 H100 SXM on NVSwitch, 2 Sapphire Rapids sockets, 8 ConnectX-7 NDR ports and 2 Ethernet ports, Gen5 x16 to every GPU",
 		Machine:     machine.DGXH100,
 		Links:       LinkModel{HostEfficiency: 0.87, InterSocketBytesPerSecond: 53e9},
+		// NCCL's own IB transport: no plugin.
 	},
 	"aws-p5": {
 		Name:        "aws-p5",
@@ -73,6 +76,12 @@ var Profiles = map[string]Profile{
 		// 0.9 of Gen4 x8 is 14.2 GB/s; a Gen4 link loses less to TLP
 		// overhead than Gen5 at the payload size the switches use.
 		Links: LinkModel{HostEfficiency: 0.9, InterSocketBytesPerSecond: 40e9},
+		// aws-ofi-nccl where AWS's EFA installer puts it, found as the
+		// chart's EFA example sets it up.
+		NCCL: ProfileNCCL{
+			Env:    map[string]string{"NCCL_NET_PLUGIN": "ofi", "LD_LIBRARY_PATH": "/opt/amazon/ofi-nccl/lib:/opt/amazon/efa/lib"},
+			Plugin: "opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so",
+		},
 	},
 }
 

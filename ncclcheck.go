@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpulink/gpulink_exporter/collector"
+	"github.com/gpulink/gpulink_exporter/internal/ncclcheck"
+	"github.com/gpulink/gpulink_exporter/internal/nic"
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
+)
+
+// ncclEnv is what the check reads on this node: the container's own
+// files below /, the process's environment and memlock limit. The daemon
+// leaves NCCL unloaded (loading it is the child's), so load is nil there.
+func ncclEnv(library string, load func(string) (int, error)) ncclcheck.Env {
+	return ncclcheck.Env{Root: "/", Library: library, Getenv: os.Getenv, Memlock: memlockLimit, LoadVersion: load}
+}
+
+// startNCCLCheck starts the nccl source: the check, sampled, over the
+// topology and NIC samples (the NICs read afresh where the nic source is
+// off). The simulated node gives its own environment: its tree's root
+// holds the library, the plugin and /dev/infiniband as its profile has
+// them.
+func startNCCLCheck(w *wiring, s setting) {
+	env := ncclEnv(w.cfg.ncclLib, nil)
+	if w.sim != nil {
+		env = w.sim.NCCLEnv(w.cfg.ncclLib)
+	}
+	src := &ncclcheck.Source{Env: env, Topology: w.topology.LatestData, Ready: w.topology.Sampled}
+	if w.nic != nil {
+		src.NICs = w.nic.LatestData
+		src.Ready = func() bool { return w.topology.Sampled() && w.nic.Sampled() }
+	} else {
+		r := &nic.Reader{FS: w.fsys}
+		src.NICs = func() *nic.Snapshot {
+			snap, _ := r.Sample(context.Background())
+			return snap
+		}
+	}
+	var ids interface{ Identities() []nvml.Identity }
+	if w.reader != nil {
+		ids = w.reader
+	}
+	w.reg.MustRegister(collector.NewNCCLCheckCollector(sample(w, s, src), ids))
+}
+
+// memlockLimit is this process's soft RLIMIT_MEMLOCK, which the collective
+// child inherits.
+func memlockLimit() (uint64, error) {
+	var l unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &l); err != nil {
+		return 0, err
+	}
+	if l.Cur == unix.RLIM_INFINITY {
+		return ncclcheck.Unlimited, nil
+	}
+	return l.Cur, nil
+}
