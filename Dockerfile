@@ -12,6 +12,35 @@
 #     --read-only --tmpfs /tmp -e CUDA_CACHE_PATH=/tmp/cuda-cache \
 #     gpulink_exporter --path.sysfs=/host/sys --path.procfs=/host/proc
 #
+# Two images, by target:
+#
+#   docker build -t gpulink_exporter .                      # default: with NCCL
+#   docker build --target slim -t gpulink_exporter:slim .   # without
+#
+# The default image carries what the collective and node-to-node probes
+# need to run NCCL (--collector probes with --collective.interval, and
+# /probe between nodes): libnccl2 from NVIDIA's CUDA repository for Ubuntu
+# 24.04 (pinned by NCCL_VERSION; the repository's keyring comes from
+# NVIDIA's cuda-keyring package), and rdma-core's verbs library and user
+# space drivers from Ubuntu 24.04 (noble ships rdma-core 50.0):
+#   libnccl2=2.27.3-1+cuda12.9   NVIDIA, developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/<x86_64|sbsa>
+#   libibverbs1, ibverbs-providers (mlx5, efa, ... providers), and their libnl-3-200, libnl-route-3-200: Ubuntu noble main
+#   ca-certificates (Ubuntu noble main), for apt to reach NVIDIA's repository over https
+# GPULINK_NCCL_LIBRARY (--nccl.library) points at the library through a
+# fixed path, /opt/gpulink/lib/libnccl.so.2. Size: libnccl.so.2.27.3 alone
+# is 411.6 MB (a fat binary for every GPU architecture CUDA 12.9 builds
+# for; the size another project measured in an image with this package),
+# the verbs libraries and their dependencies about 2 MB: the default image
+# is about 415 MB larger than slim. Not measured here (no container
+# engine where this was written): `docker image ls` after a build says.
+# NCCL's network plugins are not in the image: EFA needs aws-ofi-nccl and
+# libfabric from the host (/opt/amazon/ofi-nccl, /opt/amazon/efa), as the
+# Helm chart's values show; `gpulink_exporter collectives --check` says
+# what a container lacks.
+#
+# slim is the same image without NCCL and verbs, for sites that mount
+# their own NCCL (the chart's nccl.hostPath) or run no collectives.
+#
 # Build and run stages share one Ubuntu release, so the binary is linked
 # against the glibc it runs with (golang:1.26 itself is Debian trixie, whose
 # glibc is newer than Ubuntu 24.04's): the Go toolchain is copied out of the
@@ -44,7 +73,7 @@ RUN --mount=type=cache,target=/root/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     make build && ./gpulink_exporter --version
 
-FROM ${BASE_IMAGE}
+FROM ${BASE_IMAGE} AS slim
 LABEL org.opencontainers.image.title="gpulink_exporter" \
       org.opencontainers.image.description="Prometheus exporter for GPU links: PCIe, NVLink, NICs and NUMA placement" \
       org.opencontainers.image.source="https://github.com/gpulink/gpulink_exporter" \
@@ -62,3 +91,34 @@ EXPOSE 9849
 # /dev/nvidia* 0660 need the owning group added (--group-add) or uid 0.
 USER 65532:65532
 ENTRYPOINT ["/bin/gpulink_exporter"]
+
+# The default image: slim plus NCCL and the verbs libraries.
+FROM slim AS nccl
+ARG NCCL_VERSION=2.27.3-1+cuda12.9
+ARG TARGETARCH
+USER 0:0
+# Explicit versions: Ubuntu's multiverse has an older libnccl2 of its own,
+# and libnccl2=<version> takes NVIDIA's whatever the priorities. The
+# keyring package adds the repository's source list and key; both are
+# removed again with the package lists.
+ADD https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/cuda-keyring_1.1-1_all.deb /tmp/cuda-keyring.deb
+RUN set -eux; \
+    case "${TARGETARCH:-amd64}" in \
+      amd64) repo=x86_64 ;; \
+      arm64) repo=sbsa ;; \
+      *) echo "no NCCL packages for ${TARGETARCH}" >&2; exit 1 ;; \
+    esac; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends ca-certificates; \
+    dpkg -i /tmp/cuda-keyring.deb; \
+    sed -i "s#/x86_64/#/${repo}/#" /etc/apt/sources.list.d/cuda-ubuntu2404-x86_64.list; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends "libnccl2=${NCCL_VERSION}" libibverbs1 ibverbs-providers; \
+    apt-mark hold libnccl2; \
+    lib="$(dpkg -L libnccl2 | grep '/libnccl\.so\.2$')"; \
+    mkdir -p /opt/gpulink/lib; \
+    ln -s "$lib" /opt/gpulink/lib/libnccl.so.2; \
+    dpkg --purge cuda-keyring; \
+    rm -rf /var/lib/apt/lists/* /tmp/cuda-keyring.deb
+ENV GPULINK_NCCL_LIBRARY=/opt/gpulink/lib/libnccl.so.2
+USER 65532:65532

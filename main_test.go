@@ -75,6 +75,7 @@ var badValues = map[string][][]string{
 	"topology.interval":           {{"0s"}, {"-15s"}},
 	"process.interval":            {{"0s"}, {"-1s"}},
 	"nic.interval":                {{"0s"}, {"-1s"}},
+	"nccl.interval":               {{"0s"}, {"-1m"}},
 	"dcgm.interval":               {{"0s"}, {"-1s"}, {"1ns"}},
 	"kubernetes.interval":         {{"0s"}, {"-30s"}},
 	"slurm.interval":              {{"0s"}, {"-15s"}},
@@ -267,11 +268,15 @@ func TestWiring(t *testing.T) {
 		want []string // source labels
 	}{
 		{[]string{"--probe.policy=always", "--collector.kubernetes", "--kubernetes.interval=1s"},
-			[]string{"kubernetes", "nic", "nvml", "probe", "process", "sim", "topology", "xid"}},
+			[]string{"kubernetes", "nccl", "nic", "nvml", "probe", "process", "sim", "topology", "xid"}},
+		// The topology sampler, without its collector; the nccl source
+		// reads the NICs itself without the nic source.
 		{[]string{"--no-collector.nvml", "--no-collector.xid", "--no-collector.topology", "--no-collector.nic"},
-			[]string{"process", "sim", "topology"}}, // the topology sampler, without its collector
+			[]string{"nccl", "process", "sim", "topology"}},
 		{[]string{"--slurm.job-mapping-dir=" + t.TempDir()},
-			[]string{"nic", "nvml", "probe", "process", "sim", "slurm", "topology", "xid"}},
+			[]string{"nccl", "nic", "nvml", "probe", "process", "sim", "slurm", "topology", "xid"}},
+		{[]string{"--no-collector.nccl"},
+			[]string{"nic", "nvml", "probe", "process", "sim", "topology", "xid"}},
 	} {
 		w, l := wireSim(t, append(c.args, "--sim=dgx-h100")...)
 		var got []string
