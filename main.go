@@ -71,6 +71,9 @@ func run(l *cli, command string, logger *slog.Logger) int {
 	case l.probeCmd.FullCommand():
 		return runProbe(l.probe, c, fsys, logger)
 	case l.collectivesCmd.FullCommand():
+		if l.ncclCheck {
+			return runNCCLCheck(l.collectives.Library, fsys, node, os.Stdout)
+		}
 		return runCollectives(l.collectives, c)
 	}
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -10,6 +11,9 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/ncclcheck"
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/sim"
+	"github.com/gpulink/gpulink_exporter/numa"
+	"github.com/gpulink/gpulink_exporter/probes/nccl"
 )
 
 // ncclEnv is what the check reads on this node: the container's own
@@ -58,4 +62,33 @@ func memlockLimit() (uint64, error) {
 		return ncclcheck.Unlimited, nil
 	}
 	return l.Cur, nil
+}
+
+// runNCCLCheck is collectives --check: the report on stdout, exit status 1
+// where the node is not ready. On a real node the library is loaded (not
+// initialised: ncclGetVersion only) for its version; the simulated node's
+// is read from its file name.
+func runNCCLCheck(library string, fsys numa.FS, node *sim.Node, stdout io.Writer) int {
+	env := ncclEnv(library, ncclVersion)
+	if node != nil {
+		env = node.NCCLEnv(library)
+	}
+	topo, _ := fsys.Topology()
+	ports, _ := (&nic.Reader{FS: fsys}).Sample(context.Background())
+	r := ncclcheck.Check(env, topo, ports)
+	if err := r.Write(stdout); err != nil || !r.Ready() {
+		return 1
+	}
+	return 0
+}
+
+// ncclVersion loads the library the loader finds for library and asks
+// its version.
+func ncclVersion(library string) (int, error) {
+	l, err := nccl.Open(library)
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Version()
 }

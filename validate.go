@@ -44,7 +44,7 @@ func (l *cli) validate(command string, logger *slog.Logger) error {
 	switch {
 	case c.sim != "" && command == l.probeCmd.FullCommand():
 		return errors.New("--sim serves a simulated node; the probe command needs a real GPU")
-	case c.sim != "" && command == l.collectivesCmd.FullCommand():
+	case c.sim != "" && command == l.collectivesCmd.FullCommand() && !l.ncclCheck:
 		return errors.New("--sim serves a simulated node; the collectives command needs real GPUs")
 	case c.sim == "" && c.simFaults != "":
 		return errors.New("--sim.faults needs --sim")

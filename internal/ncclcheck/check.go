@@ -154,7 +154,7 @@ func Check(env Env, topo *numa.Topology, ports *nic.Snapshot) *Report {
 	}
 	switch {
 	case loadErr != nil:
-		add(CheckLibrary, StatusMissing, "%s cannot be loaded: %v (set --nccl.library to libnccl.so.2's path, or put its directory on LD_LIBRARY_PATH)", env.Library, loadErr)
+		add(CheckLibrary, StatusMissing, "%s cannot be loaded: %v (give the library's path, or put its directory on LD_LIBRARY_PATH)", env.Library, loadErr)
 	case env.LoadVersion == nil && r.LibraryPath == "":
 		add(CheckLibrary, StatusMissing, "%s not found on LD_LIBRARY_PATH, in the loader's configuration or the usual library directories", env.Library)
 	case code > 0 && code < MinVersion:
@@ -188,7 +188,10 @@ func Check(env Env, topo *numa.Topology, ports *nic.Snapshot) *Report {
 	for i := range uverbs {
 		uverbs[i] = env.onNode(uverbs[i])
 	}
+	slices.SortFunc(uverbs, func(a, b string) int { return cmpNatural(a, b) })
 	switch {
+	case len(uverbs) > 4:
+		add(CheckRDMADevices, StatusOK, "%d devices, %s to %s", len(uverbs), uverbs[0], uverbs[len(uverbs)-1])
 	case len(uverbs) > 0:
 		add(CheckRDMADevices, StatusOK, "%s", strings.Join(uverbs, " "))
 	case rdma:
@@ -470,6 +473,26 @@ func bytesString(n uint64) string {
 		return fmt.Sprintf("%d KiB", n>>10)
 	}
 	return fmt.Sprintf("%d bytes", n)
+}
+
+// cmpNatural orders names by their text, and a number at their end by
+// its value: uverbs2 before uverbs10.
+func cmpNatural(a, b string) int {
+	ta, na := splitNumber(a)
+	tb, nb := splitNumber(b)
+	if ta != tb {
+		return strings.Compare(ta, tb)
+	}
+	return na - nb
+}
+
+func splitNumber(s string) (string, int) {
+	i := len(s)
+	for i > 0 && s[i-1] >= '0' && s[i-1] <= '9' {
+		i--
+	}
+	n, _ := strconv.Atoi(s[i:])
+	return s[:i], n
 }
 
 // onNode is the node's name for a path found below the root.

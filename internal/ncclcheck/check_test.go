@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -170,6 +171,9 @@ func TestCheckH200VM(t *testing.T) {
 	if r.Ready() || r.Passed(CheckLibrary) || !strings.Contains(item(t, r, CheckLibrary).Detail, "/nowhere/libnccl.so.2 not found") {
 		t.Errorf("library nowhere:\n%s", lines(r))
 	}
+	if !strings.HasPrefix(lines(r), "missing  library           /nowhere/libnccl.so.2 not found") {
+		t.Errorf("library nowhere:\n%s", lines(r))
+	}
 	if !strings.HasSuffix(lines(r), "NOT READY: see the lines marked missing\n") {
 		t.Errorf("verdict:\n%s", lines(r))
 	}
@@ -269,5 +273,18 @@ func TestVersionFromName(t *testing.T) {
 		if got := versionFromName(name); got != want {
 			t.Errorf("versionFromName(%q) = %d, want %d", name, got, want)
 		}
+	}
+}
+
+// Many devices are counted, first and last in number order.
+func TestCheckManyRDMADevices(t *testing.T) {
+	files := map[string]string{"usr/lib/libnccl.so.2": "ELF"}
+	for i := range 12 {
+		files[filepath.Join("dev", "infiniband", "uverbs"+strconv.Itoa(i))] = ""
+	}
+	root, topo, ports := node(t, "dgx-h100", files)
+	r := Check(env(root, nil, Unlimited), topo, ports)
+	if got := item(t, r, CheckRDMADevices).Detail; got != "12 devices, /dev/infiniband/uverbs0 to /dev/infiniband/uverbs11" {
+		t.Errorf("devices: %q", got)
 	}
 }
