@@ -15,6 +15,16 @@
 # figure says less; the script says so).
 # NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and
 # NVSHMEM_DISABLE_NVLS=1 are exported for every process.
+# Issue 26 (which network NCCL took, collectives --check), in the same run:
+# every channel of the session in the /probe answer and in Prometheus says
+# network="Socket", gdr="0" (network.txt); the daemons' /metrics say the
+# NICs call for Socket (metrics-nccl-a.txt); with two GPUs, a third daemon
+# over both, P2P and SHM off, runs one collective round and its
+# gpulink_collective_channels on /metrics say Socket/0 as well
+# (metrics-collective.txt); `collectives --check` finds the NCCL the
+# daemons load (path, version), no RDMA devices, the memlock limit, and
+# exits 0 (check.txt), and with --library=/nonexistent/libnccl.so.2 names
+# that library and exits 1 (check-nowhere.txt).
 # Needs no Go: carry .device (bench/device-build.sh --dashboards, for
 # Prometheus) and run
 #   .device/node-probe.sh OUTDIR
@@ -140,7 +150,64 @@ curl -s --max-time 60 "127.0.0.1:9861/probe?target=127.0.0.1:9862&module=net" >"
 "$here/promtool" check metrics <"$out/probe.txt" >"$out/promtool.txt" 2>&1
 check "promtool check metrics on a /probe answer" [ ! -s "$out/promtool.txt" ]
 grep -E "^(probe_|gpulink_node_probe_)" "$out/probe.txt"
+# The network of every channel, in the /probe answer and in Prometheus.
+python3 - "$out" <<'EOF' | tee "$out/network.txt"
+import json, re, sys
+out = sys.argv[1]
+ok = True
+def judge(where, series):
+    global ok
+    bad = [s for s in series if (s.get("transport"), s.get("network"), s.get("gdr")) != ("net", "Socket", "0")]
+    v = "PASS" if series and not bad else "FAIL"
+    ok = ok and v == "PASS"
+    print("%s %s: %d channel series, all transport=net network=Socket gdr=0%s" % (
+        v, where, len(series), "" if not bad else "; not: %s" % bad))
+lines = [l for l in open(out + "/probe.txt") if l.startswith("gpulink_node_probe_channels{")]
+judge("/probe answer", [dict(re.findall(r'(\w+)="([^"]*)"', l.split("}")[0])) for l in lines])
+prom = json.load(open(out + "/prom-gpulink_node_probe_channels.json"))["data"]["result"]
+judge("Prometheus", [r["metric"] for r in prom])
+sys.exit(0 if ok else 1)
+EOF
+[ "${PIPESTATUS[0]}" = 0 ] || fail=1
+curl -s 127.0.0.1:9861/metrics | grep -E "^gpulink_collective_(library_info|expected_network_info|network_)" >"$out/metrics-nccl-a.txt"
+cat "$out/metrics-nccl-a.txt"
+check "A's /metrics: the NICs call for Socket on its GPU" grep -qE 'expected_network_info\{gdr="0",.*network="Socket"' "$out/metrics-nccl-a.txt"
+check "A's /metrics: no expected network but Socket" bash -c "! grep expected_network_info '$out/metrics-nccl-a.txt' | grep -qv 'network=\"Socket\"'"
 kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; pids=()
+
+# collectives --check: NCCL found (the daemons' library), no RDMA devices,
+# the memlock limit, exit 0; the library nowhere: named, exit 1.
+env LD_LIBRARY_PATH="$nccl_dir/lib" "$bin" collectives --check >"$out/check.txt" 2>&1
+echo $? >"$out/check.rc"
+cat "$out/check.txt"
+check "collectives --check exits 0 (got $(cat "$out/check.rc"))" [ "$(cat "$out/check.rc")" = 0 ]
+check "collectives --check names the library and its version" grep -qE "^ok +library +$lib, NCCL 2\.[0-9]+\.[0-9]+$" "$out/check.txt"
+check "collectives --check finds no RDMA device" grep -qE "^info +rdma_devices +none" "$out/check.txt"
+check "collectives --check says the memlock limit" grep -qE "^(ok|info|warn) +memlock +RLIMIT_MEMLOCK " "$out/check.txt"
+env LD_LIBRARY_PATH="$nccl_dir/lib" "$bin" collectives --check --library=/nonexistent/libnccl.so.2 >"$out/check-nowhere.txt" 2>&1
+echo $? >"$out/check-nowhere.rc"
+cat "$out/check-nowhere.txt"
+check "collectives --check with the library nowhere exits 1 (got $(cat "$out/check-nowhere.rc"))" [ "$(cat "$out/check-nowhere.rc")" = 1 ]
+check "collectives --check names the missing library" grep -qE "^missing +library +/nonexistent/libnccl.so.2 cannot be loaded" "$out/check-nowhere.txt"
+
+# Two GPUs: one daemon over both, P2P and SHM off, one collective round;
+# its channels on /metrics.
+if [ "$ngpu" -ge 2 ]; then
+  env CUDA_VISIBLE_DEVICES=0,1 LD_LIBRARY_PATH="$nccl_dir/lib" "$bin" --web.listen-address=127.0.0.1:9864 \
+    --probe.policy=always --probe.first-delay=0s --probe.kind=host_latency --collective.interval=1m \
+    --collective.kind=all_reduce --collective.kind=send_recv --log.level=debug >"$out/exporter-c.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 240); do
+    curl -s 127.0.0.1:9864/metrics | grep -q "^gpulink_collective_channels{" && break
+    sleep 1
+  done
+  curl -s 127.0.0.1:9864/metrics | grep -E "^gpulink_collective_(channels|library_info|expected_network_info|runs_total)" >"$out/metrics-collective.txt"
+  cat "$out/metrics-collective.txt"
+  check "/metrics: a collective round's channels" grep -q "^gpulink_collective_channels{" "$out/metrics-collective.txt"
+  check "/metrics: every collective channel network=Socket gdr=0" bash -c \
+    "! grep '^gpulink_collective_channels{' '$out/metrics-collective.txt' | grep -v 'gdr=\"0\"' | grep -q . && ! grep '^gpulink_collective_channels{' '$out/metrics-collective.txt' | grep -v 'network=\"Socket\"' | grep -q ."
+  kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; pids=()
+fi
 
 ref reference-after
 grep -h " via " "$out"/reference-*-nccl-*.log | sed 's/.*via //' | sort | uniq -c
