@@ -10,11 +10,6 @@ import (
 	"github.com/gpulink/gpulink_exporter/probes/schedule"
 )
 
-// collectiveTransports are the transport label's values; a kind the child
-// names otherwise is counted as unknown, so the label stays bounded.
-var collectiveTransports = []string{probes.TransportP2P, probes.TransportSHM, probes.TransportNet,
-	probes.TransportCollNet, probes.TransportNVLS, probes.TransportUnknown}
-
 // CollectiveCollector renders the node's collective rounds from the probe
 // scheduler's status: the latest round's bandwidths and latencies as
 // nccl-tests reports them, beside what the links should give, the
@@ -65,8 +60,10 @@ func NewCollectiveCollector(src latester[*schedule.Status]) *CollectiveCollector
 			"Time of one send/recv from gpu to peer_gpu at the small size in the latest collective round.", pair...),
 		channels: newDesc("collective", "channels",
 			"Channels NCCL connected from gpu to peer_gpu in the latest collective round, by transport: p2p (NVLink, or PCIe peer to peer), "+
-				"shm (through host memory), net (the network), collnet, nvls, unknown. A pair without a series had no connection.",
-			append(slices.Clone(pair), "transport")...),
+				"shm (through host memory), net (the network), collnet, nvls, unknown. For net and collnet, network is what carried them "+
+				"(Socket, IB, RoCE, EFA, or a plugin's own name) and gdr 1 where GPUDirect RDMA did, 0 where the data went through host "+
+				"memory; both empty for the others. A pair without a series had no connection.",
+			append(slices.Clone(pair), "transport", "network", "gdr")...),
 		expectedTransport: newDesc("collective", "expected_transport_info",
 			"The transport NCCL should connect gpu to peer_gpu with, from the links: p2p where NVLink joins them or NVML reports PCIe peer "+
 				"to peer writes, else shm; value 1. A channel on another transport is a fallback.", append(slices.Clone(pair), "transport")...),
@@ -206,8 +203,8 @@ func (c *CollectiveCollector) renderRound(o *probeOut, st *schedule.CollectiveSt
 }
 
 type channelKey struct {
-	from, to int
-	kind     string
+	from, to           int
+	kind, network, gdr string
 }
 
 func (c *CollectiveCollector) renderTransports(o *probeOut, st *schedule.CollectiveStatus,
@@ -218,11 +215,8 @@ func (c *CollectiveCollector) renderTransports(o *probeOut, st *schedule.Collect
 	var order []channelKey
 	channels := map[channelKey]map[int]bool{}
 	for _, t := range st.Last.Transports {
-		kind := t.Kind
-		if !slices.Contains(collectiveTransports, kind) {
-			kind = probes.TransportUnknown
-		}
-		k := channelKey{t.FromRank, t.ToRank, kind}
+		kind, network, gdr := t.Labels()
+		k := channelKey{t.FromRank, t.ToRank, kind, network, gdr}
 		if channels[k] == nil {
 			channels[k] = map[int]bool{}
 			order = append(order, k)
@@ -233,13 +227,13 @@ func (c *CollectiveCollector) renderTransports(o *probeOut, st *schedule.Collect
 		g, gBus, ok1 := gpuOf(k.from)
 		p, pBus, ok2 := gpuOf(k.to)
 		if ok1 && ok2 {
-			o.once(d.channels, prometheus.GaugeValue, float64(len(channels[k])), g, gBus, p, pBus, k.kind)
+			o.once(d.channels, prometheus.GaugeValue, float64(len(channels[k])), g, gBus, p, pBus, k.kind, k.network, k.gdr)
 		}
 	}
 	for _, t := range st.ExpectedTransports {
 		g, ok1 := index[t.GPU]
 		p, ok2 := index[t.Peer]
-		if ok1 && ok2 && slices.Contains(collectiveTransports, t.Kind) {
+		if ok1 && ok2 && slices.Contains(probes.TransportKinds, t.Kind) {
 			o.once(d.expectedTransport, prometheus.GaugeValue, 1, itoa(g), t.GPU, itoa(p), t.Peer, t.Kind)
 		}
 	}

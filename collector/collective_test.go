@@ -55,6 +55,10 @@ func collectiveStatus() *schedule.Status {
 			{Channel: 1, FromRank: 0, ToRank: 1, Kind: probes.TransportP2P}, // logged twice
 			{Channel: 0, FromRank: 1, ToRank: 2, Kind: probes.TransportSHM},
 			{Channel: 0, FromRank: 2, ToRank: 0, Kind: "warp"},
+			// The network, with and without GPUDirect RDMA.
+			{Channel: 2, FromRank: 1, ToRank: 2, Kind: probes.TransportNet, Detail: "NET/IB/1/GDRDMA", Network: "RoCE", GDR: true},
+			{Channel: 3, FromRank: 1, ToRank: 2, Kind: probes.TransportNet, Detail: "NET/IB/1", Network: "RoCE"},
+			{Channel: 4, FromRank: 1, ToRank: 2, Kind: probes.TransportNet, Detail: "NET/IB/0", Network: "RoCE"},
 		},
 		BusySeconds: 1.5, DeviceMemoryBytes: 512 << 20,
 	}
@@ -114,26 +118,28 @@ gpulink_collective_last_round_timestamp_seconds 1.7000000005e+09
 		return "gpulink_collective_" + name + labels("gpu", itoaT(i), "pci_bus_id", bus)
 	}
 	for key, v := range map[string]float64{
-		coll("bus_bandwidth_bytes_per_second", "all_reduce"):                                  370e9,
-		coll("algorithm_bandwidth_bytes_per_second", "all_reduce"):                            277.5e9,
-		coll("expected_bus_bandwidth_bytes_per_second", "all_reduce"):                         450e9,
-		coll("bus_bandwidth_ratio", "all_reduce"):                                             370.0 / 450,
-		coll("latency_seconds", "all_reduce"):                                                 25e-6,
-		coll("bus_bandwidth_bytes_per_second", "all_gather"):                                  360e9,
-		coll("latency_seconds", "all_gather"):                                                 18e-6,
-		"gpulink_collective_send_recv_bandwidth_bytes_per_second" + pairLabels(0, 1):          365e9,
-		"gpulink_collective_send_recv_expected_bandwidth_bytes_per_second" + pairLabels(0, 1): 450e9,
-		"gpulink_collective_send_recv_bandwidth_ratio" + pairLabels(0, 1):                     365.0 / 450,
-		"gpulink_collective_send_recv_latency_seconds" + pairLabels(0, 1):                     10e-6,
-		"gpulink_collective_send_recv_bandwidth_bytes_per_second" + pairLabels(0, 2):          360e9,
-		"gpulink_collective_channels" + pairLabels(0, 1, "transport", "p2p"):                  2,
-		"gpulink_collective_channels" + pairLabels(1, 2, "transport", "shm"):                  1,
-		"gpulink_collective_channels" + pairLabels(2, 0, "transport", "unknown"):              1,
-		"gpulink_collective_expected_transport_info" + pairLabels(0, 1, "transport", "p2p"):   1,
-		"gpulink_collective_expected_transport_info" + pairLabels(1, 2, "transport", "p2p"):   1,
-		gpu("busy_seconds_total", 0, collGPUs[0]):                                             6,
-		gpu("busy_seconds_total", 5, "0000:ba:00.0"):                                          1.5,
-		gpu("device_memory_bytes", 2, collGPUs[2]):                                            512 << 20,
+		coll("bus_bandwidth_bytes_per_second", "all_reduce"):                                                370e9,
+		coll("algorithm_bandwidth_bytes_per_second", "all_reduce"):                                          277.5e9,
+		coll("expected_bus_bandwidth_bytes_per_second", "all_reduce"):                                       450e9,
+		coll("bus_bandwidth_ratio", "all_reduce"):                                                           370.0 / 450,
+		coll("latency_seconds", "all_reduce"):                                                               25e-6,
+		coll("bus_bandwidth_bytes_per_second", "all_gather"):                                                360e9,
+		coll("latency_seconds", "all_gather"):                                                               18e-6,
+		"gpulink_collective_send_recv_bandwidth_bytes_per_second" + pairLabels(0, 1):                        365e9,
+		"gpulink_collective_send_recv_expected_bandwidth_bytes_per_second" + pairLabels(0, 1):               450e9,
+		"gpulink_collective_send_recv_bandwidth_ratio" + pairLabels(0, 1):                                   365.0 / 450,
+		"gpulink_collective_send_recv_latency_seconds" + pairLabels(0, 1):                                   10e-6,
+		"gpulink_collective_send_recv_bandwidth_bytes_per_second" + pairLabels(0, 2):                        360e9,
+		"gpulink_collective_channels" + pairLabels(0, 1, "transport", "p2p", "network", "", "gdr", ""):      2,
+		"gpulink_collective_channels" + pairLabels(1, 2, "transport", "shm", "network", "", "gdr", ""):      1,
+		"gpulink_collective_channels" + pairLabels(1, 2, "transport", "net", "network", "RoCE", "gdr", "1"): 1,
+		"gpulink_collective_channels" + pairLabels(1, 2, "transport", "net", "network", "RoCE", "gdr", "0"): 2,
+		"gpulink_collective_channels" + pairLabels(2, 0, "transport", "unknown", "network", "", "gdr", ""):  1,
+		"gpulink_collective_expected_transport_info" + pairLabels(0, 1, "transport", "p2p"):                 1,
+		"gpulink_collective_expected_transport_info" + pairLabels(1, 2, "transport", "p2p"):                 1,
+		gpu("busy_seconds_total", 0, collGPUs[0]):                                                           6,
+		gpu("busy_seconds_total", 5, "0000:ba:00.0"):                                                        1.5,
+		gpu("device_memory_bytes", 2, collGPUs[2]):                                                          512 << 20,
 	} {
 		if g, ok := got[key]; !ok {
 			t.Errorf("missing %s", key)
@@ -151,7 +157,7 @@ gpulink_collective_last_round_timestamp_seconds 1.7000000005e+09
 		"send_recv_bandwidth_bytes_per_second":          2,
 		"send_recv_expected_bandwidth_bytes_per_second": 1,
 		"send_recv_latency_seconds":                     1,
-		"channels":                                      3,
+		"channels":                                      5,
 		// The pair with a GPU the status does not know is left out.
 		"expected_transport_info": 2,
 		// Every GPU a round ran on; memory of the latest round's.

@@ -6,6 +6,8 @@ import (
 	"os"
 	"slices"
 	"time"
+
+	"github.com/gpulink/gpulink_exporter/internal/nccllog"
 )
 
 // Collective probes: what NCCL builds over the links. A collective round
@@ -67,12 +69,12 @@ func BusFactor(c Collective, n int) float64 {
 
 // Transport kinds NCCL connects two ranks with.
 const (
-	TransportP2P     = "p2p"     // CUDA peer to peer: NVLink, or PCIe where the platform allows
-	TransportSHM     = "shm"     // through host shared memory
-	TransportNet     = "net"     // the network plugin: sockets, IB verbs, EFA...
-	TransportCollNet = "collnet" // in-network reduction
-	TransportNVLS    = "nvls"    // NVLink SHARP (multicast); off unless the operator turns it on
-	TransportUnknown = "unknown"
+	TransportP2P     = nccllog.KindP2P     // CUDA peer to peer: NVLink, or PCIe where the platform allows
+	TransportSHM     = nccllog.KindSHM     // through host shared memory
+	TransportNet     = nccllog.KindNet     // the network plugin: sockets, IB verbs, EFA...
+	TransportCollNet = nccllog.KindCollNet // in-network reduction
+	TransportNVLS    = nccllog.KindNVLS    // NVLink SHARP (multicast); off unless the operator turns it on
+	TransportUnknown = nccllog.KindUnknown
 )
 
 // Transport is one connection NCCL made from one rank to another on one
@@ -87,6 +89,12 @@ type Transport struct {
 	// Detail is NCCL's own name for it: "P2P/CUMEM/read", "NET/Socket/0",
 	// "NET/IB/0/GDRDMA", "SHM/direct/direct".
 	Detail string `json:"detail,omitempty"`
+	// Network is what carries a net or collnet connection, as nccllog
+	// names it: Socket, IB, RoCE, EFA, or a plugin's own name; "" for the
+	// others. GDR says GPUDirect RDMA carries it (its detail has
+	// "/GDRDMA"); false for the others.
+	Network string `json:"network,omitempty"`
+	GDR     bool   `json:"gdr,omitempty"`
 }
 
 // CollectiveOptions are what a collective round measures and how hard.

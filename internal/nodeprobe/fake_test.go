@@ -165,7 +165,8 @@ func (c *fakeComm) Transports() []probes.Transport {
 		from := c.o.FirstRank + i
 		to := (from + k) % c.o.Ranks
 		for ch := range 2 {
-			out = append(out, probes.Transport{Channel: ch, FromRank: from, ToRank: to, Kind: c.r.transport, Detail: "NET/IB/0/GDRDMA"})
+			out = append(out, probes.Transport{Channel: ch, FromRank: from, ToRank: to, Kind: c.r.transport, Detail: "NET/IB/0/GDRDMA",
+				Network: "IB", GDR: true})
 		}
 	}
 	return out

@@ -1,7 +1,6 @@
 package nodeprobe
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -35,7 +34,9 @@ var (
 		"Time of one operation of the collective at the module's small size, median of its samples.", []string{"collective", "gpu"}, nil)
 	channelsDesc = prometheus.NewDesc("gpulink_node_probe_channels",
 		"Connections NCCL made in the session, both nodes' ranks, by transport (p2p, shm, net, collnet, nvls, unknown); "+
-			"between two nodes anything but net is a misconfiguration.", []string{"transport"}, nil)
+			"between two nodes anything but net is a misconfiguration. For net and collnet, network is what carried them (Socket, IB, "+
+			"RoCE, EFA, or a plugin's own name) and gdr 1 where GPUDirect RDMA did, 0 where the data went through host memory; both "+
+			"empty for the others.", []string{"transport", "network", "gdr"}, nil)
 	attemptsDesc = prometheus.NewDesc("gpulink_node_probe_attempts",
 		"Tries the probe took: 1, or more where either node was in another session (declined_session) and the prober "+
 			"waited and tried again within its budget.", nil, nil)
@@ -110,8 +111,8 @@ func (o *outcome) Collect(ch chan<- prometheus.Metric) {
 			gauge(latencyDesc, m.latency, m.collective, m.gpu)
 		}
 	}
-	for kind, n := range o.channels() {
-		gauge(channelsDesc, float64(n), kind)
+	for l, n := range o.channels() {
+		gauge(channelsDesc, float64(n), l.transport, l.network, l.gdr)
 	}
 }
 
@@ -218,9 +219,9 @@ func rate(rates []float64, i int) float64 {
 
 // channels counts the session's connections by transport: each
 // connection once, whether one node or both reported it.
-func (o *outcome) channels() map[string]int {
+func (o *outcome) channels() map[channelLabels]int {
 	seen := map[probes.Transport]bool{}
-	out := map[string]int{}
+	out := map[channelLabels]int{}
 	for _, round := range []*probes.CollectiveRound{o.local, o.remote} {
 		if round == nil {
 			continue
@@ -231,11 +232,16 @@ func (o *outcome) channels() map[string]int {
 				continue
 			}
 			seen[key] = true
-			out[cmp.Or(t.Kind, probes.TransportUnknown)]++
+			var l channelLabels
+			l.transport, l.network, l.gdr = t.Labels()
+			out[l]++
 		}
 	}
 	return out
 }
+
+// channelLabels are a gpulink_node_probe_channels series' labels.
+type channelLabels struct{ transport, network, gdr string }
 
 // Sides of a session: gpulink_node_probe_failure_info's side label.
 const (

@@ -62,8 +62,7 @@ var collectiveLatency = map[probes.Collective]float64{
 var (
 	transportLatency = map[string]float64{probes.TransportP2P: 0, probes.TransportSHM: 8e-6, probes.TransportNet: 12e-6}
 	channelsOf       = map[string]int{probes.TransportP2P: 16, probes.TransportSHM: 2, probes.TransportNet: 4}
-	transportDetail  = map[string]string{probes.TransportP2P: "P2P/CUMEM/read", probes.TransportSHM: "SHM/direct/direct",
-		probes.TransportNet: "NET/IB/0/GDRDMA"}
+	transportDetail  = map[string]string{probes.TransportP2P: "P2P/CUMEM/read", probes.TransportSHM: "SHM/direct/direct"}
 )
 
 // RunCollectives returns the collective round the NCCL child would print
@@ -112,7 +111,7 @@ func (ms *collectiveMeasurer) OpenComm(ctx context.Context, o probes.CollectiveO
 			return nil, err
 		}
 	}
-	c := &comm{r: ms.r, o: o, snap: ms.snap, topo: ms.topo, faults: ms.r.n.Faults(), channels: map[probes.Transport]bool{}}
+	c := &comm{r: ms.r, o: o, snap: ms.snap, topo: ms.topo, faults: ms.r.n.Faults(), logged: map[[3]int]bool{}}
 	for _, addr := range o.GPUs {
 		bus := nvml.NormalizeBusID(addr)
 		var g *nvml.GPUState
@@ -129,6 +128,7 @@ func (ms *collectiveMeasurer) OpenComm(ctx context.Context, o probes.CollectiveO
 		}
 		c.gpus = append(c.gpus, g)
 	}
+	c.net0 = c.readNet()
 	c.links = c.pairLinks()
 	if o.Ranks > len(o.GPUs) {
 		c.net = c.netLinks()
@@ -168,11 +168,16 @@ type comm struct {
 	links  [][]link
 	net    []link
 
-	// What the round has done so far: the connections made, GPU seconds,
-	// the most device memory held at once.
-	channels map[probes.Transport]bool
-	busy     float64
-	devMem   int64
+	// net0 is the networks NCCL found when the communicator opened.
+	net0 netSetup
+
+	// What the round has done so far: NCCL's log of the connections made
+	// (after net0's lines), which were, GPU seconds, the most device
+	// memory held at once.
+	log    []string
+	logged map[[3]int]bool
+	busy   float64
+	devMem int64
 }
 
 // pairLinks works out every ordered pair's link.
@@ -198,7 +203,8 @@ func (c *comm) pairLinks() [][]link {
 					if nics == nil {
 						nics = c.nicRates()
 					}
-					out[i][j] = link{kind: probes.TransportNet, rate: min(nics[a.PCIBusID], nics[b.PCIBusID]) * netEfficiency}
+					out[i][j] = link{kind: probes.TransportNet, rate: min(nics[a.PCIBusID], nics[b.PCIBusID]) * netEfficiency,
+						details: []string{c.net0.detail(nvml.NormalizeBusID(a.PCIBusID), nil)}}
 					continue
 				}
 				out[i][j] = link{kind: probes.TransportSHM, rate: min(shmBytesPerSecond, host[i], host[j])}
@@ -373,7 +379,7 @@ func (c *comm) SendRecv(from, to int, size int64) (probes.Measured, error) {
 // over l.
 func (c *comm) connect(from, to int, l link) {
 	for ch := range channelsOf[l.kind] {
-		c.channels[probes.Transport{Channel: ch, FromRank: from, ToRank: to, Kind: l.kind, Detail: l.detail(ch)}] = true
+		c.logConnection(ch, from, to, l.detail(ch))
 	}
 }
 
@@ -396,23 +402,6 @@ func (c *comm) hold(op probes.Collective, size int64) {
 	c.devMem = max(c.devMem, mem)
 }
 
-// Transports are the connections made so far, by channel, then ranks.
-func (c *comm) Transports() []probes.Transport {
-	out := make([]probes.Transport, 0, len(c.channels))
-	for t := range c.channels {
-		out = append(out, t)
-	}
-	slices.SortFunc(out, func(a, b probes.Transport) int {
-		if a.Channel != b.Channel {
-			return a.Channel - b.Channel
-		}
-		if a.FromRank != b.FromRank {
-			return a.FromRank - b.FromRank
-		}
-		return a.ToRank - b.ToRank
-	})
-	return out
-}
 
 func (c *comm) Cost() probes.Cost {
 	return probes.Cost{BusySeconds: c.busy, DeviceMemoryBytes: c.devMem}

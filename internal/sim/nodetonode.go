@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gpulink/gpulink_exporter/internal/nccllog"
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/numa"
@@ -58,7 +59,7 @@ func (c *comm) netLinks() []link {
 		case ports == nil:
 			out[i] = link{kind: probes.TransportNet, why: fmt.Sprintf("the NIC ports cannot be read: %v", err)}
 		default:
-			out[i] = c.railLink(nics, ports)
+			out[i] = c.railLink(nvml.NormalizeBusID(g.PCIBusID), nics, ports)
 		}
 	}
 	return out
@@ -81,11 +82,11 @@ func (c *comm) railNICs(g *nvml.GPUState) []*numa.PCIDevice {
 // ports, RDMA ports or, on a function that has none, its network
 // interfaces (NCCL's socket transport). A port known to be down leaves no
 // path: NCCL's channels over that NIC fail, and with them the operation.
-func (c *comm) railLink(nics []*numa.PCIDevice, ports *nic.Snapshot) link {
+func (c *comm) railLink(gpu string, nics []*numa.PCIDevice, ports *nic.Snapshot) link {
 	l := link{kind: probes.TransportNet}
 	total := 0.0
 	for _, n := range nics {
-		rate, plugin, found := 0.0, "IB", false // found: n has RDMA ports
+		rate, found := 0.0, false // found: n has RDMA ports
 		for i := range ports.Ports {
 			p := &ports.Ports[i]
 			if !slices.Contains(n.RDMANames, p.Device) {
@@ -98,12 +99,8 @@ func (c *comm) railLink(nics []*numa.PCIDevice, ports *nic.Snapshot) link {
 			if p.RateBytes.Valid {
 				rate += p.RateBytes.V
 			}
-			if p.Kind == nic.RDMAEFA {
-				plugin = "AWS Libfabric"
-			}
 		}
 		if !found {
-			plugin = "Socket"
 			for i := range ports.Interfaces {
 				f := &ports.Interfaces[i]
 				if f.PCIAddress != n.Address {
@@ -117,14 +114,11 @@ func (c *comm) railLink(nics []*numa.PCIDevice, ports *nic.Snapshot) link {
 				}
 			}
 		}
-		total += rate
-		// NCCL numbers its network devices; here a NIC's place among the
-		// node's stands in for that number.
-		detail := fmt.Sprintf("NET/%s/%d", plugin, slices.Index(c.topo.NICs, n))
-		if found {
-			detail += "/GDRDMA"
+		if c.net0.name == nccllog.NetworkSocket {
+			rate = min(rate, socketBytesPerSecond)
 		}
-		l.details = append(l.details, detail)
+		total += rate
+		l.details = append(l.details, c.net0.detail(gpu, n))
 	}
 	if total <= 0 {
 		l.why = "no rate known for the ports of " + nics[0].Name()

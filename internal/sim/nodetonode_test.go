@@ -96,14 +96,21 @@ func TestNodeToNodeSession(t *testing.T) {
 	}
 	// Each side logs the connections of its own rank, all over the
 	// network: its ring's to the other rank, and the send/recv's, which
-	// both ends log. The DGX's go through mlx5_0 (the first NIC), the
-	// p5's through GPU 0's four EFAs, one channel on each.
+	// both ends log. The DGX's go through mlx5_0 (the first NIC) over
+	// InfiniBand, the p5's through GPU 0's four EFAs (the 25th to 28th of
+	// its 32 in NCCL's order) through aws-ofi-nccl, one channel on each;
+	// all with GPUDirect RDMA.
 	if got := transportDetails(p); len(got) != 1 || got[probes.TransportNet+" NET/IB/0/GDRDMA"] != channelsOf[probes.TransportNet] {
 		t.Errorf("the DGX's channels %v", got)
 	}
+	for _, tr := range p.Transports {
+		if tr.Network != "IB" || !tr.GDR {
+			t.Errorf("the DGX's channel %+v: want IB with GPUDirect RDMA", tr)
+		}
+	}
 	for _, tr := range q.Transports {
-		if tr.Kind != probes.TransportNet || !strings.HasPrefix(tr.Detail, "NET/AWS Libfabric/") {
-			t.Errorf("the p5's channel %+v", tr)
+		if tr.Kind != probes.TransportNet || !strings.HasPrefix(tr.Detail, "NET/Libfabric/") || tr.Network != "EFA" || !tr.GDR {
+			t.Errorf("the p5's channel %+v: want EFA through Libfabric with GPUDirect RDMA", tr)
 		}
 	}
 	if got := transportDetails(q); len(got) != 4 || len(q.Transports) != 2*channelsOf[probes.TransportNet] {
@@ -205,5 +212,40 @@ func TestNodeToNodeUniqueID(t *testing.T) {
 	}
 	if len(seen) != 2 {
 		t.Errorf("ids %v: want a new one each round", seen)
+	}
+}
+
+// nccl_net_socket: the DGX's container sees no RDMA device, and NCCL
+// takes sockets though the port is up: every connection of its side is
+// NET/Socket without GPUDirect RDMA, at what TCP carries; the p5's side
+// keeps EFA. nccl_gdr_off: InfiniBand without GPUDirect RDMA, at full
+// rate.
+func TestNodeToNodeNCCLNetworkFaults(t *testing.T) {
+	for _, c := range []struct {
+		fault, detail, network string
+		rate                   float64
+	}{
+		{"nccl_net_socket", "NET/Socket/0", "Socket", socketBytesPerSecond * netEfficiency},
+		{"nccl_gdr_off", "NET/IB/0", "IB", 40e9},
+	} {
+		dgx, p5 := startNode(t, "dgx-h100", "faults:\n- {kind: "+c.fault+"}\n"), startNode(t, "aws-p5", "")
+		p, q := session(t, dgx, p5, 1)
+		for _, tr := range p.Transports {
+			if tr.Detail != c.detail || tr.Network != c.network || tr.GDR {
+				t.Errorf("%s: the DGX's channel %+v, want %s over %s without GPUDirect RDMA", c.fault, tr, c.detail, c.network)
+			}
+		}
+		if len(p.Transports) == 0 {
+			t.Errorf("%s: no channels", c.fault)
+		}
+		for _, tr := range q.Transports {
+			if tr.Network != "EFA" || !tr.GDR {
+				t.Errorf("%s: the p5's channel %+v, want EFA with GPUDirect RDMA", c.fault, tr)
+			}
+		}
+		o := sessionOptions(dgx, 1, 0, "")
+		if ar := collResult(t, p, probes.AllReduce, o.SizeBytes); !within(ar.BusBytesPerSecond, c.rate, 0.05) {
+			t.Errorf("%s: all_reduce on the DGX's side %.4g, want about %.4g", c.fault, ar.BusBytesPerSecond, c.rate)
+		}
 	}
 }

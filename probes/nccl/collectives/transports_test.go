@@ -31,22 +31,22 @@ func TestParseTransportsOfPostedLogs(t *testing.T) {
 	got := parseTransportsOf(t, "testdata/nccl/posted-issues.log")
 	want := []probes.Transport{
 		{Channel: -1, FromRank: -1, ToRank: -1, Kind: probes.TransportNVLS, Detail: "NVLS"},
-		{Channel: 0, FromRank: -1, ToRank: 0, Kind: probes.TransportCollNet, Detail: "COLLNET/SHARP/0/GDRDMA"},
-		{Channel: 0, FromRank: 0, ToRank: -1, Kind: probes.TransportCollNet, Detail: "COLLNET/SHARP/0/GDRDMA"},
+		{Channel: 0, FromRank: -1, ToRank: 0, Kind: probes.TransportCollNet, Detail: "COLLNET/SHARP/0/GDRDMA", Network: "SHARP", GDR: true},
+		{Channel: 0, FromRank: 0, ToRank: -1, Kind: probes.TransportCollNet, Detail: "COLLNET/SHARP/0/GDRDMA", Network: "SHARP", GDR: true},
 		{Channel: 0, FromRank: 0, ToRank: 4, Kind: probes.TransportSHM, Detail: "SHM/direct/direct"},
-		{Channel: 0, FromRank: 1, ToRank: 3, Kind: probes.TransportNet, Detail: "NET/IB/2/GDRDMA"},
+		{Channel: 0, FromRank: 1, ToRank: 3, Kind: probes.TransportNet, Detail: "NET/IB/2/GDRDMA", Network: "IB", GDR: true},
 		{Channel: 0, FromRank: 3, ToRank: 2, Kind: probes.TransportP2P, Detail: "P2P/CUMEM"},
-		{Channel: 1, FromRank: 0, ToRank: 2, Kind: probes.TransportNet, Detail: "NET/IB/5/GDRDMA"},
+		{Channel: 1, FromRank: 0, ToRank: 2, Kind: probes.TransportNet, Detail: "NET/IB/5/GDRDMA", Network: "IB", GDR: true},
 		{Channel: 1, FromRank: 0, ToRank: 4, Kind: probes.TransportSHM, Detail: "SHM/direct/direct"},
 		{Channel: 1, FromRank: 1, ToRank: 0, Kind: probes.TransportP2P, Detail: "P2P/CUMEM"},
 		// Logged by both ends; the first line, the receiver's, is kept.
-		{Channel: 1, FromRank: 2, ToRank: 0, Kind: probes.TransportNet, Detail: "NET/IB/5/GDRDMA"},
-		{Channel: 1, FromRank: 3, ToRank: 1, Kind: probes.TransportNet, Detail: "NET/IB/2/GDRDMA"},
+		{Channel: 1, FromRank: 2, ToRank: 0, Kind: probes.TransportNet, Detail: "NET/IB/5/GDRDMA", Network: "IB", GDR: true},
+		{Channel: 1, FromRank: 3, ToRank: 1, Kind: probes.TransportNet, Detail: "NET/IB/2/GDRDMA", Network: "IB", GDR: true},
 		{Channel: 1, FromRank: 8, ToRank: 15, Kind: probes.TransportP2P, Detail: "P2P/IPC/read"},
 		{Channel: 2, FromRank: 3, ToRank: 4, Kind: probes.TransportP2P, Detail: "P2P/direct pointer"},
 		{Channel: 3, FromRank: 1, ToRank: 0, Kind: probes.TransportP2P, Detail: "P2P/CUMEM"},
 		{Channel: 5, FromRank: 11, ToRank: 12, Kind: probes.TransportSHM, Detail: "SHM/direct/direct"},
-		{Channel: 14, FromRank: 15, ToRank: 0, Kind: probes.TransportNet, Detail: "NET/Socket/0"},
+		{Channel: 14, FromRank: 15, ToRank: 0, Kind: probes.TransportNet, Detail: "NET/Socket/0", Network: "Socket"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("parseTransports:\n got %v\nwant %v", got, want)
@@ -59,8 +59,8 @@ func TestParseTransportsOfPostedLogs(t *testing.T) {
 // channels; the ring's stands for the channel.
 func TestParseTransportsOfTwoHostsOverSockets(t *testing.T) {
 	want := []probes.Transport{
-		{Channel: 0, FromRank: 0, ToRank: 1, Kind: probes.TransportNet, Detail: "NET/Socket/0"}, {Channel: 0, FromRank: 1, ToRank: 0, Kind: probes.TransportNet, Detail: "NET/Socket/0"},
-		{Channel: 1, FromRank: 0, ToRank: 1, Kind: probes.TransportNet, Detail: "NET/Socket/0"}, {Channel: 1, FromRank: 1, ToRank: 0, Kind: probes.TransportNet, Detail: "NET/Socket/0"},
+		{Channel: 0, FromRank: 0, ToRank: 1, Kind: probes.TransportNet, Detail: "NET/Socket/0", Network: "Socket"}, {Channel: 0, FromRank: 1, ToRank: 0, Kind: probes.TransportNet, Detail: "NET/Socket/0", Network: "Socket"},
+		{Channel: 1, FromRank: 0, ToRank: 1, Kind: probes.TransportNet, Detail: "NET/Socket/0", Network: "Socket"}, {Channel: 1, FromRank: 1, ToRank: 0, Kind: probes.TransportNet, Detail: "NET/Socket/0", Network: "Socket"},
 	}
 	for _, logs := range [][]string{
 		{"testdata/nccl/2.28.9-socket-rank0.log"}, {"testdata/nccl/2.28.9-socket-rank1.log"},
@@ -132,17 +132,5 @@ func TestParseTransportsIgnoresEverythingElse(t *testing.T) {
 	}
 	if got := parseTransports(strings.NewReader("")); got != nil {
 		t.Errorf("empty log: %v", got)
-	}
-}
-
-func TestTransportKind(t *testing.T) {
-	for detail, want := range map[string]string{
-		"P2P/CUMEM/read": probes.TransportP2P, "P2P/direct pointer": probes.TransportP2P, "SHM/direct/direct": probes.TransportSHM,
-		"NET/IB/0/GDRDMA": probes.TransportNet, "NET/Socket/1": probes.TransportNet, "NET/AWS Libfabric/0": probes.TransportNet,
-		"COLLNET/SHARP/0": probes.TransportCollNet, "CollNet/x": probes.TransportCollNet, "NVLS": probes.TransportNVLS, "PXN": probes.TransportUnknown, "": probes.TransportUnknown,
-	} {
-		if got := transportKind(detail); got != want {
-			t.Errorf("transportKind(%q) = %q, want %q", detail, got, want)
-		}
 	}
 }
