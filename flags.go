@@ -133,7 +133,7 @@ func newCLI() *cli {
 	l.topology = app.Command("topology", "Print the GPU and NIC topology matrix as nvidia-smi topo -m does, and exit.")
 	l.probeCmd = probe.AddCommand(app, l.probe)
 	l.collectivesCmd = collectives.AddCollectiveCommand(app, l.collectives)
-	l.collectivesCmd.Flag("check", "Run no collective: say, one line per item, what an NCCL session between this node and another would use and what it lacks (the NCCL library found by --library, its version; the network plugin; /dev/infiniband/uverbs*; RLIMIT_MEMLOCK; nvidia_peermem and dma-buf; the NICs' ports; each GPU's expected network). Exits 1 where no session could run, or one could not use the RDMA the NICs have. With --sim, the simulated node's.").BoolVar(&l.ncclCheck)
+	l.collectivesCmd.Flag("check", "Say what NCCL between nodes would use and lack.").BoolVar(&l.ncclCheck)
 	flag.AddFlags(app, &c.log)
 	app.Version(version.Print("gpulink_exporter"))
 	app.HelpFlag.Short('h')

@@ -181,9 +181,10 @@ func TestNodeProbeBetweenSimulatedNodes(t *testing.T) {
 	if lat, _ := gauge(mfs, "gpulink_node_probe_latency_seconds", "collective", "send_recv", "gpu", "0"); lat <= 0 || lat > 100e-6 {
 		t.Errorf("send_recv latency %g s", lat)
 	}
-	// Ring and send/recv, both nodes' ranks: 4 channels each way.
-	if n, _ := gauge(mfs, "gpulink_node_probe_channels", "transport", "net"); n != 8 || len(mfs["gpulink_node_probe_channels"].GetMetric()) != 1 {
-		t.Errorf("channels %v, want 8 over net only", mfs["gpulink_node_probe_channels"])
+	// Ring and send/recv, both nodes' ranks: 4 channels each way, over
+	// InfiniBand with GPUDirect RDMA.
+	if n, _ := gauge(mfs, "gpulink_node_probe_channels", "gdr", "1", "network", "IB", "transport", "net"); n != 8 || len(mfs["gpulink_node_probe_channels"].GetMetric()) != 1 {
+		t.Errorf("channels %v, want 8 over IB with GPUDirect RDMA only", mfs["gpulink_node_probe_channels"])
 	}
 
 	// The prober's GPU 0 sends through mlx5_0: down, nothing goes.
