@@ -402,7 +402,6 @@ func (c *comm) hold(op probes.Collective, size int64) {
 	c.devMem = max(c.devMem, mem)
 }
 
-
 func (c *comm) Cost() probes.Cost {
 	return probes.Cost{BusySeconds: c.busy, DeviceMemoryBytes: c.devMem}
 }
