@@ -106,60 +106,8 @@ const (
 )
 
 func TestAlertsEndToEnd(t *testing.T) {
-	prometheus, alertmanager := os.Getenv("PROMETHEUS"), os.Getenv("ALERTMANAGER")
-	if prometheus == "" || alertmanager == "" {
-		t.Skip("PROMETHEUS and ALERTMANAGER name the binaries to run (make test sets them from .tools/bin)")
-	}
-	if testing.Short() {
-		t.Skip("about three minutes of real time")
-	}
-	dir := t.TempDir()
-	root := repoRoot(t)
-	bin := buildExporter(t, dir)
-	timings := scaleRules(t, filepath.Join(root, "deploy/prometheus/gpulink.rules.yml"), filepath.Join(dir, "rules.yml"))
-
-	// Two nodes: a DGX H100 that gets most faults, and an AWS p5, whose
-	// GPU processes are Slurm job steps, that gets one (its probes run
-	// too: both are busy and idle GPUs).
-	faults, faultsP5 := filepath.Join(dir, "faults.yml"), filepath.Join(dir, "faults-p5.yml")
-	writeFile(t, faults, "faults: []\n")
-	writeFile(t, faultsP5, "faults: []\n")
-	dgx, p5 := freeAddr(t), freeAddr(t)
-	// A collective round after every probe pass: the interval shorter
-	// than a pass's, and each round's GPU time too (a round is followed
-	// by at least its GPU time over --probe.max-duty): one sample of 5
-	// iterations, where a round over host memory would otherwise take
-	// 10 s of each GPU's time at the default 5 warm-up, 20 iterations
-	// and 3 samples. Node-to-node sessions as often as Prometheus asks.
-	common := []string{"--probe.policy=always", "--probe.interval=" + probeEvery.String(), "--probe.first-delay=0",
-		"--probe.max-duty=1", "--nvml.interval=1s", "--nvml.slow-interval=1s", "--nic.interval=1s", "--topology.interval=1s", "--process.interval=1s",
-		"--collective.interval=1s", "--collective.warmup=1", "--collective.iterations=5", "--collective.samples=1",
-		"--node-probe.enabled", "--node-probe.min-interval=1s"}
-	start(t, dir, "exporter-dgx", bin, append([]string{"--sim=dgx-h100", "--sim.faults=" + faults, "--web.listen-address=" + dgx}, common...)...)
-	start(t, dir, "exporter-p5", bin, append([]string{"--sim=aws-p5", "--sim.faults=" + faultsP5, "--web.listen-address=" + p5}, common...)...)
-	waitHTTP(t, "http://"+dgx+"/metrics", 30*time.Second)
-	waitHTTP(t, "http://"+p5+"/metrics", 30*time.Second)
-	// A ring of two: each node probes the other, both every 3 s in one
-	// job, as the shipped config's ring (see startStack).
-	s := startStack(t, dir, prometheus, alertmanager, filepath.Join(dir, "rules.yml"), []string{dgx, p5},
-		[]probePair{{prober: dgx, target: p5}, {prober: p5, target: dgx}}, 3*time.Second)
-	ctx := context.Background()
-
-	// Healthy: both nodes run with probes, collective rounds and
-	// node-to-node probes; nothing may fire.
-	waitFor(t, 30*time.Second, "both targets up and probed", func() (bool, error) {
-		v, err := s.query(ctx, `count(up{job="gpulink"} == 1) == 2 and count(count by (instance) (gpulink_probe_bandwidth_bytes_per_second)) == 2
-			and count(count by (instance) (gpulink_collective_bus_bandwidth_bytes_per_second)) == 2
-			and count(max_over_time(probe_success{job="gpulink-node-probe"}[10s]) == 1) == 2`)
-		return len(v) == 1, err
-	})
-	time.Sleep(healthyFor)
-	if f, err := s.firing(ctx); err != nil || len(f) != 0 {
-		t.Fatalf("healthy nodes fire %v (err %v)", keys(f), err)
-	}
-	if n := s.hook.snapshot(); len(n) != 0 {
-		t.Fatalf("healthy nodes: the webhook got %d notifications: %v", len(n), n)
-	}
+	r := startRing(t, "about three minutes of real time")
+	s, dgx, p5, ctx := r.stack, r.dgx, r.p5, context.Background()
 	t.Run("DashboardQueriesReturnData", func(t *testing.T) { checkDashboards(t, s, dgx) })
 	// How often the ring's probes met: a probe that did took more than
 	// one try (for the log: whether they meet depends on Prometheus'
@@ -180,13 +128,7 @@ func TestAlertsEndToEnd(t *testing.T) {
 		text.WriteString("- " + f.fault + "\n")
 		for instance, alerts := range map[string][]string{dgx: f.alerts, p5: f.probed} {
 			for _, a := range alerts {
-				name := strings.Fields(a)[0]
-				tm, ok := timings[name]
-				if !ok {
-					t.Fatalf("the rules have no alert %s", name)
-				}
-				key := name + " " + instance + strings.TrimPrefix(a, name)
-				want[key] = tm.For + tm.Fill + time.Duration(1+max(f.rounds, 1))*probeEvery + plumbing
+				r.expect(t, want, a, instance, f.rounds)
 			}
 		}
 	}
@@ -195,18 +137,132 @@ func TestAlertsEndToEnd(t *testing.T) {
 	summaries := map[string]string{}
 	for _, f := range injectedP5 {
 		textP5.WriteString("- " + f.fault + "\n")
-		name := strings.Fields(f.alert)[0]
-		tm, ok := timings[name]
-		if !ok {
-			t.Fatalf("the rules have no alert %s", name)
-		}
-		key := name + " " + p5 + strings.TrimPrefix(f.alert, name)
-		want[key] = tm.For + tm.Fill + 2*probeEvery + plumbing
-		summaries[key] = f.summary
+		summaries[r.expect(t, want, f.alert, p5, 0)] = f.summary
 	}
 	injectedAt := time.Now()
-	writeFile(t, faults, text.String())
-	writeFile(t, faultsP5, textP5.String())
+	writeFile(t, r.dgxFaults, text.String())
+	writeFile(t, r.p5Faults, textP5.String())
+	r.checkFired(t, want, summaries, injectedAt)
+}
+
+// The network NCCL takes between the nodes (issue 26), on two nodes
+// healthy but for it: the DGX's container loses /dev/infiniband, so its
+// side of every session goes over sockets though its ports are up
+// (nccl_net_socket), and the p5's side goes over EFA without GPUDirect
+// RDMA, which its dma-buf calls for (nccl_gdr_off). Each session carries
+// both sides, and each node's NICs call for RDMA with GPUDirect: each
+// fault fires its alert for both targets of the ring, and nothing else
+// fires (NodeProbeBandwidthLow stays quiet while sockets explain the
+// bandwidth). TestAlertsEndToEnd's faults would hide the DGX's side (its
+// rail port down fails it), hence a ring of its own.
+func TestNCCLNetworkAlertsEndToEnd(t *testing.T) {
+	r := startRing(t, "about two minutes of real time")
+	want := map[string]time.Duration{}
+	for _, instance := range []string{r.dgx, r.p5} {
+		r.expect(t, want, "NCCLNetworkSocketFallback", instance, 0)
+		r.expect(t, want, "NCCLGPUDirectRDMAMissing", instance, 0)
+	}
+	injectedAt := time.Now()
+	writeFile(t, r.dgxFaults, "faults:\n- {kind: nccl_net_socket}\n")
+	writeFile(t, r.p5Faults, "faults:\n- {kind: nccl_gdr_off}\n")
+	r.checkFired(t, want, nil, injectedAt)
+}
+
+// ring is a DGX H100 and an AWS p5, simulated, each probing the other,
+// under Prometheus and Alertmanager with the shipped rules scaled.
+type ring struct {
+	stack               *stack
+	dgx, p5             string // host:port
+	dgxFaults, p5Faults string // their fault files
+	timings             map[string]alertTiming
+}
+
+// startRing starts the ring with no faults and waits until it has been
+// healthy for healthyFor without an alert. cost is the test's real time,
+// for the skip message.
+func startRing(t *testing.T, cost string) *ring {
+	prometheus, alertmanager := os.Getenv("PROMETHEUS"), os.Getenv("ALERTMANAGER")
+	if prometheus == "" || alertmanager == "" {
+		t.Skip("PROMETHEUS and ALERTMANAGER name the binaries to run (make test sets them from .tools/bin)")
+	}
+	if testing.Short() {
+		t.Skip(cost)
+	}
+	dir := t.TempDir()
+	root := repoRoot(t)
+	bin := buildExporter(t, dir)
+	r := &ring{timings: scaleRules(t, filepath.Join(root, "deploy/prometheus/gpulink.rules.yml"), filepath.Join(dir, "rules.yml"))}
+
+	// Two nodes: a DGX H100, and an AWS p5 whose GPU processes are Slurm
+	// job steps, each with its fault file (their probes run too: both
+	// are busy and idle GPUs).
+	r.dgxFaults, r.p5Faults = filepath.Join(dir, "faults.yml"), filepath.Join(dir, "faults-p5.yml")
+	writeFile(t, r.dgxFaults, "faults: []\n")
+	writeFile(t, r.p5Faults, "faults: []\n")
+	r.dgx, r.p5 = freeAddr(t), freeAddr(t)
+	// A collective round after every probe pass: the interval shorter
+	// than a pass's, and each round's GPU time too (a round is followed
+	// by at least its GPU time over --probe.max-duty): one sample of 5
+	// iterations, where a round over host memory would otherwise take
+	// 10 s of each GPU's time at the default 5 warm-up, 20 iterations
+	// and 3 samples. Node-to-node sessions as often as Prometheus asks;
+	// what NCCL between nodes would use checked every second.
+	common := []string{"--probe.policy=always", "--probe.interval=" + probeEvery.String(), "--probe.first-delay=0",
+		"--probe.max-duty=1", "--nvml.interval=1s", "--nvml.slow-interval=1s", "--nic.interval=1s", "--topology.interval=1s", "--process.interval=1s",
+		"--collective.interval=1s", "--collective.warmup=1", "--collective.iterations=5", "--collective.samples=1",
+		"--node-probe.enabled", "--node-probe.min-interval=1s", "--nccl.interval=1s"}
+	start(t, dir, "exporter-dgx", bin, append([]string{"--sim=dgx-h100", "--sim.faults=" + r.dgxFaults, "--web.listen-address=" + r.dgx}, common...)...)
+	start(t, dir, "exporter-p5", bin, append([]string{"--sim=aws-p5", "--sim.faults=" + r.p5Faults, "--web.listen-address=" + r.p5}, common...)...)
+	waitHTTP(t, "http://"+r.dgx+"/metrics", 30*time.Second)
+	waitHTTP(t, "http://"+r.p5+"/metrics", 30*time.Second)
+	// A ring of two: each node probes the other, both every 3 s in one
+	// job, as the shipped config's ring (see startStack).
+	r.stack = startStack(t, dir, prometheus, alertmanager, filepath.Join(dir, "rules.yml"), []string{r.dgx, r.p5},
+		[]probePair{{prober: r.dgx, target: r.p5}, {prober: r.p5, target: r.dgx}}, 3*time.Second)
+	s, ctx := r.stack, context.Background()
+
+	// Healthy: both nodes run with probes, collective rounds and
+	// node-to-node probes; nothing may fire.
+	waitFor(t, 30*time.Second, "both targets up and probed", func() (bool, error) {
+		v, err := s.query(ctx, `count(up{job="gpulink"} == 1) == 2 and count(count by (instance) (gpulink_probe_bandwidth_bytes_per_second)) == 2
+			and count(count by (instance) (gpulink_collective_bus_bandwidth_bytes_per_second)) == 2
+			and count(max_over_time(probe_success{job="gpulink-node-probe"}[10s]) == 1) == 2`)
+		return len(v) == 1, err
+	})
+	time.Sleep(healthyFor)
+	if f, err := s.firing(ctx); err != nil || len(f) != 0 {
+		t.Fatalf("healthy nodes fire %v (err %v)", keys(f), err)
+	}
+	if n := s.hook.snapshot(); len(n) != 0 {
+		t.Fatalf("healthy nodes: the webhook got %d notifications: %v", len(n), n)
+	}
+	return r
+}
+
+// expect adds to want the alert a ("name label=value...", alertKey's form
+// without the instance) on instance, with the time it may take: its for:
+// and windows' fill, the source intervals and collective rounds, the
+// plumbing. It returns the alert's key.
+func (r *ring) expect(t *testing.T, want map[string]time.Duration, a, instance string, rounds int) string {
+	t.Helper()
+	name := strings.Fields(a)[0]
+	tm, ok := r.timings[name]
+	if !ok {
+		t.Fatalf("the rules have no alert %s", name)
+	}
+	key := name + " " + instance + strings.TrimPrefix(a, name)
+	want[key] = tm.For + tm.Fill + time.Duration(1+max(rounds, 1))*probeEvery + plumbing
+	return key
+}
+
+// checkFired waits for every alert of want to reach the webhook, each
+// within its time from injectedAt, with its runbook_url and, where
+// summaries has its key, that text in its summary; then for settleFor.
+// It fails on one that did not, and on any other firing in Prometheus or
+// at the webhook.
+func (r *ring) checkFired(t *testing.T, want map[string]time.Duration, summaries map[string]string, injectedAt time.Time) {
+	t.Helper()
+	s := r.stack
 	firedAt := map[string]time.Duration{}
 	deadline := injectedAt
 	for _, d := range want {
@@ -247,7 +303,7 @@ func TestAlertsEndToEnd(t *testing.T) {
 	sort.Strings(report)
 	t.Logf("alert after fault, through Alertmanager:\n  %s", strings.Join(report, "\n  "))
 	// Nothing else, in Prometheus or at the webhook.
-	f, err := s.firing(ctx)
+	f, err := s.firing(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
