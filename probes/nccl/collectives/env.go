@@ -14,9 +14,15 @@ import (
 //   - NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS: the transport NCCL chose for
 //     each connection is only in its INFO log. Each "Channel ... via" line
 //     is logged as INIT|P2P, INIT|SHM or INIT|NET, and the CollNet and NVLS
-//     setup as INIT|NET and INIT|NVLS (src/transport/*.cc, 2.18 to 2.27),
-//     so INIT alone would do; the transports' own subsystems are named as
-//     well in case a version logs one of them without INIT.
+//     setup as INIT|NET and INIT|NVLS (src/transport/*.cc, 2.18 to 2.27);
+//     the lines that say which network carried a NET connection are INIT
+//     ("Using network IB", src/init.cc) and INIT|NET (the IB transport's
+//     device list with each port's link layer, net_ib.cc; aws-ofi-nccl's
+//     "Selected provider is efa"), 2.14 to 2.30. So INIT alone would do;
+//     the transports' own subsystems are named as well in case a version
+//     logs one of them without INIT (NET also brings NCCL's per-NIC
+//     "GPU Direct RDMA Enabled/Disabled" lines, for a person reading the
+//     log; nothing parses them).
 //   - NCCL_DEBUG_FILE: a private file, read back for the transports. Never
 //     stdout, which carries the round's JSON.
 //   - NCCL_NVLS_ENABLE=0 unless the operator allows NVLS (--nvls): on a
