@@ -188,7 +188,7 @@ func Check(env Env, topo *numa.Topology, ports *nic.Snapshot) *Report {
 	for i := range uverbs {
 		uverbs[i] = env.onNode(uverbs[i])
 	}
-	slices.SortFunc(uverbs, func(a, b string) int { return cmpNatural(a, b) })
+	slices.SortFunc(uverbs, cmpNatural)
 	switch {
 	case len(uverbs) > 4:
 		add(CheckRDMADevices, StatusOK, "%d devices, %s to %s", len(uverbs), uverbs[0], uverbs[len(uverbs)-1])
