@@ -114,23 +114,3 @@ func setOf(ss []string) map[string]bool {
 	}
 	return m
 }
-
-func TestParseTransportsIgnoresEverythingElse(t *testing.T) {
-	log := strings.Join([]string{
-		"h:1:2 [0] NCCL INFO NCCL_P2P_DISABLE set by environment to 1.",
-		"h:1:2 [0] NCCL INFO Connected all rings",
-		"h:1:2 [0] NCCL INFO Channel 00/02 :    0   1",        // the ring listing, not a connection
-		"h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via", // cut short
-		"h:1:2 [0] NCCL WARN Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM",
-		"",
-		"h:1:2 [0] NCCL INFO Channel 02/0 : 0[0] -> 1[1] via Something/New\r",
-	}, "\n")
-	got := parseTransports(strings.NewReader(log))
-	want := []probes.Transport{{Channel: 2, FromRank: 0, ToRank: 1, Kind: probes.TransportUnknown, Detail: "Something/New"}}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("parseTransports = %v, want %v", got, want)
-	}
-	if got := parseTransports(strings.NewReader("")); got != nil {
-		t.Errorf("empty log: %v", got)
-	}
-}
