@@ -5,7 +5,6 @@ import (
 	"io"
 	"os"
 	"reflect"
-	"strings"
 	"testing"
 
 	"github.com/gpulink/gpulink_exporter/probes"
