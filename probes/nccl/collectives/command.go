@@ -188,6 +188,7 @@ func (c *CollectiveCommand) Run(ctx context.Context, stdout, stderr io.Writer) i
 	status := probes.ExitOK
 	if round.Error != "" {
 		status = probes.ExitGPUFail
+		fmt.Fprintln(stderr, "collective round:", round.Error)
 	}
 	for _, r := range round.Results {
 		if r.Error != "" {
