@@ -232,7 +232,7 @@ func (s *Scheduler) collectiveGPUs(snap *nvml.Snapshot) ([]*nvml.GPUState, strin
 	var procs []nvml.Process
 	var procsErr error
 	if s.lister != nil {
-		if procs, procsErr = s.lister.call(); procsErr != nil && s.cfg.Policy == PolicyIdle {
+		if procs, procsErr = s.lister.Call(); procsErr != nil && s.cfg.Policy == PolicyIdle {
 			s.logger.Warn("cannot list GPU processes; treating the GPUs as busy", "err", procsErr)
 		}
 	}

@@ -1,0 +1,235 @@
+package probes
+
+import (
+	"cmp"
+	"errors"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
+)
+
+// What shared a GPU while it was measured, as the daemon's rounds and the
+// probe and collectives commands judge it: one piece of code for all of
+// them, so a result a person reads as contended is one the daemon would
+// have exported as contended.
+
+// How a run is watched: the process list is read often enough to see a
+// job that starts and ends within a round of a few seconds, at the cost
+// of one driver call that answers from the driver's own process table per
+// GPU. One listing may take at most ProcessListLimit; NVML can hang on a
+// failing GPU, and a hung listing must not stall the rounds.
+const (
+	ProcessPoll      = 250 * time.Millisecond
+	ProcessListLimit = 2 * time.Second
+)
+
+var (
+	errProcessListStuck = errors.New("an earlier GPU process listing has not returned")
+	errProcessListSlow  = errors.New("GPU process listing did not return in time")
+)
+
+// ProcessLister makes the listings one at a time, each in a goroutine of
+// its own that the caller waits for at most limit. A listing that hangs
+// keeps the one slot: later calls wait limit for it and fail, so at most
+// one goroutine is ever stuck in NVML.
+type ProcessLister struct {
+	list  func() ([]nvml.Process, error)
+	limit time.Duration
+	slot  chan struct{}
+}
+
+// NewProcessLister bounds each call of list by limit.
+func NewProcessLister(list func() ([]nvml.Process, error), limit time.Duration) *ProcessLister {
+	return &ProcessLister{list: list, limit: limit, slot: make(chan struct{}, 1)}
+}
+
+// Call is one listing, or why there is none.
+func (l *ProcessLister) Call() ([]nvml.Process, error) {
+	t := time.NewTimer(l.limit)
+	defer t.Stop()
+	select {
+	case l.slot <- struct{}{}:
+	case <-t.C:
+		return nil, errProcessListStuck
+	}
+	type answer struct {
+		ps  []nvml.Process
+		err error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		defer func() { <-l.slot }()
+		ps, err := l.list()
+		ch <- answer{ps, err}
+	}()
+	select {
+	case a := <-ch:
+		return a.ps, a.err
+	case <-t.C:
+		return nil, errProcessListSlow
+	}
+}
+
+// RunWatch gathers the compute processes seen on a run's GPUs (the ones
+// measured and the peers measured against) before, during and after the
+// run.
+type RunWatch struct {
+	gpus []*nvml.GPUState
+
+	mu       sync.Mutex
+	seen     map[string]map[int]bool // PIDs by GPU address
+	checks   int
+	failures int
+
+	done     chan struct{} // closed to stop the poll
+	stopOnce sync.Once
+}
+
+// NewRunWatch watches gpus; nothing is read until Note or Poll.
+func NewRunWatch(gpus []*nvml.GPUState) *RunWatch {
+	return &RunWatch{gpus: gpus, seen: map[string]map[int]bool{}, done: make(chan struct{})}
+}
+
+// Note records one listing. A listing of the poll that returns after
+// Stop is still recorded: it was asked while the run ran.
+func (w *RunWatch) Note(ps []nvml.Process, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err != nil {
+		w.failures++
+		return
+	}
+	w.checks++
+	for _, p := range ps {
+		for _, g := range w.gpus {
+			if OnGPU(p, g) {
+				if w.seen[g.PCIBusID] == nil {
+					w.seen[g.PCIBusID] = map[int]bool{}
+				}
+				w.seen[g.PCIBusID][p.PID] = true
+			}
+		}
+	}
+}
+
+// Poll lists the processes every interval until Stop. It never holds the
+// caller up: Stop returns at once, and a listing still running then ends
+// within the lister's limit.
+func (w *RunWatch) Poll(l *ProcessLister, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.done:
+			return
+		case <-t.C:
+			w.Note(l.Call())
+		}
+	}
+}
+
+// Stop ends Poll.
+func (w *RunWatch) Stop() { w.stopOnce.Do(func() { close(w.done) }) }
+
+// others are the PIDs seen on each watched GPU other than own (0 for
+// unknown), by address, and how many listings were read and failed.
+func (w *RunWatch) others(own int) (map[string][]int, int, int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out map[string][]int
+	for _, g := range w.gpus {
+		var pids []int
+		for pid := range w.seen[g.PCIBusID] {
+			if pid != own || own == 0 {
+				pids = append(pids, pid)
+			}
+		}
+		if len(pids) > 0 {
+			slices.Sort(pids)
+			if out == nil {
+				out = map[string][]int{}
+			}
+			out[nvml.NormalizeBusID(g.PCIBusID)] = pids
+		}
+	}
+	return out, w.checks, w.failures
+}
+
+// OnGPU reports whether the process p is on the GPU g.
+func OnGPU(p nvml.Process, g *nvml.GPUState) bool {
+	return (p.PCIBusID != "" && strings.EqualFold(p.PCIBusID, g.PCIBusID)) || (p.UUID != "" && p.UUID == g.UUID)
+}
+
+// JudgeSharing is a run's contention from what shares its GPUs: the
+// processes w saw other than the run's own (own, its PID; w may be nil:
+// not watched), and the GPUs whose utilisation was above the idle
+// threshold right before the run (busyUtil, by address). A GPU in self
+// disturbs every result of the run (Reasons); any other watched GPU, the
+// results against it (Peers). Only the watched GPUs in self or in peers
+// count, so one watch may serve several runs.
+func JudgeSharing(self, peers []string, w *RunWatch, own int, busyUtil map[string]bool) *Contention {
+	c := &Contention{}
+	norm := func(addrs []string) map[string]bool {
+		m := map[string]bool{}
+		for _, a := range addrs {
+			m[nvml.NormalizeBusID(a)] = true
+		}
+		return m
+	}
+	selves, others := norm(self), norm(peers)
+	if w != nil {
+		var procs map[string][]int
+		procs, c.ProcessChecks, c.ProcessCheckFailures = w.others(own)
+		for addr, pids := range procs {
+			if selves[addr] || others[addr] {
+				if c.Processes == nil {
+					c.Processes = map[string][]int{}
+				}
+				c.Processes[addr] = pids
+			}
+		}
+	}
+	for _, addr := range slices.Sorted(maps.Keys(c.Processes)) {
+		c.mark(selves, addr, ContendedOtherProcess)
+	}
+	for _, addr := range slices.Sorted(maps.Keys(busyUtil)) {
+		a := nvml.NormalizeBusID(addr)
+		if busyUtil[addr] && (selves[a] || others[a]) {
+			c.mark(selves, a, ContendedUtilization)
+		}
+	}
+	return c
+}
+
+// mark adds reason for the GPU at addr: to Reasons where it is one of
+// selves, else to the results against it.
+func (c *Contention) mark(selves map[string]bool, addr, reason string) {
+	addr = nvml.NormalizeBusID(addr)
+	if selves[addr] {
+		c.Reasons = AddReason(c.Reasons, reason)
+		return
+	}
+	if c.Peers == nil {
+		c.Peers = map[string][]string{}
+	}
+	c.Peers[addr] = AddReason(c.Peers[addr], reason)
+}
+
+// JudgeRound is a probe round's contention: JudgeSharing over its GPU and
+// peers (the GPUs its options measured against), and the spread of each
+// result's samples.
+func JudgeRound(gr *GPURound, peers []string, w *RunWatch, own int, busyUtil map[string]bool) *Contention {
+	self := nvml.NormalizeBusID(gr.PCIBusID)
+	c := JudgeSharing([]string{self}, peers, w, own, busyUtil)
+	selves := map[string]bool{self: true}
+	for i := range gr.Results {
+		if r := &gr.Results[i]; r.Noisy() {
+			c.mark(selves, cmp.Or(r.Peer, self), ContendedSampleSpread)
+		}
+	}
+	return c
+}
