@@ -71,7 +71,7 @@ func run(l *cli, command string, logger *slog.Logger) int {
 	case l.probeCmd.FullCommand():
 		return runProbe(l.probe, c, fsys, logger)
 	case l.collectivesCmd.FullCommand():
-		return runCollectives(l.collectives, c)
+		return runCollectives(l.collectives, c, fsys, logger)
 	}
 
 	logger.Info("starting gpulink_exporter", "version", version.Info(), "collectors", c.collectors())

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -232,4 +233,152 @@ func JudgeRound(gr *GPURound, peers []string, w *RunWatch, own int, busyUtil map
 		}
 	}
 	return c
+}
+
+// SharingCheck is how the probe and collectives commands see what shares
+// their GPUs: the daemon's signals (other compute processes before,
+// during and after the run; utilisation above the idle threshold right
+// before it) through the same code, JudgeSharing and JudgeRound.
+type SharingCheck struct {
+	// Snapshot is an NVML sample taken before the run, for the GPUs'
+	// UUIDs and utilisation; nil when there is none.
+	Snapshot *nvml.Snapshot
+	// Processes lists the compute processes on every GPU (NVML).
+	Processes func() ([]nvml.Process, error)
+	// Threshold is the utilisation above which a GPU counts as busy;
+	// DefaultUtilizationThreshold when 0.
+	Threshold float64
+	// Comm names a process (its /proc/<pid>/comm); nil or "" unknown.
+	Comm func(pid int) string
+	// Every is how often the processes are listed during the run;
+	// ProcessPoll when 0.
+	Every time.Duration
+}
+
+// CommandWatch is one command's watch over its GPUs; a nil one watched
+// nothing, and judges nothing.
+type CommandWatch struct {
+	check    *SharingCheck
+	watch    *RunWatch
+	lister   *ProcessLister
+	busyUtil map[string]bool
+}
+
+// Start lists the processes on the GPUs at addrs (sysfs or NVML form),
+// notes which were busy in the snapshot, and polls until Stop. Nil when
+// s cannot list processes (no NVML).
+func (s *SharingCheck) Start(addrs []string) *CommandWatch {
+	if s == nil || s.Processes == nil {
+		return nil
+	}
+	threshold := cmp.Or(s.Threshold, DefaultUtilizationThreshold)
+	cw := &CommandWatch{check: s, lister: NewProcessLister(s.Processes, ProcessListLimit), busyUtil: map[string]bool{}}
+	var gpus []*nvml.GPUState
+	for _, a := range addrs {
+		addr := nvml.NormalizeBusID(a)
+		g := &nvml.GPUState{Identity: nvml.Identity{PCIBusID: addr}}
+		if s.Snapshot != nil {
+			for i := range s.Snapshot.GPUs {
+				if cur := &s.Snapshot.GPUs[i]; nvml.NormalizeBusID(cur.PCIBusID) == addr {
+					g = cur
+					if cur.Utilization.Valid && cur.Utilization.V > threshold {
+						cw.busyUtil[addr] = true
+					}
+				}
+			}
+		}
+		gpus = append(gpus, g)
+	}
+	cw.watch = NewRunWatch(gpus)
+	cw.watch.Note(cw.lister.Call())
+	go cw.watch.Poll(cw.lister, cmp.Or(s.Every, ProcessPoll))
+	return cw
+}
+
+// Stop ends the poll and lists the processes once more: a job still
+// there after the run is seen even when the run was too short for a poll.
+func (cw *CommandWatch) Stop() {
+	if cw == nil {
+		return
+	}
+	cw.watch.Stop()
+	cw.watch.Note(cw.lister.Call())
+}
+
+// Round is a probe round's contention (JudgeRound), with the processes
+// named. own is this process's PID.
+func (cw *CommandWatch) Round(gr *GPURound, peers []string, own int) *Contention {
+	if cw == nil {
+		return nil
+	}
+	return cw.named(JudgeRound(gr, peers, cw.watch, own, cw.busyUtil))
+}
+
+// Collective is a collective round's contention over its GPUs, all of
+// which take part in every result.
+func (cw *CommandWatch) Collective(gpus []string, own int) *Contention {
+	if cw == nil {
+		return nil
+	}
+	return cw.named(JudgeSharing(gpus, nil, cw.watch, own, cw.busyUtil))
+}
+
+func (cw *CommandWatch) named(c *Contention) *Contention {
+	if cw.check.Comm == nil {
+		return c
+	}
+	for _, pids := range c.Processes {
+		for _, pid := range pids {
+			if n := cw.check.Comm(pid); n != "" {
+				if c.ProcessNames == nil {
+					c.ProcessNames = map[int]string{}
+				}
+				c.ProcessNames[pid] = n
+			}
+		}
+	}
+	return c
+}
+
+// Describe is the contention for a person, one line per shared GPU
+// ("GPU 0000:18:00.0: other compute processes: pid 4242 (python3)",
+// "GPU 0000:18:00.0: utilisation above the idle threshold right before the
+// run") and one per peer whose results are contended for another reason;
+// nil when nothing shared the run.
+func (c *Contention) Describe() []string {
+	if !c.Contended() {
+		return nil
+	}
+	var out []string
+	described := map[string]bool{}
+	for _, addr := range slices.Sorted(maps.Keys(c.Processes)) {
+		var ps []string
+		for _, pid := range c.Processes[addr] {
+			p := "pid " + strconv.Itoa(pid)
+			if n := c.ProcessNames[pid]; n != "" {
+				p += " (" + n + ")"
+			}
+			ps = append(ps, p)
+		}
+		out = append(out, "GPU "+addr+": other compute processes: "+strings.Join(ps, ", "))
+		described[addr] = true
+	}
+	if slices.Contains(c.Reasons, ContendedUtilization) {
+		out = append(out, "utilisation above the idle threshold right before the run")
+	}
+	if slices.Contains(c.Reasons, ContendedSampleSpread) {
+		out = append(out, "samples spread over "+strconv.Itoa(int(NoisySpread*100))+"% of their median")
+	}
+	for _, peer := range slices.Sorted(maps.Keys(c.Peers)) {
+		var why []string
+		for _, r := range c.Peers[peer] {
+			if r != ContendedOtherProcess || !described[peer] {
+				why = append(why, r)
+			}
+		}
+		if len(why) > 0 {
+			out = append(out, "results against "+peer+": "+strings.Join(why, ", "))
+		}
+	}
+	return out
 }

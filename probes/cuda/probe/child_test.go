@@ -5,13 +5,17 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
@@ -314,5 +318,117 @@ func TestCommandRejectsBadInput(t *testing.T) {
 		if code := c.cmd.Run(context.Background(), &stdout, &stderr); code != probes.ExitUsage || !strings.Contains(stderr.String(), c.want) {
 			t.Errorf("%+v: exit %d, stderr %q, want %q", c.cmd, code, stderr.String(), c.want)
 		}
+	}
+}
+
+// sharingOn is a SharingCheck over a fake process list: this process on
+// both GPUs throughout (its own contexts), and pid 777 ("python3") on
+// GPU 0 in the listings job says.
+func sharingOn(job func(call int) bool) *probes.SharingCheck {
+	var mu sync.Mutex
+	calls := 0
+	return &probes.SharingCheck{
+		Every: time.Millisecond,
+		Processes: func() ([]nvml.Process, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			calls++
+			ps := []nvml.Process{{GPU: 0, PCIBusID: gpu0, PID: os.Getpid()}, {GPU: 1, PCIBusID: gpu1, PID: os.Getpid()}}
+			if job(calls) {
+				ps = append(ps, nvml.Process{GPU: 0, PCIBusID: gpu0, PID: 777})
+			}
+			return ps, nil
+		},
+		Comm: func(pid int) string {
+			if pid == 777 {
+				return "python3"
+			}
+			return ""
+		},
+	}
+}
+
+// The probe command lists what shared its GPUs, as the daemon does: a job
+// on GPU 0 seen only while the round ran marks GPU 0's results contended
+// in the table, the JSON and on stderr; GPU 1's results, and a round with
+// no job, are marked nothing.
+func TestCommandReportsWhatSharedTheGPU(t *testing.T) {
+	cfg := fakeMachine(t)
+	run := func(out string, sharing *probes.SharingCheck, gpus ...string) (string, string) {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		cmd := &Command{Library: cfg.Library, FS: cfg.FS, GPUs: gpus, Size: "4MiB", Samples: 1, Output: out,
+			Probes: []string{"host_to_device", "peer_copy"}, NoHostBinding: true, Sharing: sharing}
+		if code := cmd.Run(context.Background(), &stdout, &stderr); code != probes.ExitOK {
+			t.Fatalf("exit %d: %s", code, stderr.String())
+		}
+		return stdout.String(), stderr.String()
+	}
+	duringOnly := func(call int) bool { return call == 2 } // not before, not after
+	stdout, stderr := run("table", sharingOn(duringOnly), "0")
+	for _, want := range []string{"shared: GPU 0000:00:06.0: other compute processes: pid 777 (python3)", "contended", "other_process"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("table lacks %q:\n%s", want, stdout)
+		}
+	}
+	if !strings.Contains(stderr, "GPU 0000:00:06.0 was shared while it was measured; its results are marked contended (other_process)") ||
+		!strings.Contains(stderr, "pid 777 (python3)") {
+		t.Errorf("stderr does not say GPU 0 was shared:\n%s", stderr)
+	}
+
+	stdout, stderr = run("json", sharingOn(duringOnly), "all")
+	var round probes.Round
+	if err := json.Unmarshal([]byte(stdout), &round); err != nil {
+		t.Fatalf("json: %v\n%s", err, stdout)
+	}
+	if len(round.GPUs) != 2 {
+		t.Fatalf("GPUs %+v", round.GPUs)
+	}
+	c0, c1 := round.GPUs[0].Contention, round.GPUs[1].Contention
+	if !c0.Contended() || !reflect.DeepEqual(c0.Reasons, []string{probes.ContendedOtherProcess}) ||
+		!reflect.DeepEqual(c0.Processes, map[string][]int{gpu0: {777}}) || c0.ProcessNames[777] != "python3" {
+		t.Errorf("GPU 0 contention %+v", c0)
+	}
+	// GPU 1's own results are its own; those against GPU 0 are not.
+	if c1 == nil || len(c1.Reasons) != 0 || !reflect.DeepEqual(c1.Peers, map[string][]string{gpu0: {probes.ContendedOtherProcess}}) {
+		t.Errorf("GPU 1 contention %+v, want only its results against GPU 0", c1)
+	}
+	if !strings.Contains(stderr, "GPU 0000:00:06.0 was shared") || !strings.Contains(stderr, "GPU 0000:00:07.0 was shared") {
+		t.Errorf("stderr:\n%s", stderr)
+	}
+
+	stdout, stderr = run("json", sharingOn(func(int) bool { return false }), "0")
+	round = probes.Round{}
+	if err := json.Unmarshal([]byte(stdout), &round); err != nil {
+		t.Fatalf("json: %v\n%s", err, stdout)
+	}
+	if c := round.GPUs[0].Contention; c == nil || c.Contended() || c.ProcessChecks < 2 {
+		t.Errorf("alone: contention %+v, want checked and clean", c)
+	}
+	if strings.Contains(stderr, "shared") {
+		t.Errorf("alone, stderr says shared:\n%s", stderr)
+	}
+	stdout, _ = run("table", sharingOn(func(int) bool { return false }), "0")
+	if strings.Contains(stdout, "shared:") || strings.Contains(stdout, "other_process") {
+		t.Errorf("alone, the table marks something:\n%s", stdout)
+	}
+}
+
+// Without NVML the command still runs, and says that sharing could not be
+// checked.
+func TestCommandWithoutNVMLSaysSharingWasNotChecked(t *testing.T) {
+	cfg := fakeMachine(t)
+	var stdout, stderr bytes.Buffer
+	cmd := &Command{Library: cfg.Library, FS: cfg.FS, GPUs: []string{"0"}, Size: "4MiB", Samples: 1, Output: "json",
+		Probes: []string{"host_to_device"}, NoHostBinding: true, SharingUnavailable: errors.New("NVML: libnvidia-ml.so.1 not found")}
+	if code := cmd.Run(context.Background(), &stdout, &stderr); code != probes.ExitOK {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "could not check whether other processes shared the GPUs: NVML: libnvidia-ml.so.1 not found") {
+		t.Errorf("stderr: %s", stderr.String())
+	}
+	var round probes.Round
+	if err := json.Unmarshal(stdout.Bytes(), &round); err != nil || round.GPUs[0].Contention != nil {
+		t.Errorf("round %+v, %v: want results and no contention claimed", round, err)
 	}
 }

@@ -3,13 +3,17 @@ package probe
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/alecthomas/kingpin/v2"
 
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
 	"github.com/gpulink/gpulink_exporter/probes/cuda"
@@ -38,6 +42,13 @@ type Command struct {
 	// Annotate, if set, fills in what each path should give (the table
 	// shows it; the daemon annotates on its side).
 	Annotate func(*probes.GPURound)
+	// Sharing, if set, watches the GPUs for other work while the round
+	// runs, as the daemon watches its probe rounds; SharingUnavailable
+	// says why it is not set (no NVML). NoSharingCheck (the daemon's
+	// children: it watches them itself) turns both off.
+	Sharing            *probes.SharingCheck
+	SharingUnavailable error
+	NoSharingCheck     bool
 }
 
 // AddCommand registers the probe subcommand and its flags on app.
@@ -51,6 +62,7 @@ func AddCommand(app *kingpin.Application, c *Command) *kingpin.CmdClause {
 	cmd.Flag("size", "Size of one transfer for the bandwidth probes (bytes, or with a unit: 64MiB).").Default(strconv.Itoa(probes.DefaultSizeBytes)).StringVar(&c.Size)
 	cmd.Flag("samples", "Timed samples per result; the median is reported.").Default(strconv.Itoa(probes.DefaultSamples)).IntVar(&c.Samples)
 	cmd.Flag("output", "table or json.").Default("table").EnumVar(&c.Output, "table", "json")
+	cmd.Flag("no-sharing-check", "Do not list the other processes on the GPUs (NVML) before, during and after the round; the daemon passes it, as it watches its rounds itself.").BoolVar(&c.NoSharingCheck)
 	return cmd
 }
 
@@ -100,7 +112,9 @@ func (c *Command) Run(ctx context.Context, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, err)
 			return probes.ExitUsage
 		}
+		watch := c.startSharingCheck(opts, stderr)
 		round = runRound(ctx, drv, c.FS, opts)
+		c.judgeSharing(watch, round, opts, stderr)
 	case cuda.AddressesOnly(c.GPUs):
 		// The daemon names GPUs by address: it gets a round saying why
 		// each could not be probed, not a bare failure.
@@ -129,6 +143,52 @@ func (c *Command) Run(ctx context.Context, stdout, stderr io.Writer) int {
 		WriteTable(stdout, round)
 	}
 	return status
+}
+
+// startSharingCheck starts watching every GPU the round uses; nil when
+// sharing is not checked, which stderr then says unless the caller asked.
+func (c *Command) startSharingCheck(opts []probes.Options, stderr io.Writer) *probes.CommandWatch {
+	if c.NoSharingCheck {
+		return nil
+	}
+	if c.Sharing == nil {
+		why := c.SharingUnavailable
+		if why == nil {
+			why = errors.New("no NVML")
+		}
+		fmt.Fprintf(stderr, "could not check whether other processes shared the GPUs: %v\n", why)
+		return nil
+	}
+	var addrs []string
+	for _, o := range opts {
+		addrs = cuda.AppendNew(addrs, append([]string{o.GPU}, o.Peers...)...)
+	}
+	return c.Sharing.Start(addrs)
+}
+
+// judgeSharing marks each GPU's results with what shared it and says so
+// on stderr.
+func (c *Command) judgeSharing(watch *probes.CommandWatch, round *probes.Round, opts []probes.Options, stderr io.Writer) {
+	if watch == nil {
+		return
+	}
+	watch.Stop()
+	for i := range round.GPUs {
+		gr := &round.GPUs[i]
+		var peers []string
+		for _, o := range opts {
+			if nvml.NormalizeBusID(o.GPU) == nvml.NormalizeBusID(gr.PCIBusID) {
+				peers = o.Peers
+			}
+		}
+		gr.Contention = watch.Round(gr, peers, os.Getpid())
+		if lines := gr.Contention.Describe(); len(lines) > 0 {
+			fmt.Fprintf(stderr, "GPU %s was shared while it was measured; its results are marked contended (%s):\n", gr.PCIBusID, strings.Join(gr.Contention.For(""), ", "))
+			for _, l := range lines {
+				fmt.Fprintf(stderr, "  %s\n", l)
+			}
+		}
+	}
 }
 
 // options resolves the GPU and peer selectors against the devices CUDA

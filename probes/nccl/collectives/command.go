@@ -3,10 +3,12 @@ package collectives
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
@@ -45,6 +47,14 @@ type CollectiveCommand struct {
 	NVLS    bool
 	Timeout time.Duration
 	Output  string
+	// Sharing, if set, watches the GPUs for other work while the round
+	// runs, as the daemon watches its collective rounds;
+	// SharingUnavailable says why it is not set (no NVML).
+	// NoSharingCheck (the daemon's children: it watches them itself)
+	// turns both off.
+	Sharing            *probes.SharingCheck
+	SharingUnavailable error
+	NoSharingCheck     bool
 }
 
 const collectivesHelp = `Run one round of NCCL collectives over the GPUs and print the results as nccl-tests does (the daemon runs this as a child process).
@@ -72,6 +82,7 @@ func AddCollectiveCommand(app *kingpin.Application, c *CollectiveCommand) *kingp
 	cmd.Flag("nvls", "Let NCCL use NVLink SHARP (NVLS, multicast); off by default: on a shared machine multicast can put the GPUs out of service.").BoolVar(&c.NVLS)
 	cmd.Flag("timeout", "Abort the communicator and report what was measured after this long; 0 for no limit.").Default("0s").DurationVar(&c.Timeout)
 	cmd.Flag("output", "table or json.").Default("table").EnumVar(&c.Output, "table", "json")
+	cmd.Flag("no-sharing-check", "Do not list the other processes on the GPUs (NVML) before, during and after the round; the daemon passes it, as it watches its rounds itself.").BoolVar(&c.NoSharingCheck)
 	return cmd
 }
 
@@ -179,11 +190,22 @@ func (c *CollectiveCommand) Run(ctx context.Context, stdout, stderr io.Writer) i
 	} else {
 		close(idsDone)
 	}
+	watch := c.startSharingCheck(o.GPUs, stderr)
 	round := probes.MeasureCollectiveRound(ctx, m, o, ids)
 	if ids != nil {
 		close(ids)
 	}
 	<-idsDone
+	if watch != nil {
+		watch.Stop()
+		round.Contention = watch.Collective(o.GPUs, os.Getpid())
+		if lines := round.Contention.Describe(); len(lines) > 0 {
+			fmt.Fprintf(stderr, "the GPUs were shared while the collectives ran; every result is marked contended (%s):\n", strings.Join(round.Contention.For(""), ", "))
+			for _, l := range lines {
+				fmt.Fprintf(stderr, "  %s\n", l)
+			}
+		}
+	}
 
 	status := probes.ExitOK
 	if round.Error != "" {
@@ -205,6 +227,23 @@ func (c *CollectiveCommand) Run(ctx context.Context, stdout, stderr io.Writer) i
 		WriteCollectiveTable(stdout, round)
 	}
 	return status
+}
+
+// startSharingCheck starts watching the round's GPUs; nil when sharing
+// is not checked, which stderr then says unless the caller asked.
+func (c *CollectiveCommand) startSharingCheck(gpus []string, stderr io.Writer) *probes.CommandWatch {
+	if c.NoSharingCheck {
+		return nil
+	}
+	if c.Sharing == nil {
+		why := c.SharingUnavailable
+		if why == nil {
+			why = errors.New("no NVML")
+		}
+		fmt.Fprintf(stderr, "could not check whether other processes shared the GPUs: %v\n", why)
+		return nil
+	}
+	return c.Sharing.Start(gpus)
 }
 
 // options are the flags' options, checked as far as they can be before
