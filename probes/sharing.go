@@ -3,6 +3,8 @@ package probes
 import (
 	"cmp"
 	"errors"
+	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strconv"
@@ -253,6 +255,20 @@ type SharingCheck struct {
 	// Every is how often the processes are listed during the run;
 	// ProcessPoll when 0.
 	Every time.Duration
+}
+
+// StartSharingCheck is a command's start: s.Start(addrs), or, without
+// s, nil and a line on stderr saying that sharing could not be checked
+// and why (unavailable; no NVML when nil).
+func StartSharingCheck(s *SharingCheck, unavailable error, addrs []string, stderr io.Writer) *CommandWatch {
+	if s == nil {
+		if unavailable == nil {
+			unavailable = errors.New("no NVML")
+		}
+		fmt.Fprintf(stderr, "could not check whether other processes shared the GPUs: %v\n", unavailable)
+		return nil
+	}
+	return s.Start(addrs)
 }
 
 // CommandWatch is one command's watch over its GPUs; a nil one watched

@@ -3,7 +3,6 @@ package probe
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -151,19 +150,11 @@ func (c *Command) startSharingCheck(opts []probes.Options, stderr io.Writer) *pr
 	if c.NoSharingCheck {
 		return nil
 	}
-	if c.Sharing == nil {
-		why := c.SharingUnavailable
-		if why == nil {
-			why = errors.New("no NVML")
-		}
-		fmt.Fprintf(stderr, "could not check whether other processes shared the GPUs: %v\n", why)
-		return nil
-	}
 	var addrs []string
 	for _, o := range opts {
 		addrs = cuda.AppendNew(addrs, append([]string{o.GPU}, o.Peers...)...)
 	}
-	return c.Sharing.Start(addrs)
+	return probes.StartSharingCheck(c.Sharing, c.SharingUnavailable, addrs, stderr)
 }
 
 // judgeSharing marks each GPU's results with what shared it and says so

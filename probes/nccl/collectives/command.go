@@ -3,7 +3,6 @@ package collectives
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -235,15 +234,7 @@ func (c *CollectiveCommand) startSharingCheck(gpus []string, stderr io.Writer) *
 	if c.NoSharingCheck {
 		return nil
 	}
-	if c.Sharing == nil {
-		why := c.SharingUnavailable
-		if why == nil {
-			why = errors.New("no NVML")
-		}
-		fmt.Fprintf(stderr, "could not check whether other processes shared the GPUs: %v\n", why)
-		return nil
-	}
-	return c.Sharing.Start(gpus)
+	return probes.StartSharingCheck(c.Sharing, c.SharingUnavailable, gpus, stderr)
 }
 
 // options are the flags' options, checked as far as they can be before
