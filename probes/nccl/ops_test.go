@@ -205,14 +205,7 @@ func TestOperationsWaitForInProgress(t *testing.T) {
 	r := newRig(t, 2)
 	comms := r.init(t)
 	send, recv := buffers(t, r)
-	if err := r.lib.GroupStart(); err != nil {
-		t.Fatal(err)
-	}
-	for i, c := range comms {
-		if err := c.AllReduce(send[i], recv[i], testElems, r.streams[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
+	openAllReduce(t, r, comms, send, recv)
 	if err := r.lib.GroupEnd(); !errors.Is(err, ErrInProgress) {
 		t.Fatalf("GroupEnd of the first collective (connecting the ring) = %v, want ErrInProgress", err)
 	}
@@ -280,14 +273,7 @@ func TestCommunicatorsAreBlocking(t *testing.T) {
 	comms := r.init(t)
 	send, recv := buffers(t, r)
 	for range 2 {
-		if err := r.lib.GroupStart(); err != nil {
-			t.Fatal(err)
-		}
-		for i, c := range comms {
-			if err := c.AllReduce(send[i], recv[i], testElems, r.streams[i]); err != nil {
-				t.Fatalf("AllReduce on rank %d: %v", i, err)
-			}
-		}
+		openAllReduce(t, r, comms, send, recv)
 		if err := r.lib.GroupEnd(); err != nil {
 			t.Fatalf("GroupEnd = %v, want nil from a blocking communicator", err)
 		}
@@ -318,14 +304,7 @@ func TestHungOperationOnABlockingCommunicatorIsEndedByAbort(t *testing.T) {
 	r := newRig(t, 2)
 	comms := r.init(t)
 	send, recv := buffers(t, r)
-	if err := r.lib.GroupStart(); err != nil {
-		t.Fatal(err)
-	}
-	for i, c := range comms {
-		if err := c.AllReduce(send[i], recv[i], testElems, r.streams[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
+	openAllReduce(t, r, comms, send, recv)
 	const abortAfter = 200 * time.Millisecond
 	start := time.Now()
 	time.AfterFunc(abortAfter, func() {
@@ -353,14 +332,7 @@ func TestHungOperationIsEndedByAbort(t *testing.T) {
 	r := newRig(t, 2)
 	comms := r.init(t)
 	send, recv := buffers(t, r)
-	if err := r.lib.GroupStart(); err != nil {
-		t.Fatal(err)
-	}
-	for i, c := range comms {
-		if err := c.AllReduce(send[i], recv[i], testElems, r.streams[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
+	openAllReduce(t, r, comms, send, recv)
 	if err := r.lib.GroupEnd(); !errors.Is(err, ErrInProgress) {
 		t.Fatalf("GroupEnd of a hung all-reduce = %v, want ErrInProgress", err)
 	}
@@ -467,15 +439,22 @@ func TestRingsConnectAtInitWithoutRuntimeConnect(t *testing.T) {
 		t.Fatalf("no ring connection logged at init:\n%s", log)
 	}
 	send, recv := buffers(t, r)
+	openAllReduce(t, r, comms, send, recv)
+	if err := r.lib.GroupEnd(); err != nil {
+		t.Errorf("GroupEnd with the rings already connected = %v, want nil", err)
+	}
+}
+
+// openAllReduce opens a group and queues an all-reduce on every rank in
+// it; the caller ends the group.
+func openAllReduce(t *testing.T, r *rig, comms []*Comm, send, recv []cuda.DevicePtr) {
+	t.Helper()
 	if err := r.lib.GroupStart(); err != nil {
 		t.Fatal(err)
 	}
 	for i, c := range comms {
 		if err := c.AllReduce(send[i], recv[i], testElems, r.streams[i]); err != nil {
-			t.Fatal(err)
+			t.Fatalf("AllReduce on rank %d: %v", i, err)
 		}
-	}
-	if err := r.lib.GroupEnd(); err != nil {
-		t.Errorf("GroupEnd with the rings already connected = %v, want nil", err)
 	}
 }
