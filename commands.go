@@ -51,19 +51,20 @@ func openNVML(lib gonvml.Interface, sysfs string, logger *slog.Logger) (reader *
 // that says what each path should give, and the check of what shares the
 // GPUs (the daemon's signals: other compute processes, utilisation). It
 // opens NVML only where one of them is wanted; the daemon's children want
-// neither. done shuts NVML down.
-func commandNVML(c *config, fsys numa.FS, logger *slog.Logger, sample, sharing bool) (snap *nvml.Snapshot, check *probes.SharingCheck, unavailable error, done func()) {
+// neither. done shuts NVML down; unavailable says why there is no check
+// where one was wanted.
+func commandNVML(c *config, fsys numa.FS, logger *slog.Logger, sample, sharing bool) (snap *nvml.Snapshot, check *probes.SharingCheck, done func(), unavailable error) {
 	done = func() {}
 	if !sample && !sharing {
-		return nil, nil, nil, done
+		return nil, nil, done, nil
 	}
 	reader, snap, initErr, err := openNVML(gonvml.New(gonvml.WithLibraryPath(c.nvmlLib)), fsys.Sys, logger)
 	if reader == nil {
-		return nil, nil, fmt.Errorf("NVML: %w", initErr), done
+		return nil, nil, done, fmt.Errorf("NVML: %w", initErr)
 	}
 	done = reader.Shutdown
 	if !sharing {
-		return snap, nil, nil, done
+		return snap, nil, done, nil
 	}
 	if snap == nil {
 		// The processes can still be listed; the utilisation is unknown.
@@ -76,7 +77,7 @@ func commandNVML(c *config, fsys numa.FS, logger *slog.Logger, sample, sharing b
 		}
 		return strings.TrimSpace(string(b))
 	}}
-	return snap, check, nil, done
+	return snap, check, done, nil
 }
 
 // printTopology is the topology command: one NVML sample for the NVLink
@@ -114,7 +115,7 @@ func printTopology(fsys numa.FS, lib gonvml.Interface, logger *slog.Logger) erro
 // them (without NVML only the PCIe part is known).
 func runProbe(p *probe.Command, c *config, fsys numa.FS, logger *slog.Logger) int {
 	p.Library, p.FS = c.cudaLib, fsys
-	snap, check, unavailable, done := commandNVML(c, fsys, logger, p.Output == "table", !p.NoSharingCheck)
+	snap, check, done, unavailable := commandNVML(c, fsys, logger, p.Output == "table", !p.NoSharingCheck)
 	defer done()
 	p.Sharing, p.SharingUnavailable = check, unavailable
 	if p.Output == "table" {
@@ -132,7 +133,7 @@ func runProbe(p *probe.Command, c *config, fsys numa.FS, logger *slog.Logger) in
 // driver library.
 func runCollectives(cc *collectives.CollectiveCommand, c *config, fsys numa.FS, logger *slog.Logger) int {
 	cc.CUDALibrary = c.cudaLib
-	_, check, unavailable, done := commandNVML(c, fsys, logger, false, !cc.NoSharingCheck)
+	_, check, done, unavailable := commandNVML(c, fsys, logger, false, !cc.NoSharingCheck)
 	defer done()
 	cc.Sharing, cc.SharingUnavailable = check, unavailable
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
