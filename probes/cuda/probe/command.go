@@ -52,7 +52,8 @@ type Command struct {
 
 // AddCommand registers the probe subcommand and its flags on app.
 func AddCommand(app *kingpin.Application, c *Command) *kingpin.CmdClause {
-	cmd := app.Command("probe", "Run one round of CUDA link probes and print the results (the daemon runs this as a child process).")
+	cmd := app.Command("probe", "Run one round of CUDA link probes and print the results (the daemon runs this as a child process). "+
+		"The other compute processes on the GPUs are listed (NVML) before, during and after the round; a shared GPU's results are marked contended, in the table, the JSON and on stderr.")
 	cmd.Flag("gpu", "GPU to probe: all, a PCI address, or an index in PCI address order (nvidia-smi's). Repeatable.").Default("all").StringsVar(&c.GPUs)
 	cmd.Flag("peer", "Peer GPU for the peer probes: a PCI address, or all. Repeatable. Default: all when --gpu=all, else none.").StringsVar(&c.Peers)
 	cmd.Flag("host-node", "NUMA node to bind the pinned host buffer to; each is probed in turn. Repeatable. Default: every node with memory, the GPU's own first.").IntsVar(&c.HostNodes)

@@ -58,7 +58,9 @@ type CollectiveCommand struct {
 
 const collectivesHelp = `Run one round of NCCL collectives over the GPUs and print the results as nccl-tests does (the daemon runs this as a child process).
 
-NCCL reads its NCCL_* variables from this command's environment, so it takes the paths jobs take (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, NCCL_NET_PLUGIN, NCCL_P2P_DISABLE, NCCL_SHM_DISABLE...), with these exceptions: NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE are overridden (the transports NCCL chose are read from its INFO log, kept in a private file), and NCCL_NVLS_ENABLE is set to 0 unless --nvls is given.`
+NCCL reads its NCCL_* variables from this command's environment, so it takes the paths jobs take (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, NCCL_NET_PLUGIN, NCCL_P2P_DISABLE, NCCL_SHM_DISABLE...), with these exceptions: NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE are overridden (the transports NCCL chose are read from its INFO log, kept in a private file), and NCCL_NVLS_ENABLE is set to 0 unless --nvls is given. The communicators are blocking, as nccl-tests' are; NCCL_COMM_BLOCKING=0 makes them non-blocking, which adds NCCL's launch thread to every small operation's time.
+
+The other compute processes on the GPUs are listed (NVML) before, during and after the round; a shared GPU makes every result contended, in the table, the JSON and on stderr.`
 
 // AddCollectiveCommand registers the collectives subcommand and its flags
 // on app. The CUDA driver is the application's --cuda.library, as for
