@@ -11,15 +11,14 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
 	"github.com/gpulink/gpulink_exporter/probes/cuda/cudatest"
+	"github.com/gpulink/gpulink_exporter/probes/sharingtest"
 )
 
 // The fake driver's model (see cudatest): what each probe must report back
@@ -321,31 +320,10 @@ func TestCommandRejectsBadInput(t *testing.T) {
 	}
 }
 
-// sharingOn is a SharingCheck over a fake process list: this process on
-// both GPUs throughout (its own contexts), and pid 777 ("python3") on
-// GPU 0 in the listings job says.
+// sharingOn is the fake process list with pid 777 ("python3") on GPU 0
+// in the listings job says.
 func sharingOn(job func(call int) bool) *probes.SharingCheck {
-	var mu sync.Mutex
-	calls := 0
-	return &probes.SharingCheck{
-		Every: time.Millisecond,
-		Processes: func() ([]nvml.Process, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			calls++
-			ps := []nvml.Process{{GPU: 0, PCIBusID: gpu0, PID: os.Getpid()}, {GPU: 1, PCIBusID: gpu1, PID: os.Getpid()}}
-			if job(calls) {
-				ps = append(ps, nvml.Process{GPU: 0, PCIBusID: gpu0, PID: 777})
-			}
-			return ps, nil
-		},
-		Comm: func(pid int) string {
-			if pid == 777 {
-				return "python3"
-			}
-			return ""
-		},
-	}
+	return sharingtest.Check([]string{gpu0, gpu1}, gpu0, job)
 }
 
 // The probe command lists what shared its GPUs, as the daemon does: a job

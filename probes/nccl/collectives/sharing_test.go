@@ -7,14 +7,13 @@ import (
 	"os"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/probes"
 	"github.com/gpulink/gpulink_exporter/probes/cuda/cudatest"
 	"github.com/gpulink/gpulink_exporter/probes/nccl/nccltest"
+	"github.com/gpulink/gpulink_exporter/probes/sharingtest"
 )
 
 // runCollectivesHere runs the collectives command in this process over
@@ -36,30 +35,10 @@ func runCollectivesHere(t *testing.T, output string, sharing *probes.SharingChec
 	return stdout.String(), stderr.String()
 }
 
-// sharedGPU1 lists this process on both GPUs and, in the listings job
-// says, pid 777 ("python3") on GPU 1.
+// sharedGPU1 is the fake process list with pid 777 ("python3") on GPU 1
+// in the listings job says.
 func sharedGPU1(job func(call int) bool) *probes.SharingCheck {
-	var mu sync.Mutex
-	calls := 0
-	return &probes.SharingCheck{
-		Every: time.Millisecond,
-		Processes: func() ([]nvml.Process, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			calls++
-			ps := []nvml.Process{{PCIBusID: gpu0, PID: os.Getpid()}, {GPU: 1, PCIBusID: gpu1, PID: os.Getpid()}}
-			if job(calls) {
-				ps = append(ps, nvml.Process{GPU: 1, PCIBusID: gpu1, PID: 777})
-			}
-			return ps, nil
-		},
-		Comm: func(pid int) string {
-			if pid == 777 {
-				return "python3"
-			}
-			return ""
-		},
-	}
+	return sharingtest.Check([]string{gpu0, gpu1}, gpu1, job)
 }
 
 // The collectives command lists what shared its GPUs: a job on GPU 1 seen
