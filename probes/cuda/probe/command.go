@@ -62,7 +62,7 @@ func AddCommand(app *kingpin.Application, c *Command) *kingpin.CmdClause {
 	cmd.Flag("size", "Size of one transfer for the bandwidth probes (bytes, or with a unit: 64MiB).").Default(strconv.Itoa(probes.DefaultSizeBytes)).StringVar(&c.Size)
 	cmd.Flag("samples", "Timed samples per result; the median is reported.").Default(strconv.Itoa(probes.DefaultSamples)).IntVar(&c.Samples)
 	cmd.Flag("output", "table or json.").Default("table").EnumVar(&c.Output, "table", "json")
-	cmd.Flag("no-sharing-check", "Do not list the other processes on the GPUs (NVML) before, during and after the round; the daemon passes it, as it watches its rounds itself.").BoolVar(&c.NoSharingCheck)
+	cmd.Flag("no-sharing-check", "Do not list the GPUs' other processes.").BoolVar(&c.NoSharingCheck)
 	return cmd
 }
 

@@ -58,9 +58,7 @@ type CollectiveCommand struct {
 
 const collectivesHelp = `Run one round of NCCL collectives over the GPUs and print the results as nccl-tests does (the daemon runs this as a child process).
 
-NCCL reads its NCCL_* variables from this command's environment, so it takes the paths jobs take (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, NCCL_NET_PLUGIN, NCCL_P2P_DISABLE, NCCL_SHM_DISABLE...), with these exceptions: NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE are overridden (the transports NCCL chose are read from its INFO log, kept in a private file), and NCCL_NVLS_ENABLE is set to 0 unless --nvls is given. The communicators are blocking, as nccl-tests' are; NCCL_COMM_BLOCKING=0 makes them non-blocking, which adds NCCL's launch thread to every small operation's time.
-
-The other compute processes on the GPUs are listed (NVML) before, during and after the round; a shared GPU makes every result contended, in the table, the JSON and on stderr.`
+NCCL reads its NCCL_* variables from this command's environment, so it takes the paths jobs take (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, NCCL_NET_PLUGIN, NCCL_P2P_DISABLE, NCCL_SHM_DISABLE...), with these exceptions: NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE are overridden (the transports are read from its log), and NCCL_NVLS_ENABLE is set to 0 unless --nvls is given. Communicators block, as nccl-tests' do.`
 
 // AddCollectiveCommand registers the collectives subcommand and its flags
 // on app. The CUDA driver is the application's --cuda.library, as for
@@ -71,19 +69,19 @@ func AddCollectiveCommand(app *kingpin.Application, c *CollectiveCommand) *kingp
 	cmd.Flag("collective", "Collective to run: "+probes.CollectiveList()+". Repeatable. Default: all.").StringsVar(&c.Collectives)
 	cmd.Flag("size", "Size of the bandwidth results, as nccl-tests' -b (bytes, or with a unit: 256MiB).").Default(units.Base2Bytes(probes.DefaultCollectiveSizeBytes).String()).StringVar(&c.Size)
 	cmd.Flag("small-size", "Size of the latency results.").Default(units.Base2Bytes(probes.DefaultCollectiveSmallBytes).String()).StringVar(&c.SmallSize)
-	cmd.Flag("warmup", "Untimed operations before each result's samples (nccl-tests' -w).").Default(strconv.Itoa(probes.DefaultCollectiveWarmup)).IntVar(&c.Warmup)
+	cmd.Flag("warmup", "Untimed operations first (nccl-tests' -w).").Default(strconv.Itoa(probes.DefaultCollectiveWarmup)).IntVar(&c.Warmup)
 	cmd.Flag("iters", "Operations per timed sample (nccl-tests' -n).").Default(strconv.Itoa(probes.DefaultCollectiveIterations)).IntVar(&c.Iterations)
-	cmd.Flag("samples", "Timed samples per result; the median is reported.").Default(strconv.Itoa(probes.DefaultCollectiveSamples)).IntVar(&c.Samples)
-	cmd.Flag("ranks", "Ranks in the communicator; more than the GPUs here when other processes (other nodes) hold the rest. Default: the number of GPUs.").IntVar(&c.Ranks)
+	cmd.Flag("samples", "Timed samples per result (median reported).").Default(strconv.Itoa(probes.DefaultCollectiveSamples)).IntVar(&c.Samples)
+	cmd.Flag("ranks", "Ranks in the communicator, if other processes (nodes) hold some. Default: the number of GPUs.").IntVar(&c.Ranks)
 	cmd.Flag("first-rank", "Rank of the first GPU.").Default("0").IntVar(&c.FirstRank)
-	cmd.Flag("unique-id", "NCCL unique id (hex) the communicator is joined with, as rank 0's process printed it. Default: make one (this process must hold rank 0).").StringVar(&c.UniqueID)
-	cmd.Flag("id-fd", "File descriptor (3 or more) to write a new unique id to, with a newline, when other processes hold ranks. Default: stderr.").Default("0").IntVar(&c.IDFD)
+	cmd.Flag("unique-id", "NCCL unique id (hex) to join, as rank 0's process printed it. Default: make one (rank 0 here).").StringVar(&c.UniqueID)
+	cmd.Flag("id-fd", "File descriptor (3 or more) for a new unique id when other processes hold ranks. Default: stderr.").Default("0").IntVar(&c.IDFD)
 	cmd.Flag("peer", "The other node of a node-to-node probe, as the results name it.").StringVar(&c.Peer)
 	cmd.Flag("library", "Path or name of the NCCL library.").Default(nccl.DefaultLibrary).StringVar(&c.Library)
-	cmd.Flag("nvls", "Let NCCL use NVLink SHARP (NVLS, multicast); off by default: on a shared machine multicast can put the GPUs out of service.").BoolVar(&c.NVLS)
-	cmd.Flag("timeout", "Abort the communicator and report what was measured after this long; 0 for no limit.").Default("0s").DurationVar(&c.Timeout)
+	cmd.Flag("nvls", "Let NCCL use NVLS (multicast), which can put a shared machine's GPUs out of service.").BoolVar(&c.NVLS)
+	cmd.Flag("timeout", "Abort and report what was measured after this long; 0: no limit.").Default("0s").DurationVar(&c.Timeout)
 	cmd.Flag("output", "table or json.").Default("table").EnumVar(&c.Output, "table", "json")
-	cmd.Flag("no-sharing-check", "Do not list the other processes on the GPUs (NVML) before, during and after the round; the daemon passes it, as it watches its rounds itself.").BoolVar(&c.NoSharingCheck)
+	cmd.Flag("no-sharing-check", "Do not list the GPUs' other processes.").BoolVar(&c.NoSharingCheck)
 	return cmd
 }
 
