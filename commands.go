@@ -6,6 +6,9 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -19,18 +22,62 @@ import (
 )
 
 // oneNVMLSample is one NVML sample outside the daemon, for the topology
-// and probe commands. A nil snapshot comes with the reason; initErr says
-// NVML could not be initialised at all (no driver).
+// command. A nil snapshot comes with the reason; initErr says NVML could
+// not be initialised at all (no driver).
 func oneNVMLSample(lib gonvml.Interface, sysfs string, logger *slog.Logger) (snap *nvml.Snapshot, initErr, err error) {
-	reader := nvml.NewReader(lib, sysfs, logger)
-	defer reader.Shutdown()
+	reader, snap, initErr, err := openNVML(lib, sysfs, logger)
+	if reader != nil {
+		reader.Shutdown()
+	}
+	return snap, initErr, err
+}
+
+// openNVML initialises NVML and takes one sample, for the commands; the
+// caller shuts the reader down (nil when NVML could not be initialised,
+// initErr saying why).
+func openNVML(lib gonvml.Interface, sysfs string, logger *slog.Logger) (reader *nvml.Reader, snap *nvml.Snapshot, initErr, err error) {
+	reader = nvml.NewReader(lib, sysfs, logger)
 	if err := reader.Init(); err != nil {
-		return nil, err, err
+		reader.Shutdown()
+		return nil, nil, err, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	snap, err = reader.Sample(ctx)
-	return snap, nil, err
+	return reader, snap, nil, err
+}
+
+// commandNVML is NVML for the probe and collectives commands: the sample
+// that says what each path should give, and the check of what shares the
+// GPUs (the daemon's signals: other compute processes, utilisation). It
+// opens NVML only where one of them is wanted; the daemon's children want
+// neither. done shuts NVML down; unavailable says why there is no check
+// where one was wanted.
+func commandNVML(c *config, fsys numa.FS, logger *slog.Logger, sample, sharing bool) (snap *nvml.Snapshot, check *probes.SharingCheck, done func(), unavailable error) {
+	done = func() {}
+	if !sample && !sharing {
+		return nil, nil, done, nil
+	}
+	reader, snap, initErr, err := openNVML(gonvml.New(gonvml.WithLibraryPath(c.nvmlLib)), fsys.Sys, logger)
+	if reader == nil {
+		return nil, nil, done, fmt.Errorf("NVML: %w", initErr)
+	}
+	done = reader.Shutdown
+	if !sharing {
+		return snap, nil, done, nil
+	}
+	if snap == nil {
+		// The processes can still be listed; the utilisation is unknown.
+		logger.Warn("no NVML sample: sharing is judged from the processes alone", "err", err)
+	}
+	check = &probes.SharingCheck{Snapshot: snap, Processes: reader.ComputeProcesses, Comm: func(pid int) string {
+		b, err := os.ReadFile(filepath.Join(fsys.Proc, strconv.Itoa(pid), "comm"))
+		if err != nil {
+			return ""
+		}
+		return strings.TrimSpace(string(b))
+	}}
+	return snap, check, done, nil
 }
 
 // printTopology is the topology command: one NVML sample for the NVLink
@@ -68,10 +115,12 @@ func printTopology(fsys numa.FS, lib gonvml.Interface, logger *slog.Logger) erro
 // them (without NVML only the PCIe part is known).
 func runProbe(p *probe.Command, c *config, fsys numa.FS, logger *slog.Logger) int {
 	p.Library, p.FS = c.cudaLib, fsys
+	snap, check, done, unavailable := commandNVML(c, fsys, logger, p.Output == "table", !p.NoSharingCheck)
+	defer done()
+	p.Sharing, p.SharingUnavailable = check, unavailable
 	if p.Output == "table" {
 		// One read of the tree serves the expectations and the host nodes.
 		topo, _ := fsys.Topology()
-		snap, _, _ := oneNVMLSample(gonvml.New(gonvml.WithLibraryPath(c.nvmlLib)), fsys.Sys, logger)
 		p.Topology = topo
 		p.Annotate = func(g *probes.GPURound) { probes.PathFor(snap, topo, g.PCIBusID).Annotate(g) }
 	}
@@ -82,8 +131,11 @@ func runProbe(p *probe.Command, c *config, fsys numa.FS, logger *slog.Logger) in
 
 // runCollectives is the collectives command, over the exporter's CUDA
 // driver library.
-func runCollectives(cc *collectives.CollectiveCommand, c *config) int {
+func runCollectives(cc *collectives.CollectiveCommand, c *config, fsys numa.FS, logger *slog.Logger) int {
 	cc.CUDALibrary = c.cudaLib
+	_, check, done, unavailable := commandNVML(c, fsys, logger, false, !cc.NoSharingCheck)
+	defer done()
+	cc.Sharing, cc.SharingUnavailable = check, unavailable
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return cc.Run(ctx, os.Stdout, os.Stderr)

@@ -27,8 +27,10 @@ var commandGlobals = map[string][]string{
 	// The probe child loads libcuda; the table a person reads adds what
 	// each path should give, from one NVML sample and the PCIe tree.
 	"probe": {"cuda.library", "nvml.library", "path.sysfs", "path.procfs"},
-	// The collectives child loads libcuda (its own --library is NCCL's).
-	"collectives": {"cuda.library"},
+	// The collectives child loads libcuda (its own --library is NCCL's);
+	// run by hand it lists the GPUs' processes through NVML (sysfs for
+	// the sample, procfs for their names).
+	"collectives": {"cuda.library", "nvml.library", "path.sysfs", "path.procfs"},
 	// The matrix is read from sysfs and one NVML sample, of this machine
 	// or of a simulated one.
 	"topology": {"path.sysfs", "path.procfs", "nvml.library", "sim", "sim.faults"},

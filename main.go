@@ -74,7 +74,7 @@ func run(l *cli, command string, logger *slog.Logger) int {
 		if l.ncclCheck {
 			return runNCCLCheck(l.collectives.Library, fsys, node, os.Stdout)
 		}
-		return runCollectives(l.collectives, c)
+		return runCollectives(l.collectives, c, fsys, logger)
 	}
 
 	logger.Info("starting gpulink_exporter", "version", version.Info(), "collectors", c.collectors())

@@ -25,6 +25,7 @@ type collectiveDescs struct {
 	srBW, srExpected, srRatio, srLatency             *prometheus.Desc
 	channels, expectedTransport                      *prometheus.Desc
 	runs, skips, lastRound, busy, deviceMemory, info *prometheus.Desc
+	contended, contendedRounds                       *prometheus.Desc
 }
 
 // NewCollectiveCollector renders the collective part of the probe
@@ -82,6 +83,12 @@ func NewCollectiveCollector(src latester[*schedule.Status]) *CollectiveCollector
 		deviceMemory: newDesc("collective", "device_memory_bytes",
 			"Most device memory the latest collective round's buffers took on the GPU at once.", gpu...),
 		info: newDesc("collective", "info", "The NCCL version the latest collective round loaded; value 1.", "nccl_version"),
+		contended: newDesc("collective", "contended",
+			"1 if other work shared the latest collective round's GPUs, so none of its results says anything of the links: another "+
+				"compute process on any of its GPUs before, during or after the round, or NVML utilisation above the idle threshold "+
+				"right before it; else 0. The collective alerts skip contended rounds."),
+		contendedRounds: newDesc("collective", "contended_rounds_total",
+			"Collective rounds with contended results, by the first reason: other_process or utilization. A reason appears when first counted.", "reason"),
 	}}
 	c.init(src, c.render)
 	return c
@@ -92,7 +99,7 @@ func (c *CollectiveCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := &c.d
 	for _, desc := range []*prometheus.Desc{d.busBW, d.algBW, d.expected, d.ratio, d.latency, d.ranks, d.srBW,
 		d.srExpected, d.srRatio, d.srLatency, d.channels, d.expectedTransport, d.runs, d.skips, d.lastRound, d.busy,
-		d.deviceMemory, d.info} {
+		d.deviceMemory, d.info, d.contended, d.contendedRounds} {
 		ch <- desc
 	}
 }
@@ -112,6 +119,11 @@ func (c *CollectiveCollector) render(out *out, s *schedule.Status) {
 	}
 	for _, r := range sortedKeys(st.Skips) {
 		o.once(d.skips, prometheus.CounterValue, float64(st.Skips[r]), r)
+	}
+	for _, r := range sortedKeys(st.Contended) {
+		if n := st.Contended[r]; n > 0 {
+			o.once(d.contendedRounds, prometheus.CounterValue, float64(n), r)
+		}
 	}
 	index := map[string]int{}
 	for _, g := range st.GPUs {
@@ -149,6 +161,7 @@ func (c *CollectiveCollector) renderRound(o *probeOut, st *schedule.CollectiveSt
 		return itoa(n), r.GPUs[i], known
 	}
 	o.gauge(d.ranks, float64(r.Ranks))
+	o.gauge(d.contended, boolFloat(r.Contention.Contended()))
 	if !st.LastStarted.IsZero() {
 		o.gauge(d.lastRound, float64(st.LastStarted.UnixNano())/1e9)
 	}

@@ -168,6 +168,35 @@ gpulink_collective_last_round_timestamp_seconds 1.7000000005e+09
 			t.Errorf("%d series of gpulink_collective_%s, want %d", n, name, want)
 		}
 	}
+	if v, ok := got["gpulink_collective_contended"+labels()]; !ok || v != 0 {
+		t.Errorf("gpulink_collective_contended = %v (present %v), want 0 for a round nobody shared", v, ok)
+	}
+	if n := seriesOf(got, "gpulink_collective_contended_rounds_total"); n != 0 {
+		t.Errorf("%d contended-round counters before any was counted", n)
+	}
+	lintClean(t, c)
+}
+
+// A round a job shared: contended, whatever its figures, and counted by
+// reason.
+func TestCollectiveContendedMetrics(t *testing.T) {
+	st := collectiveStatus()
+	last := *st.Collective.Last
+	last.Contention = &probes.Contention{Reasons: []string{probes.ContendedOtherProcess},
+		Processes: map[string][]int{collGPUs[1]: {777}}, ProcessChecks: 4}
+	st.Collective.Last = &last
+	st.Collective.Contended = map[string]uint64{probes.ContendedOtherProcess: 2, probes.ContendedUtilization: 0}
+	c := collector.NewCollectiveCollector(fixed(st))
+	got := gathered(t, c)
+	if v := got["gpulink_collective_contended"+labels()]; v != 1 {
+		t.Errorf("gpulink_collective_contended = %v, want 1", v)
+	}
+	if v := got["gpulink_collective_contended_rounds_total"+labels("reason", "other_process")]; v != 2 {
+		t.Errorf("contended rounds by other_process = %v, want 2", v)
+	}
+	if n := seriesOf(got, "gpulink_collective_contended_rounds_total"); n != 1 {
+		t.Errorf("%d contended-round counters, want the one counted", n)
+	}
 	lintClean(t, c)
 }
 

@@ -68,16 +68,18 @@ var injected = []struct {
 	{`{kind: nic_symbol_errors, device: mlx5_3, per_second: 5}`, []string{"NICPortErrors device=mlx5_3"}, nil, 0},
 	// NCCL connects GPU 7 through host memory: every pair with it on the
 	// wrong transport (each from-GPU names its alerts: 7 sends to every
-	// GPU, every GPU to 7 in the all-to-all), its send/recv pairs (lower
-	// GPU to higher) far below the node's median pair, and every
-	// collective over all eight GPUs at 20 GB/s, in two rounds running.
+	// GPU, every GPU to 7 in the all-to-all). Its send/recv pairs read far
+	// below the node's median pair and every collective 20 GB/s, but the
+	// node's collective rounds share GPU 0 with the profile's job (pid
+	// 4242, under policy always), so they are contended: neither
+	// GpulinkSendRecvPairSlow nor GpulinkCollectiveBusBandwidthLow may
+	// fire (the test fails on an alert it does not expect; promtool's
+	// tests show both firing on uncontended rounds). Transports do not
+	// depend on load, and are judged still.
 	{`{kind: nccl_transport, transport: shm, gpus: [7]}`, []string{
 		"NCCLWrongTransport gpu=0", "NCCLWrongTransport gpu=1", "NCCLWrongTransport gpu=2",
 		"NCCLWrongTransport gpu=3", "NCCLWrongTransport gpu=4", "NCCLWrongTransport gpu=5",
 		"NCCLWrongTransport gpu=6", "NCCLWrongTransport gpu=7",
-		"NCCLSendRecvPairSlow gpu=0", "NCCLSendRecvPairSlow gpu=1", "NCCLSendRecvPairSlow gpu=2", "NCCLSendRecvPairSlow gpu=3",
-		"NCCLSendRecvPairSlow gpu=4", "NCCLSendRecvPairSlow gpu=5", "NCCLSendRecvPairSlow gpu=6",
-		"NCCLBusBandwidthLow",
 	}, nil, 2},
 }
 

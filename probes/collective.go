@@ -190,6 +190,12 @@ type CollectiveRound struct {
 	// Error is set when no communicator could be made (no NCCL library,
 	// a GPU that could not be opened, the other node never joined).
 	Error string `json:"error,omitempty"`
+
+	// Contention is what shared the round's GPUs while it ran, as the
+	// daemon (or the collectives command) watched them: every GPU of a
+	// collective takes part in every result, so one shared GPU makes all
+	// of them contended (Reasons). Nil when nobody watched.
+	Contention *Contention `json:"contention,omitempty"`
 }
 
 // CollectiveMeasurer is the collective seam: NCCL over CUDA in the

@@ -48,16 +48,19 @@ var helperUniqueID = strings.Repeat("5e", 128)
 
 // parseCollectivesHelperArgs accepts what RunCollectives passes: the
 // "collectives" subcommand and --path.* flags from the command prefix,
-// --output=json, CollectiveOptions.Args, --timeout and --id-fd. Anything
-// else is an error.
+// --output=json and --no-sharing-check (both required: the daemon watches
+// its rounds itself), CollectiveOptions.Args, --timeout and --id-fd.
+// Anything else is an error.
 func parseCollectivesHelperArgs(args []string) (o CollectiveOptions, idFD int, timeout time.Duration, err error) {
-	sawOutput := false
+	sawOutput, sawNoSharing := false, false
 	for _, a := range args {
 		name, val, _ := strings.Cut(a, "=")
 		switch name {
 		case "collectives":
 		case "--output":
 			sawOutput = val == "json"
+		case "--no-sharing-check":
+			sawNoSharing = true
 		case "--gpu":
 			o.GPUs = append(o.GPUs, val)
 		case "--collective":
@@ -92,6 +95,9 @@ func parseCollectivesHelperArgs(args []string) (o CollectiveOptions, idFD int, t
 		if err != nil {
 			return o, 0, 0, fmt.Errorf("%s: %v", a, err)
 		}
+	}
+	if !sawNoSharing {
+		return o, 0, 0, fmt.Errorf("no --no-sharing-check in %q", args)
 	}
 	if !sawOutput {
 		return o, 0, 0, fmt.Errorf("no --output=json in %q", args)

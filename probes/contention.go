@@ -49,6 +49,9 @@ type Contention struct {
 	// utilisation and the samples say anything.
 	ProcessChecks        int `json:"process_checks"`
 	ProcessCheckFailures int `json:"process_check_failures,omitempty"`
+	// ProcessNames are the processes' command names (/proc/<pid>/comm)
+	// by PID, where the commands could read them.
+	ProcessNames map[int]string `json:"process_names,omitempty"`
 }
 
 // Contended reports whether any result of the round was disturbed.

@@ -108,11 +108,12 @@ func probeHelper(mode string, args []string) int {
 }
 
 // parseHelperArgs accepts what ChildRunner passes: a "probe" subcommand and
-// --path.* flags from the command prefix, then --output=json and
+// --path.* flags from the command prefix, then --output=json,
+// --no-sharing-check (the daemon watches its rounds itself) and
 // Options.Args. Anything else is an error, so a stray flag fails the test.
 func parseHelperArgs(args []string) (Options, error) {
 	var o Options
-	sawOutput := false
+	sawOutput, sawNoSharing := false, false
 	for _, a := range args {
 		name, val, _ := strings.Cut(a, "=")
 		var err error
@@ -123,6 +124,8 @@ func parseHelperArgs(args []string) (Options, error) {
 				return o, fmt.Errorf("--output=%s", val)
 			}
 			sawOutput = true
+		case "--no-sharing-check":
+			sawNoSharing = true
 		case "--gpu":
 			o.GPU = val
 		case "--peer":
@@ -149,6 +152,9 @@ func parseHelperArgs(args []string) (Options, error) {
 	}
 	if !sawOutput {
 		return o, fmt.Errorf("no --output=json in %q", args)
+	}
+	if !sawNoSharing {
+		return o, fmt.Errorf("no --no-sharing-check in %q", args)
 	}
 	return o, nil
 }

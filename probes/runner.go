@@ -234,7 +234,9 @@ func (r *ChildRunner) runChild(ctx context.Context, run childRun, parse func(out
 		limit = dl.Sub(start)
 	}
 
-	args := append(slices.Clone(r.Command[1:]), "--output=json")
+	// The daemon watches what shares the GPUs of its rounds itself: the
+	// child does not list processes as well.
+	args := append(slices.Clone(r.Command[1:]), "--output=json", "--no-sharing-check")
 	args = append(args, run.args...)
 	cmd := exec.Command(r.Command[0], args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

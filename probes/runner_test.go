@@ -68,7 +68,7 @@ func TestRunnerArgsRoundTrip(t *testing.T) {
 		t.Errorf("round PID %d, want the child's", round.PID)
 	}
 	g := round.GPUs[0]
-	wantArgv := "probe --path.sysfs=/nonexistent/sys --output=json " + strings.Join(o.Args(), " ")
+	wantArgv := "probe --path.sysfs=/nonexistent/sys --output=json --no-sharing-check " + strings.Join(o.Args(), " ")
 	if g.PCIBusID != testGPU || g.Name != wantArgv {
 		t.Errorf("child saw GPU %q argv %q\nwant %q argv %q", g.PCIBusID, g.Name, testGPU, wantArgv)
 	}

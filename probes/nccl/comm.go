@@ -29,12 +29,15 @@ var errGone = errors.New("NCCL communicator already aborted or destroyed")
 // InitRanks makes local ranks firstRank..firstRank+local-1 of an nranks
 // communicator joined by id, in one NCCL group, calling makeCurrent(i)
 // before the i-th rank's init so that GPU i's CUDA context is current on
-// the calling OS thread (the caller has locked its goroutine to it). The
-// communicators are non-blocking: InitRanks polls them until every one is
-// ready (NCCL has connected all nranks, in whichever processes) or ctx
-// ends, when it aborts them and returns an error saying init did not
-// finish and why ctx ended (context.Cause). On any error no communicator
-// is left.
+// the calling OS thread (the caller has locked its goroutine to it). It
+// returns once every one is ready: NCCL has connected all nranks, in
+// whichever processes. The communicators are blocking, so the group's end
+// waits for that, and ctx cannot cut it short: a rank that never joins
+// keeps the thread for ever, and the caller must give it up at its
+// deadline (see the package comment). Where NCCL_COMM_BLOCKING=0 made
+// them non-blocking, InitRanks polls them until ready or ctx ends, when it
+// aborts them and returns an error saying init did not finish and why ctx
+// ended (context.Cause). On any error no communicator is left.
 func (l *Library) InitRanks(ctx context.Context, id UniqueID, nranks, firstRank, local int, makeCurrent func(i int) error) ([]*Comm, error) {
 	switch {
 	case nranks < 1:
@@ -62,8 +65,19 @@ func (l *Library) InitRanks(ctx context.Context, id UniqueID, nranks, firstRank,
 
 // initGroup starts every local rank's init inside one group: NCCL needs
 // the group to make several ranks from one thread without each waiting
-// for the others.
+// for the others. Each GPU is made current once before the group: a
+// failure inside it is one NCCL does not know of, and the group's end
+// would wait for ever, the communicators being blocking, for the rank
+// that was never made.
 func (l *Library) initGroup(id UniqueID, nranks, firstRank, local int, makeCurrent func(i int) error) ([]*Comm, error) {
+	for i := range local {
+		if makeCurrent == nil {
+			break
+		}
+		if err := makeCurrent(i); err != nil {
+			return nil, fmt.Errorf("NCCL init of rank %d: making its GPU current: %w", firstRank+i, err)
+		}
+	}
 	if err := l.GroupStart(); err != nil {
 		return nil, err
 	}
@@ -83,7 +97,7 @@ func (l *Library) initGroup(id UniqueID, nranks, firstRank, local int, makeCurre
 			comms = append(comms, c)
 		}
 		if err := l.check("ncclCommInitRankConfig", r); err != nil && !errors.Is(err, ErrInProgress) {
-			_ = l.GroupEnd()
+			_ = l.GroupEnd() // NCCL knows of the failure: the group's end launches nothing
 			return comms, fmt.Errorf("NCCL init of rank %d: %w", firstRank+i, err)
 		}
 	}
@@ -101,9 +115,10 @@ func abortAll(comms []*Comm) {
 
 // How WaitReady asks NCCL: without sleeping for the first spinFor, then
 // with sleeps from firstPoll doubling to maxPoll while ranks in other
-// processes are waited for. A non-blocking communicator answers
-// ncclInProgress to the GroupEnd of every timed operation until NCCL's
-// launch thread has queued it, which takes tens of microseconds: a sleep
+// processes are waited for. A non-blocking communicator (under
+// NCCL_COMM_BLOCKING=0) answers ncclInProgress to the GroupEnd of every
+// timed operation until NCCL's launch thread has queued it, which takes
+// tens of microseconds: a sleep
 // there left the GPU idle between operations (on two H100s every
 // collective read about 1.1 ms an operation, a quarter to a half of its
 // bandwidth), so the launch is waited for by spinning.

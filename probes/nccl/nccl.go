@@ -1,18 +1,38 @@
 // Package nccl reaches NCCL at run time: libnccl.so.2 is opened with dlopen
 // and called through looked-up function pointers, so the exporter builds
 // without NCCL and runs where there is none. It wraps only what the
-// collective probes use: a unique id, non-blocking communicators over this
+// collective probes use: a unique id, blocking communicators over this
 // process's GPUs, all-reduce, all-gather, reduce-scatter and send/recv on
 // float32 data, and groups.
 //
-// Communicators are non-blocking (NCCL 2.14 and later): no call waits for
-// another rank, so a rank that never arrives, or an operation that never
-// finishes, is something the caller sees (ErrInProgress for ever) and ends
-// with Abort instead of a hung thread. NCCL_COMM_BLOCKING=1 in the
-// environment would override that and make them blocking again: the
-// collective child must not pass it on. NCCL finds each rank's GPU from the
-// CUDA context current on the calling thread: callers lock their goroutine
-// to its thread (runtime.LockOSThread) around InitRanks and operations.
+// Communicators are blocking (config.blocking = 1, NCCL 2.14's
+// ncclCommInitRankConfig): each group's GroupEnd launches its operations
+// on the calling thread and returns, as nccl-tests' do. A non-blocking
+// communicator answers every GroupEnd with ncclInProgress and launches
+// from a thread of NCCL's own, which the caller must poll until it is done
+// before the next call: on two H200s that put 8 KiB collectives at 61-97
+// us an operation where nccl-tests (and the same child with
+// NCCL_COMM_BLOCKING=1) read 13-17 us, while 256 MiB ones did not move.
+//
+// What a blocking communicator gives up is ending a call from inside: a
+// hung operation is ended from another goroutine with Abort (NCCL's
+// ncclCommAbort ends the work a communicator has on its streams, which is
+// what PyTorch's and XLA's watchdog threads do with blocking
+// communicators), but NCCL's user guide ("Fault Tolerance") ties an abort
+// at any point, a hung init or a call stuck connecting included, to
+// non-blocking communicators (RCCL's fault-tolerance page says the same).
+// So a caller watches from another
+// goroutine, aborts at its deadline, and gives the thread up for lost if
+// the call has not returned soon after: the collectives child then
+// reports the round and exits, and NCCL's threads end with the process.
+//
+// An operator's NCCL_COMM_BLOCKING=0 overrides the config and makes them
+// non-blocking again; everything here still works then (each
+// ErrInProgress is polled with WaitReady, and an init is aborted at its
+// deadline), only small operations read the launch thread's cost. NCCL
+// finds each rank's GPU from the CUDA context current on the calling
+// thread: callers lock their goroutine to its thread
+// (runtime.LockOSThread) around InitRanks and operations.
 package nccl
 
 /*
@@ -49,7 +69,8 @@ var resultNames = map[int]string{
 	8: "ncclTimeout",
 }
 
-// ErrInProgress is ncclInProgress: a non-blocking communicator has not
+// ErrInProgress is ncclInProgress: a communicator made non-blocking (by
+// NCCL_COMM_BLOCKING=0) has not
 // finished what it was asked yet (its init, a group's operations, a
 // finalize). The caller polls the communicator's AsyncError until it is
 // something else, and aborts it if that takes too long.

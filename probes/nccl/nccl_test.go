@@ -21,7 +21,7 @@ func TestOpenMissingSymbolIsAnError(t *testing.T) {
 	}
 }
 
-func TestOpenRefusesNCCLWithoutNonBlockingInit(t *testing.T) {
+func TestOpenRefusesNCCLWithoutInitRankConfig(t *testing.T) {
 	_, err := Open(nccltest.Build(t, "OMIT_ncclCommInitRankConfig"))
 	if err == nil || !strings.Contains(err.Error(), "symbol ncclCommInitRankConfig not found") || !strings.Contains(err.Error(), "NCCL 2.14 or later") {
 		t.Fatalf("Open of a library older than 2.14: %v, want the symbol and the version named", err)

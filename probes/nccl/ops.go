@@ -18,13 +18,14 @@ import (
 //
 // Inside a group (GroupStart ... GroupEnd) an operation only records what
 // to do and returns nil; GroupEnd launches the lot. Outside a group an
-// operation is its own group. Either way a non-blocking communicator may
-// answer ErrInProgress (NCCL is still connecting the ranks, or launching):
-// the work is accepted, and the caller polls AsyncError of every
-// communicator involved (WaitReady) before the next NCCL call on them. The
-// stream then completes when every rank has taken part; a rank that never
-// does leaves the stream, and AsyncError, in progress for ever, which
-// Abort ends.
+// operation is its own group. A blocking communicator's GroupEnd returns
+// once the work is queued (connecting the ranks first where it must); one
+// made non-blocking by NCCL_COMM_BLOCKING=0 may answer ErrInProgress
+// instead (NCCL is still connecting the ranks, or launching): the work is
+// accepted, and the caller polls AsyncError of every communicator involved
+// (WaitReady) before the next NCCL call on them. The stream then completes
+// when every rank has taken part; a rank that never does leaves the
+// stream in progress for ever, which Abort, from another goroutine, ends.
 
 // AllReduce sums count elements of every rank's send into every rank's
 // recv (which may be send).
@@ -90,7 +91,8 @@ func (l *Library) GroupStart() error {
 }
 
 // GroupEnd closes the group and launches what it holds. With non-blocking
-// communicators it returns ErrInProgress while NCCL is still at it: the
+// communicators (NCCL_COMM_BLOCKING=0) it may return ErrInProgress while
+// NCCL is still at it: the
 // caller must then poll AsyncError of every communicator the group used
 // (WaitReady) until none is in progress before using them again. Any
 // other error means the group's work was not launched.

@@ -197,20 +197,15 @@ func TestSendRecvConnectionsAreMadeAtFirstUse(t *testing.T) {
 	}
 }
 
-// A non-blocking communicator still connecting refuses work: the caller
-// must poll AsyncError after GroupEnd says ErrInProgress.
+// A communicator made non-blocking (NCCL_COMM_BLOCKING=0, the operator's
+// to set) still connecting refuses work: the caller must poll AsyncError
+// after GroupEnd says ErrInProgress.
 func TestOperationsWaitForInProgress(t *testing.T) {
+	t.Setenv("NCCL_COMM_BLOCKING", "0")
 	r := newRig(t, 2)
 	comms := r.init(t)
 	send, recv := buffers(t, r)
-	if err := r.lib.GroupStart(); err != nil {
-		t.Fatal(err)
-	}
-	for i, c := range comms {
-		if err := c.AllReduce(send[i], recv[i], testElems, r.streams[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
+	openAllReduce(t, r, comms, send, recv)
 	if err := r.lib.GroupEnd(); !errors.Is(err, ErrInProgress) {
 		t.Fatalf("GroupEnd of the first collective (connecting the ring) = %v, want ErrInProgress", err)
 	}
@@ -268,21 +263,76 @@ func TestOperationFailureCarriesNCCLText(t *testing.T) {
 	}
 }
 
-// A hung operation: its stream never completes and its communicator stays
-// in progress, until Abort (from another goroutine) lets both go.
-func TestHungOperationIsEndedByAbort(t *testing.T) {
+// InitRanks makes blocking communicators: the group's end waits for the
+// connections NCCL makes at the first collective, and never answers
+// ErrInProgress, so nothing is polled between operations.
+func TestCommunicatorsAreBlocking(t *testing.T) {
+	t.Setenv("FAKE_NCCL_REQUIRE_BLOCKING", "1")
+	t.Setenv("FAKE_NCCL_CONNECT_POLLS", "5")
+	r := newRig(t, 2)
+	comms := r.init(t)
+	send, recv := buffers(t, r)
+	for range 2 {
+		openAllReduce(t, r, comms, send, recv)
+		if err := r.lib.GroupEnd(); err != nil {
+			t.Fatalf("GroupEnd = %v, want nil from a blocking communicator", err)
+		}
+	}
+}
+
+// The fake's check bites: under the operator's NCCL_COMM_BLOCKING=0 the
+// same operation is refused, so the test above would fail on
+// non-blocking communicators.
+func TestRequireBlockingRefusesNonBlocking(t *testing.T) {
+	t.Setenv("FAKE_NCCL_REQUIRE_BLOCKING", "1")
+	t.Setenv("NCCL_COMM_BLOCKING", "0")
+	r := newRig(t, 2)
+	comms := r.init(t)
+	send, recv := buffers(t, r)
+	err := comms[0].AllReduce(send[0], recv[0], testElems, r.streams[0])
+	var ne *Error
+	if !errors.As(err, &ne) || !strings.Contains(ne.Last, "non-blocking") {
+		t.Fatalf("AllReduce on a non-blocking communicator with FAKE_NCCL_REQUIRE_BLOCKING: %v", err)
+	}
+}
+
+// A hung operation on a blocking communicator: the group's end does not
+// return (NCCL stuck in the operation), nor would its stream complete,
+// until Abort from another goroutine lets both go.
+func TestHungOperationOnABlockingCommunicatorIsEndedByAbort(t *testing.T) {
 	t.Setenv("FAKE_NCCL_HANG", "ncclAllReduce")
 	r := newRig(t, 2)
 	comms := r.init(t)
 	send, recv := buffers(t, r)
-	if err := r.lib.GroupStart(); err != nil {
-		t.Fatal(err)
-	}
-	for i, c := range comms {
-		if err := c.AllReduce(send[i], recv[i], testElems, r.streams[i]); err != nil {
-			t.Fatal(err)
+	openAllReduce(t, r, comms, send, recv)
+	const abortAfter = 200 * time.Millisecond
+	start := time.Now()
+	time.AfterFunc(abortAfter, func() {
+		for _, c := range comms {
+			_ = c.Abort()
 		}
+	})
+	if err := r.lib.GroupEnd(); err != nil { // on this locked thread, as the child calls it
+		t.Fatalf("GroupEnd after the abort: %v", err)
 	}
+	if d := time.Since(start); d < abortAfter {
+		t.Errorf("GroupEnd of a hung all-reduce returned after %v, before the abort", d)
+	}
+	if err := r.streams[0].Synchronize(); err != nil {
+		t.Fatalf("Synchronize after abort: %v", err)
+	}
+}
+
+// A hung operation on a non-blocking communicator: its stream never
+// completes and its communicator stays in progress, until Abort (from
+// another goroutine) lets both go.
+func TestHungOperationIsEndedByAbort(t *testing.T) {
+	t.Setenv("NCCL_COMM_BLOCKING", "0")
+	t.Setenv("FAKE_NCCL_HANG", "ncclAllReduce")
+	r := newRig(t, 2)
+	comms := r.init(t)
+	send, recv := buffers(t, r)
+	openAllReduce(t, r, comms, send, recv)
 	if err := r.lib.GroupEnd(); !errors.Is(err, ErrInProgress) {
 		t.Fatalf("GroupEnd of a hung all-reduce = %v, want ErrInProgress", err)
 	}
@@ -318,6 +368,7 @@ func TestHungOperationIsEndedByAbort(t *testing.T) {
 func TestDestroyOfAHungCommunicatorAborts(t *testing.T) {
 	defer func(w time.Duration) { finalizeWait = w }(finalizeWait)
 	finalizeWait = 100 * time.Millisecond
+	t.Setenv("NCCL_COMM_BLOCKING", "0") // a blocking finalize cannot be waited for with a limit
 	t.Setenv("FAKE_NCCL_HANG", "ncclSend")
 	r := newRig(t, 2)
 	comms := r.init(t)
@@ -388,15 +439,22 @@ func TestRingsConnectAtInitWithoutRuntimeConnect(t *testing.T) {
 		t.Fatalf("no ring connection logged at init:\n%s", log)
 	}
 	send, recv := buffers(t, r)
+	openAllReduce(t, r, comms, send, recv)
+	if err := r.lib.GroupEnd(); err != nil {
+		t.Errorf("GroupEnd with the rings already connected = %v, want nil", err)
+	}
+}
+
+// openAllReduce opens a group and queues an all-reduce on every rank in
+// it; the caller ends the group.
+func openAllReduce(t *testing.T, r *rig, comms []*Comm, send, recv []cuda.DevicePtr) {
+	t.Helper()
 	if err := r.lib.GroupStart(); err != nil {
 		t.Fatal(err)
 	}
 	for i, c := range comms {
 		if err := c.AllReduce(send[i], recv[i], testElems, r.streams[i]); err != nil {
-			t.Fatal(err)
+			t.Fatalf("AllReduce on rank %d: %v", i, err)
 		}
-	}
-	if err := r.lib.GroupEnd(); err != nil {
-		t.Errorf("GroupEnd with the rings already connected = %v, want nil", err)
 	}
 }

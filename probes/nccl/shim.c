@@ -14,7 +14,7 @@ static const struct {
 	const char *why;
 } syms[] = {
 	SYM(ncclGetVersion, ""), SYM(ncclGetUniqueId, ""),
-	SYM(ncclCommInitRankConfig, " (NCCL 2.14 or later is needed: communicators are made non-blocking, so a hung init can be aborted)"),
+	SYM(ncclCommInitRankConfig, " (NCCL 2.14 or later is needed: communicators are made with a config, which says they block)"),
 	SYM(ncclCommGetAsyncError, ""), SYM(ncclCommAbort, ""), SYM(ncclCommDestroy, ""),
 	SYM(ncclCommFinalize, NULL), SYM(ncclGetErrorString, ""), SYM(ncclGetLastError, NULL),
 	SYM(ncclGroupStart, ""), SYM(ncclGroupEnd, ""), SYM(ncclAllReduce, ""), SYM(ncclAllGather, ""),
@@ -61,7 +61,7 @@ gn_result gn_get_version(gn_api *a, int *v) { return a->ncclGetVersion(v); }
 gn_result gn_get_unique_id(gn_api *a, gn_unique_id *id) { return a->ncclGetUniqueId(id); }
 
 gn_result gn_init_rank(gn_api *a, gn_comm *c, int nranks, const gn_unique_id *id, int rank) {
-	gn_config cfg = { sizeof cfg, GN_API_MAGIC, GN_CONFIG_VERSION, 0, GN_CONFIG_UNDEF_INT };
+	gn_config cfg = { sizeof cfg, GN_API_MAGIC, GN_CONFIG_VERSION, 1, GN_CONFIG_UNDEF_INT };
 	return a->ncclCommInitRankConfig(c, nranks, *id, rank, &cfg);
 }
 

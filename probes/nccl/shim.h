@@ -30,7 +30,7 @@ typedef struct gn_config {
 	size_t size;          // sizeof(gn_config): 24 bytes on LP64
 	unsigned int magic;   // NCCL_API_MAGIC
 	unsigned int version; // the NCCL_VERSION_CODE this layout is from
-	int blocking;         // 0: calls return ncclInProgress instead of waiting
+	int blocking;         // 1: calls wait; 0: they return ncclInProgress instead
 	// cgaClusterSize fills what would be padding: size is 24 either way,
 	// and a library that copies all 24 bytes and does not reset what
 	// came after 2.14 reads NCCL_CONFIG_UNDEF_INT here (its default), not
@@ -80,7 +80,8 @@ void gn_error_text(gn_api *a, gn_result r, char *text, size_t textlen, char *las
 // Calls through the table (cgo cannot call C function pointers itself).
 gn_result gn_get_version(gn_api *a, int *v);
 gn_result gn_get_unique_id(gn_api *a, gn_unique_id *id);
-// gn_init_rank makes a non-blocking communicator (config.blocking = 0).
+// gn_init_rank makes a blocking communicator (config.blocking = 1), which
+// NCCL_COMM_BLOCKING=0 in the environment overrides.
 gn_result gn_init_rank(gn_api *a, gn_comm *c, int nranks, const gn_unique_id *id, int rank);
 gn_result gn_async_error(gn_api *a, gn_comm c, gn_result *err);
 gn_result gn_abort(gn_api *a, gn_comm c);

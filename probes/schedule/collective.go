@@ -46,7 +46,7 @@ type collectiveState struct {
 
 func newCollectiveState() *collectiveState {
 	c := &collectiveState{busy: map[string]*CollectiveGPU{},
-		st: CollectiveStatus{Runs: map[string]uint64{}, Skips: map[string]uint64{}}}
+		st: CollectiveStatus{Runs: map[string]uint64{}, Skips: map[string]uint64{}, Contended: map[string]uint64{}}}
 	for _, r := range collectiveRunResults {
 		c.st.Runs[r] = 0
 	}
@@ -57,7 +57,7 @@ func newCollectiveState() *collectiveState {
 // they are replaced, never changed.
 func (c *collectiveState) status() *CollectiveStatus {
 	st := c.st
-	st.Runs, st.Skips = maps.Clone(c.st.Runs), maps.Clone(c.st.Skips)
+	st.Runs, st.Skips, st.Contended = maps.Clone(c.st.Runs), maps.Clone(c.st.Skips), maps.Clone(c.st.Contended)
 	st.GPUs = make([]CollectiveGPU, 0, len(c.busy))
 	for _, g := range c.busy {
 		st.GPUs = append(st.GPUs, *g)
@@ -143,16 +143,40 @@ func (s *Scheduler) collectiveRound(ctx context.Context, snap *nvml.Snapshot) (f
 	}
 	o.Ranks, o.FirstRank, o.UniqueID, o.Peer = len(gpus), 0, "", ""
 
+	// Watched as a probe round is: the utilisation right before, and the
+	// processes before, during and after. A job that starts on any of the
+	// GPUs meanwhile makes every result contended, not low.
+	busyUtil := s.busyUtilization(gpus)
+	var watch *probes.RunWatch
+	if s.lister != nil {
+		watch = probes.NewRunWatch(gpus)
+		watch.Note(s.lister.Call())
+		go watch.Poll(s.lister, s.pollEvery)
+	}
+
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.CollectiveTimeout)
 	start := s.now()
 	round, err := s.cfg.CollectiveRunner.RunCollectives(rctx, o, nil)
 	took := s.now().Sub(start)
 	cancel()
+	if watch != nil {
+		watch.Stop()
+		if ctx.Err() == nil {
+			watch.Note(s.lister.Call())
+		}
+	}
 	if ctx.Err() != nil {
 		return false // shutting down: says nothing of the GPUs
 	}
 
 	result, r, why := classifyCollectiveRun(round, err)
+	if r != nil {
+		r.Contention = probes.JudgeSharing(o.GPUs, nil, watch, r.PID, busyUtil)
+		if c := r.Contention; c.Contended() {
+			s.logger.Info("collective round shared its GPUs with other work; its results are marked contended",
+				"gpus", len(gpus), "reasons", c.Reasons, "processes", c.Processes)
+		}
+	}
 	// A node without NCCL is not a broken node: no_library, not an error.
 	noLibrary := r != nil && strings.HasPrefix(r.Error, nccl.ErrLoad.Error()+":")
 	var expected []probes.PairTransport
@@ -198,6 +222,9 @@ func (s *Scheduler) collectiveRound(ctx context.Context, snap *nvml.Snapshot) (f
 	if r != nil && len(r.Results) > 0 {
 		c.st.Last, c.st.LastStarted, c.st.ExpectedTransports = r, start, expected
 		c.st.SizeBytes, c.st.SmallBytes = o.SizeBytes, o.SmallBytes
+		if reason := r.Contention.First(); reason != "" {
+			c.st.Contended[reason]++
+		}
 	}
 	c.down = result == probes.RunTimeout || result == probes.RunCrash
 	if result == probes.RunTimeout || result == probes.RunCrash || result == probes.RunError {
@@ -232,7 +259,7 @@ func (s *Scheduler) collectiveGPUs(snap *nvml.Snapshot) ([]*nvml.GPUState, strin
 	var procs []nvml.Process
 	var procsErr error
 	if s.lister != nil {
-		if procs, procsErr = s.lister.call(); procsErr != nil && s.cfg.Policy == PolicyIdle {
+		if procs, procsErr = s.lister.Call(); procsErr != nil && s.cfg.Policy == PolicyIdle {
 			s.logger.Warn("cannot list GPU processes; treating the GPUs as busy", "err", procsErr)
 		}
 	}

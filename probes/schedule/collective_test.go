@@ -488,3 +488,57 @@ func TestRunCollectiveRoundNow(t *testing.T) {
 		t.Errorf("no NVML sample: %d rounds", n)
 	}
 }
+
+// A job that starts on one of the round's GPUs while the collective child
+// runs, and is gone before it ends, is seen by the poll: the round's
+// results are contended (every one: a collective crosses every GPU), not
+// low, and counted by reason. The child's own contexts are no contention.
+func TestCollectiveJobMidRoundIsContended(t *testing.T) {
+	f, coll := newCollectiveSched(t, fourIdle(), nil)
+	f.s.pollEvery = 2 * time.Millisecond
+	midRound := true
+	coll.respond = func(_ context.Context, o probes.CollectiveOptions) (*probes.CollectiveRound, error) {
+		own := []nvml.Process{proc(0, ownPID), proc(1, ownPID), proc(2, ownPID), proc(3, ownPID)}
+		f.setProcs(own...)
+		if midRound {
+			f.setProcs(append(slices.Clone(own), proc(2, 777))...)
+			for n := f.listings(); f.listings() < n+2; {
+				time.Sleep(time.Millisecond)
+			}
+			f.setProcs(own...)
+		}
+		r := okCollectiveRound(o)
+		r.PID = ownPID
+		return r, nil
+	}
+	f.s.RunCollectiveRound(context.Background())
+
+	st := f.collective(t)
+	if st.Runs[probes.RunSuccess] != 1 || st.Last == nil {
+		t.Fatalf("want one successful round, got runs %v", st.Runs)
+	}
+	c := st.Last.Contention
+	if !c.Contended() || !slices.Equal(c.Reasons, []string{probes.ContendedOtherProcess}) ||
+		!reflect.DeepEqual(c.Processes, map[string][]int{busID(2): {777}}) || len(c.Peers) != 0 {
+		t.Errorf("contention %+v, want other_process on GPU 2 by pid 777 alone, for every result", c)
+	}
+	if c.ProcessChecks < 3 {
+		t.Errorf("%d process listings, want before, during and after", c.ProcessChecks)
+	}
+	if !reflect.DeepEqual(st.Contended, map[string]uint64{probes.ContendedOtherProcess: 1}) {
+		t.Errorf("contended rounds %v", st.Contended)
+	}
+
+	// The next round has the GPUs to itself.
+	midRound = false
+	f.setProcs()
+	f.advance(2 * DefaultCollectiveInterval)
+	f.s.RunCollectiveRound(context.Background())
+	st = f.collective(t)
+	if c := st.Last.Contention; c.Contended() || c.ProcessChecks < 2 {
+		t.Errorf("a round alone: contention %+v", c)
+	}
+	if !reflect.DeepEqual(st.Contended, map[string]uint64{probes.ContendedOtherProcess: 1}) {
+		t.Errorf("contended rounds after a clean one %v", st.Contended)
+	}
+}

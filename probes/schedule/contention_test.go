@@ -251,7 +251,7 @@ func TestSchedulerHungProcessListing(t *testing.T) {
 			return nil, nil
 		}
 	})
-	f.s.lister.limit = 20 * time.Millisecond
+	f.s.lister = probes.NewProcessLister(f.s.cfg.Processes, 20*time.Millisecond)
 	f.s.pollEvery = time.Millisecond
 	f.runner.respond = func(o probes.Options) (*probes.Round, error) {
 		time.Sleep(50 * time.Millisecond)
@@ -277,7 +277,7 @@ func TestSchedulerHungProcessListing(t *testing.T) {
 			return nil, nil
 		}
 	})
-	g.s.lister.limit = 20 * time.Millisecond
+	g.s.lister = probes.NewProcessLister(g.s.cfg.Processes, 20*time.Millisecond)
 	g.s.RunRound(context.Background())
 	if got := nonZero(g.gpuStatus(t, 0).Skips); !reflect.DeepEqual(got, map[string]uint64{SkipBusyProcess: 1}) {
 		t.Errorf("idle with NVML hung: skips %v", got)

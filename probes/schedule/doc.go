@@ -1,7 +1,8 @@
 // Package schedule is the daemon's scheduling of probe and collective
 // rounds: when a GPU is probed (policy, interval, jitter, the duty-cycle
 // bound), why one is skipped, what shared a GPU while its round ran
-// (contention.go), node-to-node sessions that reserve GPUs (session.go),
+// (watched and judged by probes' sharing.go, which the commands use too),
+// node-to-node sessions that reserve GPUs (session.go),
 // and the collective rounds across the node's idle GPUs (collective.go).
 // It runs each round through a probes.RoundRunner or
 // probes.CollectiveRunner (a child process, or the simulated node) and

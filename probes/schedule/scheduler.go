@@ -133,7 +133,7 @@ type Scheduler struct {
 
 	// lister makes the process listings, one at a time, each bounded;
 	// nil without cfg.Processes.
-	lister *processLister
+	lister *probes.ProcessLister
 
 	// roundMu is held through a round: two rounds at once would run two
 	// children at once, and probes sharing an uplink would measure each
@@ -233,13 +233,13 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		now:       time.Now,
 		rand:      rand.Float64,
 		sleep:     SleepUnlessDone,
-		pollEvery: processPoll,
+		pollEvery: probes.ProcessPoll,
 		gpus:      map[string]*gpuEntry{},
 
 		probedUntil: map[string]time.Time{},
 	}
 	if cfg.Processes != nil {
-		s.lister = newProcessLister(cfg.Processes, processListLimit)
+		s.lister = probes.NewProcessLister(cfg.Processes, probes.ProcessListLimit)
 	}
 	if cfg.CollectiveRunner != nil {
 		s.coll = newCollectiveState()
@@ -418,7 +418,7 @@ func (s *Scheduler) visit(ctx context.Context, rd *roundPass, g *nvml.GPUState) 
 	var procs []nvml.Process
 	var procsErr error
 	if s.lister != nil {
-		if procs, procsErr = s.lister.call(); procsErr != nil {
+		if procs, procsErr = s.lister.Call(); procsErr != nil {
 			if s.cfg.Policy == PolicyIdle {
 				// Not knowing who holds the GPU is not knowing it is idle.
 				s.logger.Warn("cannot list GPU processes; treating the GPU as busy", "gpu", g.Index, "err", procsErr)
@@ -463,11 +463,11 @@ func (s *Scheduler) visit(ctx context.Context, rd *roundPass, g *nvml.GPUState) 
 	// utilisation right before, and the processes before, during and
 	// after.
 	busyUtil := s.busyUtilization(watched)
-	var watch *runWatch
+	var watch *probes.RunWatch
 	if s.lister != nil {
-		watch = newRunWatch(watched)
-		watch.note(procs, procsErr)
-		go watch.poll(s.lister, s.pollEvery)
+		watch = probes.NewRunWatch(watched)
+		watch.Note(procs, procsErr)
+		go watch.Poll(s.lister, s.pollEvery)
 	}
 
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
@@ -476,9 +476,9 @@ func (s *Scheduler) visit(ctx context.Context, rd *roundPass, g *nvml.GPUState) 
 	took := s.now().Sub(start)
 	cancel()
 	if watch != nil {
-		watch.stop()
+		watch.Stop()
 		if ctx.Err() == nil {
-			watch.note(s.lister.call())
+			watch.Note(s.lister.Call())
 		}
 	}
 	if ctx.Err() != nil {
@@ -494,7 +494,7 @@ func (s *Scheduler) visit(ctx context.Context, rd *roundPass, g *nvml.GPUState) 
 		if rnd != nil {
 			own = rnd.PID
 		}
-		gr.Contention = judge(gr, watch, own, busyUtil)
+		gr.Contention = probes.JudgeRound(gr, o.Peers, watch, own, busyUtil)
 		if c := gr.Contention; c.Contended() {
 			s.logger.Info("probe round shared the GPU with other work; its results are marked contended",
 				"gpu", g.Index, "pci_bus_id", g.PCIBusID, "reasons", c.Reasons, "peers", c.Peers, "processes", c.Processes)
@@ -611,7 +611,7 @@ func (s *Scheduler) busy(g *nvml.GPUState, procs []nvml.Process, procsOK bool) s
 		return SkipBusyProcess
 	}
 	for _, p := range procs {
-		if onGPU(p, g) {
+		if probes.OnGPU(p, g) {
 			return SkipBusyProcess
 		}
 	}

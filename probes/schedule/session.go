@@ -62,7 +62,7 @@ func (s *Scheduler) TryAcquire(n int, only []string) (gpus []SessionGPU, release
 	procsOK := true
 	if s.lister != nil {
 		var err error
-		if procs, err = s.lister.call(); err != nil {
+		if procs, err = s.lister.Call(); err != nil {
 			procsOK = false
 			s.logger.Warn("cannot list GPU processes for a node-to-node session", "err", err)
 		}

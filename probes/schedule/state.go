@@ -75,6 +75,10 @@ type CollectiveStatus struct {
 	// of the GPUs whose staticSkip left fewer than two. A reason is there
 	// once counted: most never happen on a given node.
 	Skips map[string]uint64
+	// Contended counts rounds with contended results by the first reason
+	// (Contention.First): a job that started on one of the GPUs during
+	// the round, or one busy right before it.
+	Contended map[string]uint64
 	// GPUs are the GPUs collective rounds have run on, in index order,
 	// with what the rounds cost each.
 	GPUs []CollectiveGPU

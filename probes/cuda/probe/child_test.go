@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
 	"github.com/gpulink/gpulink_exporter/probes/cuda/cudatest"
+	"github.com/gpulink/gpulink_exporter/probes/sharingtest"
 )
 
 // The fake driver's model (see cudatest): what each probe must report back
@@ -314,5 +317,96 @@ func TestCommandRejectsBadInput(t *testing.T) {
 		if code := c.cmd.Run(context.Background(), &stdout, &stderr); code != probes.ExitUsage || !strings.Contains(stderr.String(), c.want) {
 			t.Errorf("%+v: exit %d, stderr %q, want %q", c.cmd, code, stderr.String(), c.want)
 		}
+	}
+}
+
+// sharingOn is the fake process list with pid 777 ("python3") on GPU 0
+// in the listings job says.
+func sharingOn(job func(call int) bool) *probes.SharingCheck {
+	return sharingtest.Check([]string{gpu0, gpu1}, gpu0, job)
+}
+
+// The probe command lists what shared its GPUs, as the daemon does: a job
+// on GPU 0 seen only while the round ran marks GPU 0's results contended
+// in the table, the JSON and on stderr; GPU 1's results, and a round with
+// no job, are marked nothing.
+func TestCommandReportsWhatSharedTheGPU(t *testing.T) {
+	cfg := fakeMachine(t)
+	run := func(out string, sharing *probes.SharingCheck, gpus ...string) (string, string) {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		cmd := &Command{Library: cfg.Library, FS: cfg.FS, GPUs: gpus, Size: "4MiB", Samples: 1, Output: out,
+			Probes: []string{"host_to_device", "peer_copy"}, NoHostBinding: true, Sharing: sharing}
+		if code := cmd.Run(context.Background(), &stdout, &stderr); code != probes.ExitOK {
+			t.Fatalf("exit %d: %s", code, stderr.String())
+		}
+		return stdout.String(), stderr.String()
+	}
+	duringOnly := func(call int) bool { return call == 2 } // not before, not after
+	stdout, stderr := run("table", sharingOn(duringOnly), "0")
+	for _, want := range []string{"shared: GPU 0000:00:06.0: other compute processes: pid 777 (python3)", "contended", "other_process"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("table lacks %q:\n%s", want, stdout)
+		}
+	}
+	if !strings.Contains(stderr, "GPU 0000:00:06.0 was shared while it was measured; its results are marked contended (other_process)") ||
+		!strings.Contains(stderr, "pid 777 (python3)") {
+		t.Errorf("stderr does not say GPU 0 was shared:\n%s", stderr)
+	}
+
+	stdout, stderr = run("json", sharingOn(duringOnly), "all")
+	var round probes.Round
+	if err := json.Unmarshal([]byte(stdout), &round); err != nil {
+		t.Fatalf("json: %v\n%s", err, stdout)
+	}
+	if len(round.GPUs) != 2 {
+		t.Fatalf("GPUs %+v", round.GPUs)
+	}
+	c0, c1 := round.GPUs[0].Contention, round.GPUs[1].Contention
+	if !c0.Contended() || !reflect.DeepEqual(c0.Reasons, []string{probes.ContendedOtherProcess}) ||
+		!reflect.DeepEqual(c0.Processes, map[string][]int{gpu0: {777}}) || c0.ProcessNames[777] != "python3" {
+		t.Errorf("GPU 0 contention %+v", c0)
+	}
+	// GPU 1's own results are its own; those against GPU 0 are not.
+	if c1 == nil || len(c1.Reasons) != 0 || !reflect.DeepEqual(c1.Peers, map[string][]string{gpu0: {probes.ContendedOtherProcess}}) {
+		t.Errorf("GPU 1 contention %+v, want only its results against GPU 0", c1)
+	}
+	if !strings.Contains(stderr, "GPU 0000:00:06.0 was shared") || !strings.Contains(stderr, "GPU 0000:00:07.0 was shared") {
+		t.Errorf("stderr:\n%s", stderr)
+	}
+
+	stdout, stderr = run("json", sharingOn(func(int) bool { return false }), "0")
+	round = probes.Round{}
+	if err := json.Unmarshal([]byte(stdout), &round); err != nil {
+		t.Fatalf("json: %v\n%s", err, stdout)
+	}
+	if c := round.GPUs[0].Contention; c == nil || c.Contended() || c.ProcessChecks < 2 {
+		t.Errorf("alone: contention %+v, want checked and clean", c)
+	}
+	if strings.Contains(stderr, "shared") {
+		t.Errorf("alone, stderr says shared:\n%s", stderr)
+	}
+	stdout, _ = run("table", sharingOn(func(int) bool { return false }), "0")
+	if strings.Contains(stdout, "shared:") || strings.Contains(stdout, "other_process") {
+		t.Errorf("alone, the table marks something:\n%s", stdout)
+	}
+}
+
+// Without NVML the command still runs, and says that sharing could not be
+// checked.
+func TestCommandWithoutNVMLSaysSharingWasNotChecked(t *testing.T) {
+	cfg := fakeMachine(t)
+	var stdout, stderr bytes.Buffer
+	cmd := &Command{Library: cfg.Library, FS: cfg.FS, GPUs: []string{"0"}, Size: "4MiB", Samples: 1, Output: "json",
+		Probes: []string{"host_to_device"}, NoHostBinding: true, SharingUnavailable: errors.New("NVML: libnvidia-ml.so.1 not found")}
+	if code := cmd.Run(context.Background(), &stdout, &stderr); code != probes.ExitOK {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "could not check whether other processes shared the GPUs: NVML: libnvidia-ml.so.1 not found") {
+		t.Errorf("stderr: %s", stderr.String())
+	}
+	var round probes.Round
+	if err := json.Unmarshal(stdout.Bytes(), &round); err != nil || round.GPUs[0].Contention != nil {
+		t.Errorf("round %+v, %v: want results and no contention claimed", round, err)
 	}
 }

@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/alecthomas/kingpin/v2"
 
+	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
 	"github.com/gpulink/gpulink_exporter/probes/cuda"
@@ -38,11 +41,19 @@ type Command struct {
 	// Annotate, if set, fills in what each path should give (the table
 	// shows it; the daemon annotates on its side).
 	Annotate func(*probes.GPURound)
+	// Sharing, if set, watches the GPUs for other work while the round
+	// runs, as the daemon watches its probe rounds; SharingUnavailable
+	// says why it is not set (no NVML). NoSharingCheck (the daemon's
+	// children: it watches them itself) turns both off.
+	Sharing            *probes.SharingCheck
+	SharingUnavailable error
+	NoSharingCheck     bool
 }
 
 // AddCommand registers the probe subcommand and its flags on app.
 func AddCommand(app *kingpin.Application, c *Command) *kingpin.CmdClause {
-	cmd := app.Command("probe", "Run one round of CUDA link probes and print the results (the daemon runs this as a child process).")
+	cmd := app.Command("probe", "Run one round of CUDA link probes and print the results (the daemon runs this as a child process). "+
+		"The other compute processes on the GPUs are listed (NVML) before, during and after the round; a shared GPU's results are marked contended, in the table, the JSON and on stderr.")
 	cmd.Flag("gpu", "GPU to probe: all, a PCI address, or an index in PCI address order (nvidia-smi's). Repeatable.").Default("all").StringsVar(&c.GPUs)
 	cmd.Flag("peer", "Peer GPU for the peer probes: a PCI address, or all. Repeatable. Default: all when --gpu=all, else none.").StringsVar(&c.Peers)
 	cmd.Flag("host-node", "NUMA node to bind the pinned host buffer to; each is probed in turn. Repeatable. Default: every node with memory, the GPU's own first.").IntsVar(&c.HostNodes)
@@ -51,6 +62,7 @@ func AddCommand(app *kingpin.Application, c *Command) *kingpin.CmdClause {
 	cmd.Flag("size", "Size of one transfer for the bandwidth probes (bytes, or with a unit: 64MiB).").Default(strconv.Itoa(probes.DefaultSizeBytes)).StringVar(&c.Size)
 	cmd.Flag("samples", "Timed samples per result; the median is reported.").Default(strconv.Itoa(probes.DefaultSamples)).IntVar(&c.Samples)
 	cmd.Flag("output", "table or json.").Default("table").EnumVar(&c.Output, "table", "json")
+	cmd.Flag("no-sharing-check", "Do not list the GPUs' other processes.").BoolVar(&c.NoSharingCheck)
 	return cmd
 }
 
@@ -100,7 +112,9 @@ func (c *Command) Run(ctx context.Context, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, err)
 			return probes.ExitUsage
 		}
+		watch := c.startSharingCheck(opts, stderr)
 		round = runRound(ctx, drv, c.FS, opts)
+		c.judgeSharing(watch, round, opts, stderr)
 	case probes.AddressesOnly(c.GPUs):
 		// The daemon names GPUs by address: it gets a round saying why
 		// each could not be probed, not a bare failure.
@@ -129,6 +143,44 @@ func (c *Command) Run(ctx context.Context, stdout, stderr io.Writer) int {
 		WriteTable(stdout, round)
 	}
 	return status
+}
+
+// startSharingCheck starts watching every GPU the round uses; nil when
+// sharing is not checked, which stderr then says unless the caller asked.
+func (c *Command) startSharingCheck(opts []probes.Options, stderr io.Writer) *probes.CommandWatch {
+	if c.NoSharingCheck {
+		return nil
+	}
+	var addrs []string
+	for _, o := range opts {
+		addrs = probes.AppendNew(addrs, append([]string{o.GPU}, o.Peers...)...)
+	}
+	return probes.StartSharingCheck(c.Sharing, c.SharingUnavailable, addrs, stderr)
+}
+
+// judgeSharing marks each GPU's results with what shared it and says so
+// on stderr.
+func (c *Command) judgeSharing(watch *probes.CommandWatch, round *probes.Round, opts []probes.Options, stderr io.Writer) {
+	if watch == nil {
+		return
+	}
+	watch.Stop()
+	for i := range round.GPUs {
+		gr := &round.GPUs[i]
+		var peers []string
+		for _, o := range opts {
+			if nvml.NormalizeBusID(o.GPU) == nvml.NormalizeBusID(gr.PCIBusID) {
+				peers = o.Peers
+			}
+		}
+		gr.Contention = watch.Round(gr, peers, os.Getpid())
+		if lines := gr.Contention.Describe(); len(lines) > 0 {
+			fmt.Fprintf(stderr, "GPU %s was shared while it was measured; its results are marked contended (%s):\n", gr.PCIBusID, strings.Join(gr.Contention.For(""), ", "))
+			for _, l := range lines {
+				fmt.Fprintf(stderr, "  %s\n", l)
+			}
+		}
+	}
 }
 
 // options resolves the GPU and peer selectors against the devices CUDA

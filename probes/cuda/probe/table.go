@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/gpulink/gpulink_exporter/probes"
@@ -26,8 +27,11 @@ func WriteTable(w io.Writer, round *probes.Round) {
 			fmt.Fprintf(w, "  not probed: %s\n", g.Error)
 			continue
 		}
+		for _, l := range g.Contention.Describe() {
+			fmt.Fprintf(w, "  shared: %s\n", l)
+		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  probe\tdirection\tpeer\thost node\tsize\tresult\tspread\texpected\tratio")
+		fmt.Fprintln(tw, "  probe\tdirection\tpeer\thost node\tsize\tresult\tspread\texpected\tratio\tcontended")
 		for _, r := range g.Results {
 			node := ""
 			if r.HostNUMANode != nil {
@@ -58,7 +62,8 @@ func WriteTable(w io.Writer, round *probes.Round) {
 			if r.SizeBytes > 0 {
 				size = probes.SizeString(r.SizeBytes)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Probe, r.Direction, r.Peer, node, size, value, spread, expected, ratio)
+			contended := strings.Join(g.Contention.For(r.Peer), ",")
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Probe, r.Direction, r.Peer, node, size, value, spread, expected, ratio, contended)
 		}
 		tw.Flush()
 		if l := g.LinkUnderLoad; l != nil {

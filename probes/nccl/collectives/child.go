@@ -28,15 +28,20 @@ func (m *ncclMeasurer) NCCLVersion() int {
 	return v
 }
 
-// Bounds on the communicator's waits. While the thread is in a call (a
-// synchronisation on a sample's end event, most of the time), run polls
-// every local rank's asynchronous error each watchInterval: a sample
-// whose peer failed never completes, and only the error says so. At such
-// an error or the deadline the communicator is aborted, which ends the
-// thread's wait; a call that has not returned stuckGrace after the abort
-// is taken for hung, and an abort that has not returned in abortGrace
-// too. Both fit in the margin ChildRunner leaves between the child's
-// deadline and its kill (childDeadline).
+// Bounds on the communicator's waits. The communicators are blocking (see
+// package nccl: a non-blocking one costs every small operation the wait
+// for NCCL's launch thread), so the thread is in a call most of the time:
+// a synchronisation on a sample's end event, a group's end, the init.
+// Meanwhile run polls every local rank's asynchronous error each
+// watchInterval: a sample whose peer failed never completes, and only the
+// error says so. At such an error or the deadline the communicator is
+// aborted from off the thread, which ends a wait on work NCCL has queued;
+// a call that has not returned stuckGrace after the abort (a blocking
+// init, which has nothing to abort yet, or NCCL stuck connecting) is taken
+// for hung, and an abort that has not returned in abortGrace too. The
+// round is then reported with the cause and the process exits, taking the
+// thread and NCCL's own with it. Both graces fit in the margin ChildRunner
+// leaves between the child's deadline and its kill (childDeadline).
 const (
 	watchInterval = 5 * time.Millisecond
 	stuckGrace    = 500 * time.Millisecond
@@ -103,6 +108,11 @@ func (m *ncclMeasurer) OpenComm(ctx context.Context, o probes.CollectiveOptions,
 		return err
 	})
 	if err != nil {
+		if c.stuck {
+			err = fmt.Errorf("%w; NCCL's init of ranks %d..%d of %d never returned (a rank that never joined, or NCCL stuck connecting): "+
+				"a blocking init cannot be aborted, so this child gives it up and exits, and NCCL's threads end with it",
+				err, o.FirstRank, o.FirstRank+len(c.gpus)-1, o.Ranks)
+		}
 		c.Close()
 		return nil, err
 	}
@@ -494,8 +504,9 @@ func (c *ncclComm) group(gpus []*commGPU, enqueue func(*commGPU) error) error {
 	}
 	err := c.lib.GroupEnd()
 	if errors.Is(err, nccl.ErrInProgress) {
-		// Still connecting or launching: NCCL takes no other call on
-		// these communicators until they say they are done.
+		// Made non-blocking by the operator's NCCL_COMM_BLOCKING=0, and
+		// still connecting or launching: NCCL takes no other call on these
+		// communicators until they say they are done.
 		comms := make([]*nccl.Comm, len(gpus))
 		for i, g := range gpus {
 			comms[i] = g.comm
@@ -553,7 +564,7 @@ func (c *ncclComm) Close() float64 {
 	if c.stuck {
 		return held()
 	}
-	_ = c.thread.do(func() error {
+	done := c.thread.start(func() error {
 		for _, comm := range c.comms {
 			_ = comm.Destroy() // aborts what it cannot finalize; a no-op after an abort
 		}
@@ -563,6 +574,17 @@ func (c *ncclComm) Close() float64 {
 		}
 		return nil
 	})
-	c.thread.stop()
+	// A blocking communicator's finalize waits for whatever it has in
+	// flight and cannot be bounded from inside: one that has not returned
+	// in abortGrace is left to the process's end, and the round, measured
+	// already, is still printed.
+	t := time.NewTimer(abortGrace)
+	defer t.Stop()
+	select {
+	case <-done: //nolint:errcheck // the job reports nothing
+		c.thread.stop()
+	case <-t.C:
+		c.stuck = true
+	}
 	return held()
 }

@@ -242,7 +242,9 @@ func TestCollectiveAsyncErrorEndsAHungOperation(t *testing.T) {
 }
 
 // A hung operation is aborted at the child's own deadline, ahead of the
-// runner's kill, and the round still comes back.
+// runner's kill, and the round still comes back. The communicator is
+// blocking: the child's thread is inside NCCL's group end (the fake's
+// hung launch) until the watchdog's abort from another goroutine.
 func TestCollectiveHangIsAbortedAtTheChildsDeadline(t *testing.T) {
 	t.Setenv("FAKE_NCCL_HANG", "ncclAllGather")
 	r := collectivesMachine(t, 8*time.Second)
@@ -256,6 +258,82 @@ func TestCollectiveHangIsAbortedAtTheChildsDeadline(t *testing.T) {
 	}
 	if d := time.Since(start); d > 8*time.Second {
 		t.Errorf("took %v, past the runner's limit", d)
+	}
+}
+
+// The round's operations run on blocking communicators: the fake refuses
+// any operation on a non-blocking one (FAKE_NCCL_REQUIRE_BLOCKING), and
+// every result comes back. Under the operator's NCCL_COMM_BLOCKING=0 the
+// same check fails them, so the test can fail.
+func TestCollectiveOperationsRunOnBlockingCommunicators(t *testing.T) {
+	t.Setenv("FAKE_NCCL_REQUIRE_BLOCKING", "1")
+	round, err := collectivesMachine(t, time.Minute).RunCollectives(context.Background(), quickOptions(), nil)
+	if err != nil || round.Error != "" || len(round.Results) != 10 {
+		t.Fatalf("round %+v, %v", round, err)
+	}
+	for _, res := range round.Results {
+		if res.Error != "" {
+			t.Errorf("%s at %d: %s", res.Collective, res.SizeBytes, res.Error)
+		}
+	}
+
+	t.Setenv("NCCL_COMM_BLOCKING", "0")
+	round, err = collectivesMachine(t, time.Minute).RunCollectives(context.Background(), quickOptions(probes.AllReduce), nil)
+	if err != nil || len(round.Results) == 0 || !strings.Contains(round.Results[0].Error, "FAKE_NCCL_REQUIRE_BLOCKING") {
+		t.Fatalf("round on non-blocking communicators %+v, %v; want the fake's refusal", round, err)
+	}
+}
+
+// An operator's NCCL_COMM_BLOCKING=0 makes the communicators non-blocking
+// again: the round still runs (each group's ncclInProgress is polled).
+func TestCollectiveRoundOnNonBlockingCommunicators(t *testing.T) {
+	t.Setenv("NCCL_COMM_BLOCKING", "0")
+	t.Setenv("FAKE_NCCL_CONNECT_POLLS", "3")
+	round, err := collectivesMachine(t, time.Minute).RunCollectives(context.Background(), quickOptions(), nil)
+	if err != nil || round.Error != "" || len(round.Results) != 10 {
+		t.Fatalf("round %+v, %v", round, err)
+	}
+	for _, res := range round.Results {
+		if res.Error != "" || res.Seconds <= 0 {
+			t.Errorf("%s at %d: %+v", res.Collective, res.SizeBytes, res)
+		}
+	}
+}
+
+// A blocking init that never completes (a rank that never joins: here
+// NCCL's init hangs) cannot be aborted: the child gives it up at its own
+// deadline, reports the round with the cause, and exits ahead of the
+// runner's kill, its stuck thread and NCCL's going with the process.
+func TestCollectiveChildGivesUpAHungInitAtItsDeadline(t *testing.T) {
+	t.Setenv("FAKE_NCCL_HANG", "ncclCommInitRankConfig")
+	r := collectivesMachine(t, 6*time.Second)
+	start := time.Now()
+	round, err := r.RunCollectives(context.Background(), quickOptions(), nil)
+	if err != nil {
+		t.Fatalf("RunCollectives: %v, want the round", err)
+	}
+	for _, want := range []string{"initialising the communicator: not done by the deadline", "init of ranks 0..1 of 2 never returned", "exits"} {
+		if !strings.Contains(round.Error, want) {
+			t.Errorf("round error %q does not say %q", round.Error, want)
+		}
+	}
+	if d := time.Since(start); d > 6*time.Second {
+		t.Errorf("took %v, past the runner's limit", d)
+	}
+}
+
+// A finalize that never returns (blocking communicators wait for what is
+// in flight) does not cost the round: the child leaves it to its exit and
+// prints what it measured.
+func TestCollectiveRoundSurvivesAHungFinalize(t *testing.T) {
+	t.Setenv("FAKE_NCCL_HANG", "ncclCommFinalize")
+	start := time.Now()
+	round, err := collectivesMachine(t, 20*time.Second).RunCollectives(context.Background(), quickOptions(probes.AllReduce), nil)
+	if err != nil || round.Error != "" || len(round.Results) != 2 || round.Results[0].Error != "" {
+		t.Fatalf("round %+v, %v", round, err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("took %v", d)
 	}
 }
 

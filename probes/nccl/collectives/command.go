@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
@@ -47,11 +48,19 @@ type CollectiveCommand struct {
 	Output  string
 	// SendRecvOffset: see probes.CollectiveOptions.
 	SendRecvOffset int
+	// Sharing, if set, watches the GPUs for other work while the round
+	// runs, as the daemon watches its collective rounds;
+	// SharingUnavailable says why it is not set (no NVML).
+	// NoSharingCheck (the daemon's children: it watches them itself)
+	// turns both off.
+	Sharing            *probes.SharingCheck
+	SharingUnavailable error
+	NoSharingCheck     bool
 }
 
 const collectivesHelp = `Run one round of NCCL collectives over the GPUs and print the results as nccl-tests does (the daemon runs this as a child process).
 
-NCCL reads its NCCL_* variables from this command's environment, so it takes the paths jobs take (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, NCCL_NET_PLUGIN, NCCL_P2P_DISABLE, NCCL_SHM_DISABLE...), with these exceptions: NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE are overridden (the transports NCCL chose are read from its INFO log, kept in a private file), and NCCL_NVLS_ENABLE is set to 0 unless --nvls is given.`
+NCCL reads its NCCL_* variables from this command's environment, so it takes the paths jobs take (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, NCCL_NET_PLUGIN, NCCL_P2P_DISABLE, NCCL_SHM_DISABLE...), with these exceptions: NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE are overridden (the transports are read from its log), and NCCL_NVLS_ENABLE is set to 0 unless --nvls is given. Communicators block, as nccl-tests' do.`
 
 // AddCollectiveCommand registers the collectives subcommand and its flags
 // on app. The CUDA driver is the application's --cuda.library, as for
@@ -62,21 +71,22 @@ func AddCollectiveCommand(app *kingpin.Application, c *CollectiveCommand) *kingp
 	cmd.Flag("collective", "Collective to run: "+probes.CollectiveList()+". Repeatable. Default: all.").StringsVar(&c.Collectives)
 	cmd.Flag("size", "Size of the bandwidth results, as nccl-tests' -b (bytes, or with a unit: 256MiB).").Default(units.Base2Bytes(probes.DefaultCollectiveSizeBytes).String()).StringVar(&c.Size)
 	cmd.Flag("small-size", "Size of the latency results.").Default(units.Base2Bytes(probes.DefaultCollectiveSmallBytes).String()).StringVar(&c.SmallSize)
-	cmd.Flag("warmup", "Untimed operations before each result's samples (nccl-tests' -w).").Default(strconv.Itoa(probes.DefaultCollectiveWarmup)).IntVar(&c.Warmup)
+	cmd.Flag("warmup", "Untimed operations first (nccl-tests' -w).").Default(strconv.Itoa(probes.DefaultCollectiveWarmup)).IntVar(&c.Warmup)
 	cmd.Flag("iters", "Operations per timed sample (nccl-tests' -n).").Default(strconv.Itoa(probes.DefaultCollectiveIterations)).IntVar(&c.Iterations)
-	cmd.Flag("samples", "Timed samples per result; the median is reported.").Default(strconv.Itoa(probes.DefaultCollectiveSamples)).IntVar(&c.Samples)
-	cmd.Flag("ranks", "Ranks in the communicator; more than the GPUs here when other processes (other nodes) hold the rest. Default: the number of GPUs.").IntVar(&c.Ranks)
+	cmd.Flag("samples", "Timed samples per result (median reported).").Default(strconv.Itoa(probes.DefaultCollectiveSamples)).IntVar(&c.Samples)
+	cmd.Flag("ranks", "Ranks in the communicator, if other processes (nodes) hold some. Default: the number of GPUs.").IntVar(&c.Ranks)
 	cmd.Flag("first-rank", "Rank of the first GPU.").Default("0").IntVar(&c.FirstRank)
-	cmd.Flag("unique-id", "NCCL unique id (hex) the communicator is joined with, as rank 0's process printed it. Default: make one (this process must hold rank 0).").StringVar(&c.UniqueID)
-	cmd.Flag("id-fd", "File descriptor (3 or more) to write a new unique id to, with a newline, when other processes hold ranks. Default: stderr.").Default("0").IntVar(&c.IDFD)
+	cmd.Flag("unique-id", "NCCL unique id (hex) to join, as rank 0's process printed it. Default: make one (rank 0 here).").StringVar(&c.UniqueID)
+	cmd.Flag("id-fd", "File descriptor (3 or more) for a new unique id when other processes hold ranks. Default: stderr.").Default("0").IntVar(&c.IDFD)
 	cmd.Flag("peer", "The other node of a node-to-node probe, as the results name it.").StringVar(&c.Peer)
 	// Set by the daemon's node-to-node sessions (each GPU to its
 	// counterpart on the other node); hidden to keep the help short.
 	cmd.Flag("send-recv-offset", "Send/recv only from each rank r to rank r+N; 0 for every pair.").Default("0").Hidden().IntVar(&c.SendRecvOffset)
 	cmd.Flag("library", "Path or name of the NCCL library.").Default(nccl.DefaultLibrary).StringVar(&c.Library)
-	cmd.Flag("nvls", "Let NCCL use NVLink SHARP (NVLS, multicast); off by default: on a shared machine multicast can put the GPUs out of service.").BoolVar(&c.NVLS)
-	cmd.Flag("timeout", "Abort the communicator and report what was measured after this long; 0 for no limit.").Default("0s").DurationVar(&c.Timeout)
+	cmd.Flag("nvls", "Let NCCL use NVLS (multicast), which can put a shared machine's GPUs out of service.").BoolVar(&c.NVLS)
+	cmd.Flag("timeout", "Abort and report what was measured after this long; 0: no limit.").Default("0s").DurationVar(&c.Timeout)
 	cmd.Flag("output", "table or json.").Default("table").EnumVar(&c.Output, "table", "json")
+	cmd.Flag("no-sharing-check", "Do not list the GPUs' other processes.").BoolVar(&c.NoSharingCheck)
 	return cmd
 }
 
@@ -184,15 +194,27 @@ func (c *CollectiveCommand) Run(ctx context.Context, stdout, stderr io.Writer) i
 	} else {
 		close(idsDone)
 	}
+	watch := c.startSharingCheck(o.GPUs, stderr)
 	round := probes.MeasureCollectiveRound(ctx, m, o, ids)
 	if ids != nil {
 		close(ids)
 	}
 	<-idsDone
+	if watch != nil {
+		watch.Stop()
+		round.Contention = watch.Collective(o.GPUs, os.Getpid())
+		if lines := round.Contention.Describe(); len(lines) > 0 {
+			fmt.Fprintf(stderr, "the GPUs were shared while the collectives ran; every result is marked contended (%s):\n", strings.Join(round.Contention.For(""), ", "))
+			for _, l := range lines {
+				fmt.Fprintf(stderr, "  %s\n", l)
+			}
+		}
+	}
 
 	status := probes.ExitOK
 	if round.Error != "" {
 		status = probes.ExitGPUFail
+		fmt.Fprintln(stderr, "collective round:", round.Error)
 	}
 	for _, r := range round.Results {
 		if r.Error != "" {
@@ -209,6 +231,15 @@ func (c *CollectiveCommand) Run(ctx context.Context, stdout, stderr io.Writer) i
 		WriteCollectiveTable(stdout, round)
 	}
 	return status
+}
+
+// startSharingCheck starts watching the round's GPUs; nil when sharing
+// is not checked, which stderr then says unless the caller asked.
+func (c *CollectiveCommand) startSharingCheck(gpus []string, stderr io.Writer) *probes.CommandWatch {
+	if c.NoSharingCheck {
+		return nil
+	}
+	return probes.StartSharingCheck(c.Sharing, c.SharingUnavailable, gpus, stderr)
 }
 
 // options are the flags' options, checked as far as they can be before

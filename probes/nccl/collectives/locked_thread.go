@@ -34,9 +34,6 @@ func (t *lockedThread) start(f func() error) <-chan error {
 	return errc
 }
 
-// do runs f and waits for it.
-func (t *lockedThread) do(f func() error) error { return <-t.start(f) }
-
 // stop ends the thread once the job it runs, if any, is done.
 func (t *lockedThread) stop() {
 	close(t.jobs)

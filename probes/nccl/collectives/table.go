@@ -30,6 +30,12 @@ func WriteCollectiveTable(w io.Writer, round *probes.CollectiveRound) {
 		fmt.Fprintf(w, "# not measured: %s\n", round.Error)
 		return
 	}
+	if lines := round.Contention.Describe(); len(lines) > 0 {
+		fmt.Fprintf(w, "# contended (%s): other work shared the GPUs, every result below measured it too\n", strings.Join(round.Contention.For(""), ", "))
+		for _, l := range lines {
+			fmt.Fprintf(w, "#   shared: %s\n", l)
+		}
+	}
 	// Fixed widths, as nccl-tests prints: a header line starts with #.
 	const row = "%1s%14s %6s %12s %10s %8s %8s\n"
 	fmt.Fprintf(w, row, "#", "collective", "ranks", "size", "time", "algbw", "busbw")

@@ -7,11 +7,14 @@
 //
 // What a caller must do with it is what it must do with NCCL: ranks join
 // through a unique id (any processes on the machine; FAKE_NCCL_HOSTNAME
-// makes one process play another node), non-blocking communicators answer
-// ncclInProgress until every rank has joined and after a group that had to
-// connect ranks, and a hung operation (FAKE_NCCL_HANG) keeps its stream
-// from completing, so a stream or event synchronisation waits, until
-// ncclCommAbort. Event queries do not advance the fake libcuda's clock:
+// makes one process play another node); a blocking communicator's init
+// and group end wait for every rank to join, and a group holding a hung
+// operation (FAKE_NCCL_HANG) does not return, until ncclCommAbort from
+// another thread; non-blocking ones (config.blocking 0, or
+// NCCL_COMM_BLOCKING=0) answer ncclInProgress instead, until every rank
+// has joined and after a group that had to connect ranks. A hung operation
+// keeps its stream from completing, so a stream or event synchronisation
+// waits, until ncclCommAbort. Event queries do not advance the fake libcuda's clock:
 // time the work with a synchronisation on the end event.
 package nccltest
 

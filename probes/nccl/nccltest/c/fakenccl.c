@@ -1,7 +1,8 @@
 // A fake libnccl.so.2 for tests without a GPU. It implements the entry
 // points probes/nccl looks up, over the fake libcuda of
 // probes/cuda/cudatest: ranks in any processes meet through the unique id,
-// communicators are non-blocking as NCCL's are, every operation queues
+// communicators block or not as their config and NCCL_COMM_BLOCKING say, as
+// NCCL's do, every operation queues
 // modelled busy time on the caller's CUDA stream (so CUDA events time it),
 // and NCCL_DEBUG=INFO writes connection lines in real NCCL's format.
 //
@@ -29,6 +30,9 @@
 //                                    its stream never drains and its communicator stays in progress
 //                                    until ncclCommAbort; ncclCommFinalize: it never finishes; any
 //                                    other entry point blocks for ever
+//   FAKE_NCCL_REQUIRE_BLOCKING=1     every operation on a non-blocking communicator fails with
+//                                    ncclInvalidUsage: a test's proof that the operations it timed
+//                                    ran on blocking ones
 //   FAKE_NCCL_NVLS_MARK=path         a line "pid rank dev" is appended for each communicator made
 //                                    with NVLS on (NCCL_NVLS_ENABLE unset or not 0, NCCL's default
 //                                    on an NVSwitch machine)
@@ -95,7 +99,7 @@ enum { T_P2P, T_SHM, T_NET };
 static int transport_kind = T_P2P;
 static double rate[3] = {370, 20, 45}; // GB/s by transport
 static double lat_ns = 10000;
-static int channels = 2, p2p_channels = 2, p2p_read = 0, connect_polls = 1, runtime_connect = 1;
+static int channels = 2, p2p_channels = 2, p2p_read = 0, connect_polls = 1, runtime_connect = 1, require_blocking = 0;
 static char net_name[32] = "Socket";
 static char hang[64], nvls_mark[512];
 struct fail { char name[64]; int code, nth, calls; };
@@ -128,12 +132,16 @@ static int ncomms;
 
 enum { Q_COLL, Q_SEND, Q_RECV };
 struct qop { struct ncclComm *c; void *stream; int kind; double bytes, factor; int peer, hang; };
-struct group { int depth, nq, ninit; struct qop q[MAXQ]; struct ncclComm *inits[MAXCOMMS]; };
+struct group { int depth, nq, ninit, err; struct qop q[MAXQ]; struct ncclComm *inits[MAXCOMMS]; };
 static __thread struct group *grp_; // large: allocated, not in static TLS
 
 static struct group *grp(void) {
 	if (!grp_) grp_ = calloc(1, sizeof *grp_);
 	return grp_;
+}
+
+static void group_error(ncclResult_t r) {
+	if (grp_ && grp_->depth > 0 && !grp_->err) grp_->err = r;
 }
 
 static double envf(const char *k, double d) { const char *v = getenv(k); return v && *v ? atof(v) : d; }
@@ -159,6 +167,7 @@ static void read_env(void) {
 	p2p_channels = (int)envf("FAKE_NCCL_P2P_CHANNELS", p2p_channels);
 	p2p_read = (int)envf("FAKE_NCCL_P2P_READ", p2p_read);
 	connect_polls = (int)envf("FAKE_NCCL_CONNECT_POLLS", connect_polls);
+	require_blocking = env_on("FAKE_NCCL_REQUIRE_BLOCKING");
 	runtime_connect = version >= 22200 && (int)envf("NCCL_RUNTIME_CONNECT", 1) != 0;
 	const char *n = getenv("FAKE_NCCL_NET_NAME");
 	if (n && *n) snprintf(net_name, sizeof net_name, "%s", n);
@@ -379,8 +388,12 @@ static ncclResult_t enter(const char *name) {
 	return ncclSuccess;
 }
 
-#define ENTER(name) pthread_mutex_lock(&mu); { ncclResult_t r_ = enter(name); if (r_) { pthread_mutex_unlock(&mu); return r_; } }
-#define RETURN(v) do { ncclResult_t rv_ = (v); pthread_mutex_unlock(&mu); return rv_; } while (0)
+// group_error records the first error of a call inside a group, as NCCL
+// does (ncclGroupErrCheck): the group's end then launches nothing, fails
+// the inits it holds and returns it.
+static void group_error(ncclResult_t r);
+#define ENTER(name) pthread_mutex_lock(&mu); { ncclResult_t r_ = enter(name); if (r_) { group_error(r_); pthread_mutex_unlock(&mu); return r_; } }
+#define RETURN(v) do { ncclResult_t rv_ = (v); if (rv_ != ncclSuccess && rv_ != ncclInProgress) group_error(rv_); pthread_mutex_unlock(&mu); return rv_; } while (0)
 
 static int hanging(const char *name) { return hang[0] && strcmp(hang, name) == 0; }
 
@@ -817,6 +830,15 @@ ncclResult_t ncclGroupEnd(void) {
 	struct group *g = grp();
 	if (g->depth == 0) RETURN(FAIL(ncclInvalidUsage, current_device(), "ncclGroupEnd: not in a group call."));
 	if (--g->depth > 0) RETURN(ncclSuccess);
+	if (g->err) {
+		ncclResult_t r = g->err;
+		for (int i = 0; i < g->ninit; i++) {
+			g->inits[i]->state = FAILED;
+			g->inits[i]->err = r;
+		}
+		g->ninit = g->nq = g->err = 0;
+		RETURN(r);
+	}
 	RETURN(launch(g));
 }
 #endif
@@ -835,6 +857,8 @@ static ncclResult_t op(const char *name, int kind, ncclComm_t comm, void *stream
 	if (c->state == FAILED) return c->err;
 	if (c->state != READY || c->polls > 0 || c->op_hung)
 		return FAIL(ncclInvalidUsage, c->dev, "%s : communicator of rank %d is still in progress (poll ncclCommGetAsyncError until it is not)", name, c->rank);
+	if (require_blocking && !c->blocking)
+		return FAIL(ncclInvalidUsage, c->dev, "%s : FAKE_NCCL_REQUIRE_BLOCKING: rank %d's communicator is non-blocking", name, c->rank);
 	size_t es = type_size(dtype);
 	if (!es) return FAIL(ncclInvalidArgument, c->dev, "%s : invalid type %d", name, dtype);
 	if (redop > 4) return FAIL(ncclInvalidArgument, c->dev, "%s : invalid reduction operation %d", name, redop);
