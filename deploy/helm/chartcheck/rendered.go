@@ -443,11 +443,11 @@ func checkDaemonSet(objs []object, mode renderMode) []error {
 	}
 
 	sc := dig(c, "securityContext")
-	if dig(sc, "allowPrivilegeEscalation") != false {
+	rdma := viewOf(pod, c)
+	// The host's RDMA devices need a privileged container, which
+	// Kubernetes admits only with privilege escalation (checkRDMA).
+	if dig(sc, "allowPrivilegeEscalation") != false && !rdma.hostDevices() {
 		fail("securityContext.allowPrivilegeEscalation must be false")
-	}
-	if dig(sc, "privileged") == true {
-		fail("securityContext.privileged must not be true")
 	}
 	if dig(sc, "readOnlyRootFilesystem") != true {
 		fail("securityContext.readOnlyRootFilesystem must be true")
@@ -465,9 +465,14 @@ func checkDaemonSet(objs []object, mode renderMode) []error {
 		added = append(added, s)
 	}
 	slices.Sort(added)
-	if want := []string{"SYS_NICE", "SYS_PTRACE"}; !slices.Equal(added, want) {
-		fail("securityContext.capabilities.add is %v, want exactly %v (see the chart README, Privileges)", added, want)
+	want := []string{"SYS_NICE", "SYS_PTRACE"}
+	if rdma.rdma() {
+		want = []string{"IPC_LOCK", "SYS_NICE", "SYS_PTRACE"}
 	}
+	if !slices.Equal(added, want) {
+		fail("securityContext.capabilities.add is %v, want exactly %v: IPC_LOCK exactly where the pod does RDMA (resources %v, host %s %v; see the chart README, Privileges)", added, want, rdma.rdmaResources(), rdmaDevices, rdma.hostDevices())
+	}
+	errs = append(errs, checkRDMA(pod, c, mode)...)
 	if _, ok := mounts["/tmp"]; !ok {
 		fail("no writable /tmp: the CUDA driver's JIT cache (CUDA_CACHE_PATH) lives there under a read-only root")
 	}
