@@ -61,6 +61,16 @@ func viewOf(pod, c any) containerView {
 	return v
 }
 
+// variantView is the render's container; false where there is no single
+// DaemonSet with one container (checkDaemonSet says so).
+func variantView(objs []object) (containerView, bool) {
+	pod, c := podOf(objs)
+	if pod == nil {
+		return containerView{}, false
+	}
+	return viewOf(pod, c), true
+}
+
 // rdmaResources are the extended resources the container asks for other
 // than GPUs: an RDMA device plugin's (rdma/..., vpc.amazonaws.com/efa).
 func (v containerView) rdmaResources() []string {
@@ -95,10 +105,9 @@ func (v containerView) rdma() bool { return len(v.rdmaResources()) > 0 || v.host
 // read-only host mount; and none of it with default values. IPC_LOCK,
 // exactly where there is RDMA, is in checkDaemonSet's list of
 // capabilities.
-func checkRDMA(pod, c any, mode renderMode) []error {
+func checkRDMA(v containerView, mode renderMode) []error {
 	var errs []error
 	fail := func(format string, a ...any) { errs = append(errs, fmt.Errorf("DaemonSet: "+format, a...)) }
-	v := viewOf(pod, c)
 	res := v.rdmaResources()
 	for _, name := range res {
 		if fmt.Sprint(v.limits[name]) != fmt.Sprint(v.requests[name]) {
@@ -141,13 +150,12 @@ func checkRDMA(pod, c any, mode renderMode) []error {
 // Operator's shared RDMA device: its resource in requests and limits,
 // IPC_LOCK, unprivileged, and the image's NCCL.
 func checkRDMADevicePlugin(_ layout, objs []object) []error {
-	pod, c := podOf(objs)
-	if pod == nil {
+	v, ok := variantView(objs)
+	if !ok {
 		return nil
 	}
 	var errs []error
 	fail := func(format string, a ...any) { errs = append(errs, fmt.Errorf("rdma: "+format, a...)) }
-	v := viewOf(pod, c)
 	const name = "rdma/rdma_shared_device_a"
 	if fmt.Sprint(v.limits[name]) != "1" || fmt.Sprint(v.requests[name]) != "1" {
 		fail("resource %s: request %v, limit %v, want 1 and 1", name, v.requests[name], v.limits[name])
@@ -174,13 +182,12 @@ var efaHostMounts = []string{"/opt/amazon/efa", "/opt/amazon/ofi-nccl"}
 // NCCL_NET_PLUGIN naming the plugin, LD_LIBRARY_PATH only through the
 // mounts and reaching the plugin's, the devices and IPC_LOCK.
 func checkEFA(_ layout, objs []object) []error {
-	pod, c := podOf(objs)
-	if pod == nil {
+	v, ok := variantView(objs)
+	if !ok {
 		return nil
 	}
 	var errs []error
 	fail := func(format string, a ...any) { errs = append(errs, fmt.Errorf("efa: "+format, a...)) }
-	v := viewOf(pod, c)
 	if v.mounts[rdmaDevices] != rdmaDevices || !v.privileged {
 		fail("want the host's %s mounted read-only in a privileged container (mounted from %q, privileged %v)", rdmaDevices, v.mounts[rdmaDevices], v.privileged)
 	}

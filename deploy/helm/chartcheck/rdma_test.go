@@ -42,14 +42,7 @@ var efaDaemonSet = strings.NewReplacer(
 ).Replace(goodDaemonSet)
 
 func TestCheckDaemonSetRDMA(t *testing.T) {
-	check := func(manifest string, mode renderMode) string {
-		t.Helper()
-		objs, err := parseObjects([]byte(manifest))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return joinErrs(checkDaemonSet(objs, mode))
-	}
+	check := func(manifest string, mode renderMode) string { t.Helper(); return daemonSetErrors(t, manifest, mode) }
 	for name, m := range map[string]string{"rdma": rdmaDaemonSet, "efa": efaDaemonSet} {
 		if !strings.Contains(m, "IPC_LOCK") || m == goodDaemonSet {
 			t.Fatalf("%s: the manifest was not made", name)
