@@ -17,8 +17,13 @@
 #     scheme in the ServiceMonitor, health checks that pass, helm test),
 #     DCGM through the Operator's Service, node probes with auth (modules
 #     that authenticate, ring ServiceMonitor and PodMonitor with
-#     credentials), rule overrides; and every render the node-name
-#     instance, priority class, tolerations and runbook_url;
+#     credentials), rule overrides, RDMA from a device plugin (its
+#     resource, IPC_LOCK), EFA with the host's NCCL and aws-ofi-nccl (the
+#     host's /dev/infiniband, IPC_LOCK, read-only mounts, NCCL_NET_PLUGIN,
+#     LD_LIBRARY_PATH, --nccl.library in the mount); and every render the
+#     node-name instance, priority class, tolerations and runbook_url,
+#     IPC_LOCK exactly where there is RDMA, and none of the RDMA and NCCL
+#     settings with default values;
 #   - files/rule-thresholds.yaml or the schema's alerts disagree with the
 #     rules;
 #   - invalid values (an unknown key, a wrong type) render instead of
@@ -173,6 +178,9 @@ refused hostPID=yes "at '/hostPID': got string, want boolean"
 refused port=http "at '/port': got string, want integer"
 refused gpuNodes=gpu-operator "at '/gpuNodes': value must be one of"
 refused prometheusRule.alerts.GPUThrottled.severity=page "at '/prometheusRule/alerts/GPUThrottled/severity': value must be one of"
+refused nccl.hostMounts[0].path=/opt/amazon/efa "at '/nccl/hostMounts/0': additional properties 'path' not allowed"
+refused nccl.libraryPath[0]=lib "at '/nccl/libraryPath/0'"
+refused 'nodeProbe.rdma.resources.rdma/rdma_shared_device_a=0' "at '/nodeProbe/rdma/resources/rdma~1rdma_shared_device_a'"
 # What the templates refuse.
 refused web.basicAuth.enabled=true "web.tls.enabled and web.basicAuth.enabled need web.existingSecret"
 refused serviceMonitor.enabled=true podMonitor.enabled=true "turn on one, both would scrape every exporter twice"

@@ -229,15 +229,18 @@ spec:
       - {name: pr, hostPath: {path: /var/lib/kubelet/pod-resources}}
 `
 
-func TestCheckDaemonSet(t *testing.T) {
-	check := func(manifest string, mode renderMode) string {
-		t.Helper()
-		objs, err := parseObjects([]byte(manifest))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return joinErrs(checkDaemonSet(objs, mode))
+// daemonSetErrors is what checkDaemonSet says of manifest.
+func daemonSetErrors(t *testing.T, manifest string, mode renderMode) string {
+	t.Helper()
+	objs, err := parseObjects([]byte(manifest))
+	if err != nil {
+		t.Fatal(err)
 	}
+	return joinErrs(checkDaemonSet(objs, mode))
+}
+
+func TestCheckDaemonSet(t *testing.T) {
+	check := func(manifest string, mode renderMode) string { t.Helper(); return daemonSetErrors(t, manifest, mode) }
 	if got := check(goodDaemonSet, renderDefault); got != "" {
 		t.Fatalf("good DaemonSet: %s", got)
 	}

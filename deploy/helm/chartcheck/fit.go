@@ -162,6 +162,8 @@ var variants = map[string]variant{
 	"dcgm-operator":  checkDCGMOperator,
 	"nodeprobe-auth": checkNodeProbeAuth,
 	"rules":          checkRuleOverrides,
+	"rdma":           checkRDMADevicePlugin,
+	"efa":            checkEFA,
 }
 
 // checkDefaultFit: every GPU label (any of them selects a node), the

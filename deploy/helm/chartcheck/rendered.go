@@ -379,32 +379,10 @@ func checkDaemonSet(objs []object, mode renderMode) []error {
 		return errs
 	}
 	c := containers[0]
-	var args []string
-	for _, a := range asSlice(dig(c, "args")) {
-		s, _ := a.(string)
-		args = append(args, s)
-	}
-	mounts := map[string]any{}
-	for _, m := range asSlice(dig(c, "volumeMounts")) {
-		p, _ := dig(m, "mountPath").(string)
-		mounts[p] = m
-	}
-	hostPaths := map[string]string{} // volume name -> host path
-	for _, v := range asSlice(dig(pod, "volumes")) {
-		name, _ := dig(v, "name").(string)
-		if p, ok := dig(v, "hostPath", "path").(string); ok {
-			hostPaths[name] = p
-		}
-	}
+	v := viewOf(pod, c)
+	args, env := v.args, v.env
 	// mountedHost is the host path mounted read-only at path, or "".
-	mountedHost := func(path string) string {
-		m, ok := mounts[path]
-		if !ok || dig(m, "readOnly") != true {
-			return ""
-		}
-		name, _ := dig(m, "name").(string)
-		return hostPaths[name]
-	}
+	mountedHost := func(path string) string { return v.mounts[path] }
 
 	for flag, host := range map[string]string{"--path.sysfs": "/sys", "--path.procfs": "/proc"} {
 		path, ok := flagValue(args, flag)
@@ -417,12 +395,6 @@ func checkDaemonSet(objs []object, mode renderMode) []error {
 		}
 	}
 
-	env := map[string]string{}
-	for _, e := range asSlice(dig(c, "env")) {
-		n, _ := dig(e, "name").(string)
-		v, _ := dig(e, "value").(string)
-		env[n] = v
-	}
 	if env["NVIDIA_VISIBLE_DEVICES"] != "all" {
 		fail("NVIDIA_VISIBLE_DEVICES is %q, want all: the exporter watches every GPU of the node", env["NVIDIA_VISIBLE_DEVICES"])
 	}
@@ -432,22 +404,19 @@ func checkDaemonSet(objs []object, mode renderMode) []error {
 			fail("NVIDIA_DRIVER_CAPABILITIES %q lacks %s", env["NVIDIA_DRIVER_CAPABILITIES"], want)
 		}
 	}
-	for _, kind := range []string{"requests", "limits"} {
-		if r, _ := dig(c, "resources", kind).(map[string]any); r != nil {
-			for name := range r {
-				if strings.HasPrefix(name, "nvidia.com/") {
-					fail("resources.%s has %s: the exporter watches all GPUs and must not take any from the scheduler", kind, name)
-				}
+	for kind, r := range map[string]map[string]any{"requests": v.requests, "limits": v.limits} {
+		for name := range r {
+			if strings.HasPrefix(name, "nvidia.com/") {
+				fail("resources.%s has %s: the exporter watches all GPUs and must not take any from the scheduler", kind, name)
 			}
 		}
 	}
 
 	sc := dig(c, "securityContext")
-	if dig(sc, "allowPrivilegeEscalation") != false {
+	// The host's RDMA devices need a privileged container, which
+	// Kubernetes admits only with privilege escalation (checkRDMA).
+	if dig(sc, "allowPrivilegeEscalation") != false && !v.hostDevices() {
 		fail("securityContext.allowPrivilegeEscalation must be false")
-	}
-	if dig(sc, "privileged") == true {
-		fail("securityContext.privileged must not be true")
 	}
 	if dig(sc, "readOnlyRootFilesystem") != true {
 		fail("securityContext.readOnlyRootFilesystem must be true")
@@ -459,16 +428,16 @@ func checkDaemonSet(objs []object, mode renderMode) []error {
 	if !slices.Contains(drop, any("ALL")) {
 		fail("securityContext.capabilities.drop must be [ALL]")
 	}
-	var added []string
-	for _, a := range asSlice(dig(sc, "capabilities", "add")) {
-		s, _ := a.(string)
-		added = append(added, s)
+	added := slices.Sorted(slices.Values(v.caps))
+	want := []string{"SYS_NICE", "SYS_PTRACE"}
+	if v.rdma() {
+		want = []string{"IPC_LOCK", "SYS_NICE", "SYS_PTRACE"}
 	}
-	slices.Sort(added)
-	if want := []string{"SYS_NICE", "SYS_PTRACE"}; !slices.Equal(added, want) {
-		fail("securityContext.capabilities.add is %v, want exactly %v (see the chart README, Privileges)", added, want)
+	if !slices.Equal(added, want) {
+		fail("securityContext.capabilities.add is %v, want exactly %v: IPC_LOCK exactly where the pod does RDMA (resources %v, host %s %v; see the chart README, Privileges)", added, want, v.rdmaResources(), rdmaDevices, v.hostDevices())
 	}
-	if _, ok := mounts["/tmp"]; !ok {
+	errs = append(errs, checkRDMA(v, mode)...)
+	if _, ok := v.mounts["/tmp"]; !ok {
 		fail("no writable /tmp: the CUDA driver's JIT cache (CUDA_CACHE_PATH) lives there under a read-only root")
 	}
 

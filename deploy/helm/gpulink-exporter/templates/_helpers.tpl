@@ -309,3 +309,72 @@ http_client.
 {{- dict "modules" . | toYaml }}
 {{- end }}
 {{- end }}
+
+{{/*
+"true" where the pod is made RDMA-capable: node-to-node probes on, and an
+RDMA device plugin's resource or the host's /dev/infiniband asked for.
+*/}}
+{{- define "gpulink-exporter.rdma" -}}
+{{- $rdma := .Values.nodeProbe.rdma | default dict }}
+{{- if and .Values.nodeProbe.enabled (or $rdma.resources $rdma.hostDevices) }}true{{ end }}
+{{- end }}
+
+{{/*
+"true" where the host's /dev/infiniband is mounted (rdma.hostDevices).
+*/}}
+{{- define "gpulink-exporter.rdmaHostDevices" -}}
+{{- if and (include "gpulink-exporter.rdma" .) .Values.nodeProbe.rdma.hostDevices }}true{{ end }}
+{{- end }}
+
+{{/*
+The container's resources: resources, with the RDMA device plugin's
+resources added to requests and limits (an extended resource's request
+must equal its limit).
+*/}}
+{{- define "gpulink-exporter.resources" -}}
+{{- $res := deepCopy (.Values.resources | default dict) }}
+{{- if include "gpulink-exporter.rdma" . }}
+{{- range $name, $n := .Values.nodeProbe.rdma.resources }}
+{{- range $kind := list "requests" "limits" }}
+{{- $m := get $res $kind | default dict }}
+{{- $_ := set $m $name $n }}
+{{- $_ := set $res $kind $m }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- with $res }}
+{{- toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The container's security context: securityContext, with IPC_LOCK added
+where the pod does RDMA (NCCL pins its buffers past RLIMIT_MEMLOCK), and
+privileged with the host's /dev/infiniband (the device cgroup admits a
+hostPath device only then; Kubernetes refuses privileged without
+allowPrivilegeEscalation).
+*/}}
+{{- define "gpulink-exporter.securityContext" -}}
+{{- $sc := deepCopy (.Values.securityContext | default dict) }}
+{{- if include "gpulink-exporter.rdma" . }}
+{{- $caps := get $sc "capabilities" | default dict }}
+{{- $add := get $caps "add" | default list }}
+{{- if not (has "IPC_LOCK" $add) }}
+{{- $add = append $add "IPC_LOCK" }}
+{{- end }}
+{{- $_ := set $caps "add" $add }}
+{{- $_ := set $sc "capabilities" $caps }}
+{{- end }}
+{{- if include "gpulink-exporter.rdmaHostDevices" . }}
+{{- $_ := set $sc "privileged" true }}
+{{- $_ := set $sc "allowPrivilegeEscalation" true }}
+{{- end }}
+{{- with $sc }}
+{{- toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Where nccl.hostPath is mounted.
+*/}}
+{{- define "gpulink-exporter.ncclDir" -}}/host/nccl{{- end }}
