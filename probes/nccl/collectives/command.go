@@ -60,7 +60,7 @@ type CollectiveCommand struct {
 
 const collectivesHelp = `Run one round of NCCL collectives over the GPUs and print the results as nccl-tests does (the daemon runs this as a child process).
 
-NCCL reads its NCCL_* variables from this command's environment, so it takes the paths jobs take (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, NCCL_NET_PLUGIN, NCCL_P2P_DISABLE, NCCL_SHM_DISABLE...), with these exceptions: NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE are overridden (the transports are read from its log), and NCCL_NVLS_ENABLE is set to 0 unless --nvls is given. Communicators block, as nccl-tests' do.`
+NCCL takes its NCCL_* variables from this environment, so it takes the paths jobs take, except: NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE are overridden (its log names the transports), and NCCL_NVLS_ENABLE is 0 unless --nvls. Communicators block, as nccl-tests' do.`
 
 // AddCollectiveCommand registers the collectives subcommand and its flags
 // on app. The CUDA driver is the application's --cuda.library, as for
