@@ -66,21 +66,10 @@ var injected = []struct {
 	{`{kind: nic_down, device: mlx5_0}`, []string{"NICPortDown device=mlx5_0", "NodeProbeFailing"}, []string{"NodeProbeFailing"}, 0},
 	{`{kind: nic_flapping, device: mlx5_2, period: 3s}`, []string{"NICPortFlapping device=mlx5_2"}, nil, 0},
 	{`{kind: nic_symbol_errors, device: mlx5_3, per_second: 5}`, []string{"NICPortErrors device=mlx5_3"}, nil, 0},
-	// NCCL connects GPU 7 through host memory: every pair with it on the
-	// wrong transport (each from-GPU names its alerts: 7 sends to every
-	// GPU, every GPU to 7 in the all-to-all). Its send/recv pairs read far
-	// below the node's median pair and every collective 20 GB/s, but the
-	// node's collective rounds share GPU 0 with the profile's job (pid
-	// 4242, under policy always), so they are contended: neither
-	// GpulinkSendRecvPairSlow nor GpulinkCollectiveBusBandwidthLow may
-	// fire (the test fails on an alert it does not expect; promtool's
-	// tests show both firing on uncontended rounds). Transports do not
-	// depend on load, and are judged still.
-	{`{kind: nccl_transport, transport: shm, gpus: [7]}`, []string{
-		"NCCLWrongTransport gpu=0", "NCCLWrongTransport gpu=1", "NCCLWrongTransport gpu=2",
-		"NCCLWrongTransport gpu=3", "NCCLWrongTransport gpu=4", "NCCLWrongTransport gpu=5",
-		"NCCLWrongTransport gpu=6", "NCCLWrongTransport gpu=7",
-	}, nil, 2},
+	// NCCL's transports and collective bandwidth are
+	// TestNCCLNetworkAlertsEndToEnd's (nccl_transport there): here the
+	// profile's jobs hold GPUs 0, 2 and 4 (and process_far_socket starts
+	// one on GPU 3), so every collective round is contended.
 }
 
 // injectedP5 are the faults of the p5, whose GPU processes are Slurm job
@@ -157,6 +146,9 @@ func TestAlertsEndToEnd(t *testing.T) {
 // fires (NodeProbeBandwidthLow stays quiet while sockets explain the
 // bandwidth). TestAlertsEndToEnd's faults would hide the DGX's side (its
 // rail port down fails it), hence a ring of its own.
+//
+// The DGX's collectives are tested here too, as this ring leaves its GPUs
+// healthy: NCCL connects GPU 7 through host memory (dgxCollectiveFaults).
 func TestNCCLNetworkAlertsEndToEnd(t *testing.T) {
 	r := startRing(t, "about two minutes of real time")
 	want := map[string]time.Duration{}
@@ -164,10 +156,40 @@ func TestNCCLNetworkAlertsEndToEnd(t *testing.T) {
 		r.expect(t, want, "NCCLNetworkSocketFallback", instance, 0)
 		r.expect(t, want, "NCCLGPUDirectRDMAMissing", instance, 0)
 	}
+	for _, a := range dgxCollectiveAlerts {
+		r.expect(t, want, a, r.dgx, 3)
+	}
 	injectedAt := time.Now()
-	writeFile(t, r.dgxFaults, "faults:\n- {kind: nccl_net_socket}\n")
+	writeFile(t, r.dgxFaults, "faults:\n- {kind: nccl_net_socket}\n"+dgxCollectiveFaults)
 	writeFile(t, r.p5Faults, "faults:\n- {kind: nccl_gdr_off}\n")
 	r.checkFired(t, want, nil, injectedAt)
+}
+
+// dgxCollectiveFaults: NCCL connects GPU 7 through host memory, and the
+// jobs of the DGX profile end (pid 4242 on GPU 0, 5151 on GPU 4, the MPS
+// server 6161 on GPU 2), so that its collective rounds over all eight GPUs
+// share them with nothing and are not contended: a contended round is
+// left out of NCCLBusBandwidthLow and NCCLSendRecvPairSlow, as it measured
+// the job. dgxCollectiveAlerts are what they fire: every pair with GPU 7
+// on the wrong transport (each from-GPU names its alerts: 7 sends to
+// every GPU, every GPU to 7 in the all-to-all), its send/recv pairs (lower
+// GPU to higher) far below the node's median pair, and every collective
+// over the eight GPUs at 20 GB/s, in two uncontended rounds running (the
+// round the jobs end in may still see them: three rounds' time). Ending
+// the jobs fires nothing of its own.
+const dgxCollectiveFaults = `- {kind: nccl_transport, transport: shm, gpus: [7]}
+- {kind: process_exit, pid: 4242}
+- {kind: process_exit, pid: 5151}
+- {kind: process_exit, pid: 6161}
+`
+
+var dgxCollectiveAlerts = []string{
+	"NCCLWrongTransport gpu=0", "NCCLWrongTransport gpu=1", "NCCLWrongTransport gpu=2",
+	"NCCLWrongTransport gpu=3", "NCCLWrongTransport gpu=4", "NCCLWrongTransport gpu=5",
+	"NCCLWrongTransport gpu=6", "NCCLWrongTransport gpu=7",
+	"NCCLSendRecvPairSlow gpu=0", "NCCLSendRecvPairSlow gpu=1", "NCCLSendRecvPairSlow gpu=2", "NCCLSendRecvPairSlow gpu=3",
+	"NCCLSendRecvPairSlow gpu=4", "NCCLSendRecvPairSlow gpu=5", "NCCLSendRecvPairSlow gpu=6",
+	"NCCLBusBandwidthLow",
 }
 
 // ring is a DGX H100 and an AWS p5, simulated, each probing the other,

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -11,7 +12,7 @@ import (
 
 // ApplyFaults lays faults over a machine model: what they change in its
 // sysfs and procfs tree (link widths and generations, port rates and
-// states, processes and their placement, ACS, nvidia_peermem and the
+// states, processes, their placement and their end, ACS, nvidia_peermem and the
 // driver's flavour). It is the one code that does,
 // for the simulated node (every tick, over a fresh machine in good health,
 // with the faults as they stand at that moment: a flapping port in its
@@ -44,6 +45,8 @@ func ApplyFaults(m *machine.Machine, faults []Fault) {
 					pid = newProcessPID(f.GPU)
 				}
 				place(m, gpus[f.GPU], m.Process(pid), f.Kind)
+			case ProcessExit:
+				m.Processes = slices.DeleteFunc(m.Processes, func(p machine.Process) bool { return p.PID == f.PID })
 			case ACSRedirect, PeermemMissing:
 				applyGPUDirect(m, gpus, f)
 			}

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
@@ -91,6 +92,10 @@ func CheckFaults(name string, m *machine.Machine, faults []Fault) error {
 			if p := m.Process(f.PID); f.PID != 0 && (p == nil || !slices.Contains(p.GPUs, g.Addr)) {
 				return fail("pid", "no process %d on GPU %d", f.PID, f.GPU)
 			}
+		case ProcessExit:
+			if m.Process(f.PID) == nil {
+				return fail("pid", "no process %d on this node (%s)", f.PID, processList(m))
+			}
 		case ACSRedirect:
 			if field, problem := checkACSRedirect(m, gpus, f); problem != "" {
 				return fail(field, "%s", problem)
@@ -102,6 +107,24 @@ func CheckFaults(name string, m *machine.Machine, faults []Fault) error {
 		}
 	}
 	return nil
+}
+
+// processList names the machine's processes for an error: the PIDs in
+// order.
+func processList(m *machine.Machine) string {
+	pids := make([]int, len(m.Processes))
+	for i, p := range m.Processes {
+		pids[i] = p.PID
+	}
+	slices.Sort(pids)
+	names := make([]string, len(pids))
+	for i, pid := range pids {
+		names[i] = strconv.Itoa(pid)
+	}
+	if len(names) == 0 {
+		return "it has none"
+	}
+	return "it has " + strings.Join(names, ", ")
 }
 
 // nicFunction returns the PCI function that carries an RDMA device or a

@@ -18,6 +18,9 @@ type effects struct {
 	// tree are the faults ApplyFaults lays over the tree at this tick:
 	// those in force, a flapping port as nic_down while it is down.
 	tree []Fault
+	// ended are the PIDs of the profile's processes that have ended
+	// (process_exit): NVML lists them on no GPU.
+	ended map[int]bool
 }
 
 type gpuEffects struct {
@@ -106,6 +109,11 @@ func (n *Node) effects(now time.Time) effects {
 			if af.PID == 0 {
 				g.newPID = newProcessPID(af.GPU)
 			}
+		case ProcessExit:
+			if eff.ended == nil {
+				eff.ended = map[int]bool{}
+			}
+			eff.ended[af.PID] = true
 		case Throttle:
 			g.reasons = append(g.reasons, af.Reason)
 		case FabricDown:

@@ -34,6 +34,7 @@ const (
 	NICSymbolErrors  FaultKind = "nic_symbol_errors"
 	ProcessFarSocket FaultKind = "process_far_socket"
 	ProcessFarMemory FaultKind = "process_far_memory"
+	ProcessExit      FaultKind = "process_exit"
 	Throttle         FaultKind = "throttle"
 	XID              FaultKind = "xid"
 	ProbeBandwidth   FaultKind = "probe_bandwidth"
@@ -72,6 +73,7 @@ var kindFields = map[FaultKind]fieldSpec{
 	NICSymbolErrors:  {required: []string{"device", "per_second"}},
 	ProcessFarSocket: {required: []string{"gpu"}, optional: []string{"pid"}},
 	ProcessFarMemory: {required: []string{"gpu"}, optional: []string{"pid"}},
+	ProcessExit:      {required: []string{"pid"}},
 	Throttle:         {required: []string{"gpu", "reason"}},
 	XID:              {required: []string{"gpu", "code"}},
 	ProbeBandwidth:   {required: []string{"gpu", "probe", "fraction"}, optional: []string{"peer_gpu"}},
@@ -87,8 +89,8 @@ var kindFields = map[FaultKind]fieldSpec{
 
 // FaultKinds lists the kinds in the order the fault file documents them.
 var FaultKinds = []FaultKind{PCIeWidth, PCIeGeneration, NVLinkDown, NVLinkErrors, NICRate, NICDown,
-	NICFlapping, NICSymbolErrors, ProcessFarSocket, ProcessFarMemory, Throttle, XID, ProbeBandwidth, ProbeLatency, FabricDown, RecoveryAction,
-	ACSRedirect, PeermemMissing, NCCLTransport, NCCLNetSocket, NCCLGDROff}
+	NICFlapping, NICSymbolErrors, ProcessFarSocket, ProcessFarMemory, ProcessExit, Throttle, XID, ProbeBandwidth, ProbeLatency, FabricDown,
+	RecoveryAction, ACSRedirect, PeermemMissing, NCCLTransport, NCCLNetSocket, NCCLGDROff}
 
 // ThrottleReasons are the clock event reasons a throttle fault may hold
 // active: the ones a healthy GPU never shows for long.
@@ -130,7 +132,8 @@ type Fault struct {
 	Probe   probes.Kind `yaml:"probe"`
 	PeerGPU int         `yaml:"peer_gpu"`
 	// PID is a process of the machine on the GPU that a process fault
-	// moves; 0 starts a new one.
+	// moves, 0 starting a new one; for process_exit, the process of the
+	// machine that ends.
 	PID int `yaml:"pid"`
 	// Action is an NVML GPU recovery action, 1 (gpu_reset) to 7
 	// (system_reboot).
@@ -553,6 +556,8 @@ func (f Fault) conflictKey() string {
 			return fmt.Sprintf("placement of process %d", f.PID)
 		}
 		what = "placement of the process started"
+	case ProcessExit:
+		return fmt.Sprintf("end of process %d", f.PID)
 	}
 	var on []string
 	for _, k := range kindFields[f.Kind].fields() {
@@ -571,12 +576,28 @@ func checkConflicts(faults []Fault) *FaultError {
 	// The nccl_transport fault covering each GPU so far; -1 for one
 	// covering every GPU.
 	transportOf := map[int]int{}
+	// The first process fault naming each PID: a process that ends
+	// cannot also be moved.
+	processFault := map[int]int{}
 	for i, f := range faults {
 		k := f.conflictKey()
 		if j, dup := first[k]; dup {
 			return &FaultError{Entry: i, Kind: f.Kind, Err: fmt.Errorf("sets the %s that faults[%d] sets already", k, j)}
 		}
 		first[k] = i
+		if f.PID != 0 {
+			if j, seen := processFault[f.PID]; seen && (faults[j].Kind == ProcessExit) != (f.Kind == ProcessExit) {
+				does, other := "moves", "ends"
+				if f.Kind == ProcessExit {
+					does, other = other, does
+				}
+				return &FaultError{Entry: i, Kind: f.Kind, Field: "pid",
+					Err: fmt.Errorf("%s process %d, which faults[%d] %s", does, f.PID, j, other)}
+			}
+			if _, seen := processFault[f.PID]; !seen {
+				processFault[f.PID] = i
+			}
+		}
 		if f.Kind != NCCLTransport {
 			continue
 		}

@@ -24,6 +24,7 @@ faults:
 - {kind: nic_symbol_errors, device: mlx5_3, per_second: 5}
 - {kind: process_far_socket, gpu: 0}
 - {kind: process_far_memory, gpu: 2, pid: 6161}
+- {kind: process_exit,      pid: 5151}
 - {kind: throttle,          gpu: 4, reason: hw_thermal_slowdown}
 - {kind: xid,               gpu: 5, code: 79}
 - {kind: probe_bandwidth,   gpu: 6, probe: host_to_device, fraction: 0.5}
@@ -61,6 +62,7 @@ func TestParseContractFile(t *testing.T) {
 		{Kind: NICSymbolErrors, GPU: -1, Device: "mlx5_3", PerSecond: 5, PeerGPU: -1},
 		{Kind: ProcessFarSocket, GPU: 0, PeerGPU: -1},
 		{Kind: ProcessFarMemory, GPU: 2, PID: 6161, PeerGPU: -1},
+		{Kind: ProcessExit, GPU: -1, PID: 5151, PeerGPU: -1},
 		{Kind: Throttle, GPU: 4, Reason: "hw_thermal_slowdown", PeerGPU: -1},
 		{Kind: XID, GPU: 5, Code: 79, PeerGPU: -1},
 		{Kind: ProbeBandwidth, GPU: 6, Probe: probes.HostToDevice, Fraction: 0.5, PeerGPU: -1},
@@ -175,6 +177,12 @@ func TestParseErrors(t *testing.T) {
 		{"pid of another kind", "faults:\n- {kind: xid, gpu: 0, code: 79, pid: 4242}\n", 0, "pid", "not a field of xid"},
 		{"one process twice", "faults:\n- {kind: process_far_socket, gpu: 0, pid: 4242}\n- {kind: process_far_memory, gpu: 0, pid: 4242}\n", 1, "", "faults[0] sets already"},
 		{"two new processes", "faults:\n- {kind: process_far_socket, gpu: 1}\n- {kind: process_far_memory, gpu: 1}\n", 1, "", "faults[0] sets already"},
+		{"exit without pid", "faults:\n- {kind: process_exit}\n", 0, "pid", "missing"},
+		{"exit of a gpu", "faults:\n- {kind: process_exit, gpu: 0, pid: 4242}\n", 0, "gpu", "not a field of process_exit"},
+		{"exit pid 0", "faults:\n- {kind: process_exit, pid: 0}\n", 0, "pid", "want a process ID"},
+		{"exit twice", "faults:\n- {kind: process_exit, pid: 4242}\n- {kind: process_exit, pid: 4242}\n", 1, "", "faults[0] sets already"},
+		{"move an ended process", "faults:\n- {kind: process_exit, pid: 4242}\n- {kind: process_far_socket, gpu: 0, pid: 4242}\n", 1, "pid", "moves process 4242, which faults[0] ends"},
+		{"end a moved process", "faults:\n- {kind: process_far_memory, gpu: 0, pid: 4242}\n- {kind: process_exit, pid: 4242}\n", 1, "pid", "ends process 4242, which faults[0] moves"},
 		{"faults twice", "faults: []\nfaults: []\n", -1, "", "faults given twice"},
 		{"key not a string", "faults:\n- {kind: xid, gpu: 0, code: 79, 7: 8}\n", 0, "", "field name 7 is not a string"},
 		{"kind not a string", "faults:\n- {kind: [xid], gpu: 0}\n", 0, "kind", "unknown kind a list"},
@@ -264,6 +272,7 @@ func TestCheckAgainstMachine(t *testing.T) {
 		{"root port", n, "faults:\n- {kind: pcie_generation, device: \"0000:37:01.0\", generation: 3}\n", "device", "upper end"},
 		{"switch x32", n, "faults:\n- {kind: pcie_width, device: \"0000:38:00.0\", width: 32}\n", "width", "wider than 0000:38:00.0's link can train (x16)"},
 		{"no such pid", n, "faults:\n- {kind: process_far_socket, gpu: 0, pid: 5151}\n", "pid", "no process 5151 on GPU 0"},
+		{"no process to end", n, "faults:\n- {kind: process_exit, pid: 3131}\n", "pid", "no process 3131 on this node (it has 4242, 5151, 6161)"},
 		{"acs on an endpoint", n, "faults:\n- {kind: acs_redirect, device: \"0000:19:00.0\"}\n", "device", "not a root or downstream port"},
 		{"acs on an upstream port", n, "faults:\n- {kind: acs_redirect, device: \"0000:16:00.0\"}\n", "device", "only those have ACS"},
 		{"acs on no function", n, "faults:\n- {kind: acs_redirect, device: \"0000:42:00.0\"}\n", "device", "no PCI function 0000:42:00.0"},

@@ -182,10 +182,14 @@ func (l *live) wander(x, target, tau, sd, dt float64) float64 {
 	return x + (target-x)*a + sd*math.Sqrt(dt)*l.rng.NormFloat64()
 }
 
-// gpuProcs is GPU i's processes now: the profile's and a fault's.
-func (l *live) gpuProcs(i int, e gpuEffects) []gpuProcess {
+// gpuProcs is GPU i's processes now: the profile's that have not ended,
+// and a fault's.
+func (l *live) gpuProcs(i int, eff effects) []gpuProcess {
 	ps := l.procs[i]
-	if e.newPID != 0 {
+	if len(eff.ended) > 0 {
+		ps = slices.DeleteFunc(slices.Clone(ps), func(p gpuProcess) bool { return eff.ended[p.pid] })
+	}
+	if e := eff.gpus[i]; e.newPID != 0 {
 		ps = append(slices.Clip(ps), gpuProcess{pid: e.newPID, memBytes: 24 << 30})
 	}
 	return ps
@@ -194,7 +198,7 @@ func (l *live) gpuProcs(i int, e gpuEffects) []gpuProcess {
 // step moves the gauges and counts the traffic of dt seconds.
 func (l *live) step(dt float64, eff effects) {
 	for i, g := range l.gpus {
-		busy := len(l.gpuProcs(i, eff.gpus[i])) > 0
+		busy := len(l.gpuProcs(i, eff)) > 0
 		if busy {
 			g.util = clamp(l.wander(g.util, 0.93, 8, 0.02, dt), 0.6, 1)
 			g.memUtil = clamp(l.wander(g.memUtil, 0.55, 8, 0.03, dt), 0.2, 0.9)
@@ -330,7 +334,7 @@ func (l *live) moveThreads(p *machine.Process, dt float64) {
 func (l *live) writeNVML(m *nvmlmodel.Library, dt float64, eff effects) {
 	for i, g := range m.GPUs {
 		gl, e := l.gpus[i], eff.gpus[i]
-		procs := l.gpuProcs(i, e)
+		procs := l.gpuProcs(i, eff)
 		g.Processes = g.Processes[:0]
 		var used uint64
 		for _, p := range procs {

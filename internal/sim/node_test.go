@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -649,6 +650,58 @@ func TestProcessFaultsOnProfileProcesses(t *testing.T) {
 		if g := placement(t, n).GPUs[i]; g.Misaffine != 0 {
 			t.Errorf("GPU %d after removal: %+v", i, g)
 		}
+	}
+}
+
+// TestProcessExit: a profile process that ends leaves NVML's list and
+// /proc, its GPU goes idle while the node's other jobs run on, and it
+// comes back when the fault is removed.
+func TestProcessExit(t *testing.T) {
+	n, write := nodeWithFile(t, "dgx-h100")
+	step(t, n, time.Second)
+	nvmlPIDs := func(i int) []uint32 {
+		var pids []uint32
+		n.Fake().Update(func() {
+			for _, p := range n.Fake().GPUs[i].Processes {
+				pids = append(pids, p.Pid)
+			}
+		})
+		return pids
+	}
+	if got := nvmlPIDs(0); !slices.Equal(got, []uint32{4242}) {
+		t.Fatalf("GPU 0 NVML processes %v before the fault, want 4242", got)
+	}
+	write("faults:\n- {kind: process_exit, pid: 4242}\n")
+	step(t, n, time.Second)
+	if got := nvmlPIDs(0); len(got) != 0 {
+		t.Errorf("GPU 0 NVML processes %v after 4242 ended, want none", got)
+	}
+	if got := nvmlPIDs(4); !slices.Equal(got, []uint32{5151}) {
+		t.Errorf("GPU 4 NVML processes %v, want 5151 still", got)
+	}
+	if _, err := os.Stat(filepath.Join(n.FS().Proc, "4242")); !os.IsNotExist(err) {
+		t.Errorf("proc/4242 after the process ended: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(n.FS().Proc, "5151")); err != nil {
+		t.Errorf("proc/5151: %v", err)
+	}
+	snap := gpus(t, n)
+	if u := snap.GPUs[0].Utilization.V; u != 0 {
+		t.Errorf("GPU 0 without its job at utilization %g, want 0", u)
+	}
+	if u := snap.GPUs[4].Utilization.V; u < 0.5 {
+		t.Errorf("GPU 4 with its job at utilization %g", u)
+	}
+	if g := placement(t, n).GPUs[0]; g.Processes != 0 {
+		t.Errorf("GPU 0 placement after 4242 ended: %+v", g)
+	}
+	write("")
+	step(t, n, time.Second)
+	if got := nvmlPIDs(0); !slices.Equal(got, []uint32{4242}) {
+		t.Errorf("GPU 0 NVML processes %v after the fault was removed, want 4242", got)
+	}
+	if _, err := os.Stat(filepath.Join(n.FS().Proc, "4242")); err != nil {
+		t.Errorf("proc/4242 after the fault was removed: %v", err)
 	}
 }
 
