@@ -6,7 +6,7 @@ import (
 )
 
 // The requests of this version as the tests write them by hand, and the
-// seams they set, in one place: issue28_test.go is also run against the
+// seams they set, in one place: hostage_test.go is also run against the
 // exporter from before it (with this file in that version's words), to
 // show each of its tests failing there.
 
