@@ -3,25 +3,20 @@ package probe
 import (
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpulink/gpulink_exporter/probes"
+	"github.com/gpulink/gpulink_exporter/probes/internal/childtest"
 )
 
-// realChildRunner runs the real probe child (this test binary in "real"
-// mode) over the fake driver, as the daemon runs the exporter binary.
+// realChildRunner runs the real probe child (this test binary,
+// childtest.Self) over the fake driver, as the daemon runs the exporter
+// binary.
 func realChildRunner(t *testing.T, cfg ChildConfig, timeout time.Duration) *probes.ChildRunner {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv(helperEnv, "real")
-	t.Setenv("GORACE", "atexit_sleep_ms=0")
-	return &probes.ChildRunner{Command: []string{exe, "probe", "--cuda.library=" + cfg.Library, "--path.sysfs=" + cfg.FS.Sys}, Timeout: timeout}
+	return &probes.ChildRunner{Command: []string{childtest.Self(t), "probe", "--cuda.library=" + cfg.Library, "--path.sysfs=" + cfg.FS.Sys}, Timeout: timeout}
 }
 
 func TestDaemonRunsTheRealChild(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/probes"
 	"github.com/gpulink/gpulink_exporter/probes/cuda/cudatest"
+	"github.com/gpulink/gpulink_exporter/probes/internal/childtest"
 	"github.com/gpulink/gpulink_exporter/probes/nccl/nccltest"
 )
 
@@ -28,20 +29,14 @@ const (
 
 // collectivesMachine builds the fake libcuda (two GPUs) and libnccl and
 // returns a runner of the real collectives child over them, this test
-// binary in "real-collectives" mode, with the flags given (which may name
+// binary (childtest.Self), with the flags given (which may name
 // other libraries).
 func collectivesMachine(t *testing.T, timeout time.Duration, flags ...string) *probes.ChildRunner {
 	t.Helper()
 	t.Setenv("FAKE_CUDA_BUSIDS", gpu0+","+gpu1)
 	t.Setenv("FAKE_NCCL_LAT_US", "0")
 	cudaLib, ncclLib := cudatest.Build(t), nccltest.Build(t)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv(helperEnv, "real-collectives")
-	t.Setenv("GORACE", "atexit_sleep_ms=0")
-	cmd := []string{exe, "collectives"}
+	cmd := []string{childtest.Self(t), "collectives"}
 	for _, lib := range []string{"--cuda.library=" + cudaLib, "--library=" + ncclLib} {
 		name, _, _ := strings.Cut(lib, "=")
 		if !slices.ContainsFunc(flags, func(f string) bool { return strings.HasPrefix(f, name+"=") }) {
