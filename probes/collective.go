@@ -241,8 +241,9 @@ type CollectiveRunner interface {
 // MeasureCollectiveRound runs one collective round over m: every
 // collective asked for, in run order, at o.SizeBytes for the bandwidth and
 // o.SmallBytes for the latency; send/recv once per pair of ranks, lower
-// to higher (or only those o.SendRecvOffset apart). Every process of a communicator runs it with the same
-// options but its own GPUs, so all make the same calls in the same order.
+// to higher (or only those o.SendRecvOffset apart). Every process of a
+// communicator runs it with the same options but its own GPUs, so all
+// make the same calls in the same order.
 // A send/recv is reported only by the process holding the sender: its
 // time is the one that counts (the receiver's side may start late or
 // wait on it), so two processes never report one pair twice.

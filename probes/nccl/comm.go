@@ -202,16 +202,19 @@ func (c *Comm) Abort() error {
 	return c.l.check("ncclCommAbort", C.gn_abort(c.l.api, h.c))
 }
 
-// finalizeWait bounds how long Destroy waits for a finalize before it
-// aborts instead.
+// finalizeWait bounds how long Destroy polls a non-blocking
+// communicator's finalize before it aborts instead.
 var finalizeWait = 10 * time.Second
 
 // Destroy frees c the orderly way: ncclCommFinalize (where the library
-// has it) flushes what c has in flight and, c being non-blocking, is
-// polled until done; then ncclCommDestroy. A finalize that fails or does
-// not finish within finalizeWait (a hung operation) is followed by an
-// abort, and its error returned. Use Abort on a communicator that has
-// failed or timed out.
+// has it) flushes what c has in flight, then ncclCommDestroy. On a
+// blocking communicator (the default) the finalize returns when done and
+// a hung one does not return: the caller bounds it from outside (as the
+// collectives child's Close does). On a non-blocking one (the operator's
+// NCCL_COMM_BLOCKING=0) it is polled for at most finalizeWait. A finalize
+// that fails or runs out of that time is followed by an abort, and its
+// error returned. Use Abort on a communicator that has failed or timed
+// out.
 func (c *Comm) Destroy() error {
 	h := c.h.Load()
 	if h == nil {

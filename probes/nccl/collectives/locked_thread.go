@@ -6,7 +6,7 @@ import "runtime"
 // calls (ncclGroupStart to ncclGroupEnd) and CUDA's current context are
 // both per thread, and a communicator over several GPUs switches contexts
 // inside one group: every call for it must come from the same thread.
-// Unlike worker, it holds no context of its own.
+// Unlike probes/cuda/probe's worker, it holds no context of its own.
 type lockedThread struct {
 	jobs chan func()
 	done chan struct{}
