@@ -34,7 +34,8 @@ check() { # check DESCRIPTION CONDITION...
   local what=$1; shift
   if "$@"; then echo "PASS $what"; else echo "FAIL $what"; fail=1; fi
 }
-gpu0_pids() { nvidia-smi -i 0 --query-compute-apps=pid --format=csv,noheader 2>/dev/null | tr -d ' ' | grep -E '^[0-9]+$'; }
+# shellcheck source=bench/gpu0.sh
+. "$here/gpu0.sh"
 load=
 stop_load() { [ -n "$load" ] && kill "$load" 2>/dev/null; wait "$load" 2>/dev/null; load=; }
 trap stop_load EXIT
@@ -90,19 +91,16 @@ run() {
 
 echo "== 0. $ngpu GPU(s); GPU 0 at $bus0; libnccl $lib"
 nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version --format=csv,noheader | tee "$out/gpus.txt"
-if [ -n "$(gpu0_pids)" ]; then
-  echo "GPU 0 already has compute processes: $(gpu0_pids | tr '\n' ' ')"
-  exit 2
-fi
+gpu0_busy && exit 2
 
 echo "== 1. host->device copies on GPU 0 in another process"
 python3 "$here/load.py" h2d 1200 256 >"$out/load.log" 2>&1 &
 load=$!
 for _ in $(seq 120); do
-  gpu0_pids | grep -qx "$load" && break
+  gpu0_runs "$load" && break
   sleep 0.5
 done
-if ! gpu0_pids | grep -qx "$load"; then
+if ! gpu0_runs "$load"; then
   echo "the load (pid $load) never appeared on GPU 0"; cat "$out/load.log"
   exit 2
 fi

@@ -1,6 +1,7 @@
 # Sourced by the bench scripts that run an exporter (scrape.sh, profile.sh,
-# rss.sh, soak.sh): start it, wait until it answers, stop it. Bash only, so
-# that it runs from .device/ on a GPU machine as the scripts do.
+# rss.sh, soak.sh, slurm-check.sh): start it, wait until it answers, stop
+# it. Bash only, so that it runs from .device/ on a GPU machine as the
+# scripts do.
 
 # exporter_start LOG COMMAND...: runs COMMAND (an exporter, or env ... and
 # one) in the background with its output in LOG; EXPORTER_PID is its pid

@@ -33,9 +33,8 @@ metric() { # metric REGEX: sum of matching series in the last scrape
   awk -v re="$1" '$0 ~ "^"re {s += $NF} END {print s + 0}' "$out/scrape.txt"
 }
 scrape() { curl -sf $url >"$out/scrape.txt"; }
-gpu_pids() { # compute processes on GPU 0, by PID
-  nvidia-smi -i 0 --query-compute-apps=pid --format=csv,noheader 2>/dev/null | tr -d ' ' | grep -E '^[0-9]+$'
-}
+# shellcheck source=bench/gpu0.sh
+. "$here/gpu0.sh"
 # GPU 0's latest round start in seconds, all digits (metric prints six).
 last_round() {
   awk '$0 ~ /^gpulink_probe_last_round_timestamp_seconds\{gpu="0",/ {printf "%.3f\n", $NF}' "$out/scrape.txt"
@@ -69,8 +68,8 @@ trap 'stop_exporter; stop_load' EXIT
 
 echo "== 0. $ngpu GPU(s); GPU 0 at $bus0"
 nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version --format=csv,noheader | tee "$out/gpus.txt"
-if [ -n "$(gpu_pids)" ]; then
-  echo "FAIL GPU 0 already has compute processes: $(gpu_pids | tr '\n' ' ')"
+if gpu0_busy; then
+  echo "FAIL GPU 0 is not free for the copy loop"
   exit 1
 fi
 
@@ -102,7 +101,7 @@ load=$!
 for _ in $(seq 120); do grep -q '^copying' "$out/load.log" && break; sleep 0.5; done
 check "the copy loop runs (pid $load)" grep -q '^copying' "$out/load.log"
 loadpid=$load
-check "NVML lists the copy loop on GPU 0" sh -c "nvidia-smi -i 0 --query-compute-apps=pid --format=csv,noheader | tr -d ' ' | grep -qx $loadpid"
+check "NVML lists the copy loop on GPU 0" gpu0_runs "$loadpid"
 
 "$bin" --web.listen-address=$addr --nvml.interval=1s --probe.policy=always --probe.interval=10s --probe.max-duty=1 \
   --probe.first-delay=1s --log.level=debug >"$out/exporter.log" 2>&1 &
@@ -134,8 +133,8 @@ echo "== 2. the loop stops; the next round of GPU 0 is alone"
 stop_load
 cat "$out/load.log"
 # The probe child may be listed too, while a round runs.
-for _ in $(seq 60); do gpu_pids | grep -qx "$loadpid" || break; sleep 0.5; done
-check "NVML no longer lists the copy loop" sh -c "! nvidia-smi -i 0 --query-compute-apps=pid --format=csv,noheader | tr -d ' ' | grep -qx $loadpid"
+for _ in $(seq 60); do gpu0_runs "$loadpid" || break; sleep 0.5; done
+check "NVML no longer lists the copy loop" test -z "$(gpu0_pids | grep -x "$loadpid")"
 # A round that starts once NVML no longer lists the loop.
 sleep 2
 stopped=$(date +%s)

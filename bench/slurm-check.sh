@@ -60,7 +60,8 @@ mapdir=$(mktemp -d)
 scope_was_there=false
 [ -d "$scope" ] && scope_was_there=true
 holds=()
-exporter=
+# shellcheck source=bench/exporter.sh
+. "$here/exporter.sh"
 
 # Moves what is left in a cgroup made here to the root, then removes the
 # cgroups leaf first.
@@ -92,10 +93,7 @@ cleanup() {
 	for p in "${holds[@]}"; do
 		wait "$p" 2>/dev/null
 	done
-	if [ -n "$exporter" ]; then
-		kill "$exporter" 2>/dev/null
-		wait "$exporter" 2>/dev/null
-	fi
+	exporter_stop
 	remove_cgroups "$scope/job_4242"
 	remove_cgroups "$scope/$sluid"
 	if ! $scope_was_there && [ -d "$scope" ]; then
@@ -112,19 +110,11 @@ printf '%s' "$mapjob" >"$mapdir/1"
 # Only the sources the check needs: NVML (the GPUs and their processes),
 # the process source (and the topology sampler it judges with), the
 # mapping files.
-"$bin" --web.listen-address=$addr --no-collector.xid --no-collector.nic --probe.policy=off \
+exporter_start "$out/exporter.log" "$bin" --web.listen-address=$addr --no-collector.xid --no-collector.nic --probe.policy=off \
 	--nvml.interval=1s --process.interval=1s --topology.interval=5s \
-	--slurm.job-mapping-dir="$mapdir" --slurm.interval=1s --log.level=debug >"$out/exporter.log" 2>&1 &
-exporter=$!
+	--slurm.job-mapping-dir="$mapdir" --slurm.interval=1s --log.level=debug
 up=false
-for _ in $(seq 150); do
-	if curl -sf "$url" 2>/dev/null | grep -q '^gpulink_source_up{source="process"} 1'; then
-		up=true
-		break
-	fi
-	kill -0 "$exporter" 2>/dev/null || break
-	sleep 0.2
-done
+exporter_wait "$addr" 'gpulink_source_up{source="process"} 1' 30 && up=true
 check "exporter up with the process source" $up
 $up || {
 	tail -n 30 "$out/exporter.log"

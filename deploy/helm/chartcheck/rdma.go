@@ -75,14 +75,11 @@ func variantView(objs []object) (containerView, bool) {
 // than GPUs: an RDMA device plugin's (rdma/..., vpc.amazonaws.com/efa).
 func (v containerView) rdmaResources() []string {
 	var out []string
-	for name := range v.limits {
-		if strings.Contains(name, "/") && !strings.HasPrefix(name, "nvidia.com/") {
-			out = append(out, name)
-		}
-	}
-	for name := range v.requests {
-		if strings.Contains(name, "/") && !strings.HasPrefix(name, "nvidia.com/") && !slices.Contains(out, name) {
-			out = append(out, name)
+	for _, r := range []map[string]any{v.limits, v.requests} {
+		for name := range r {
+			if strings.Contains(name, "/") && !strings.HasPrefix(name, "nvidia.com/") && !slices.Contains(out, name) {
+				out = append(out, name)
+			}
 		}
 	}
 	slices.Sort(out)
@@ -132,7 +129,7 @@ func checkRDMA(v containerView, mode renderMode) []error {
 	if mode != renderDefault {
 		return errs
 	}
-	if len(res) > 0 || v.hostDevices() {
+	if v.rdma() {
 		fail("RDMA devices with default values (resources %v, host devices %v): they need a device plugin or privileges, and are opt-in", res, v.hostDevices())
 	}
 	if _, ok := flagValue(v.args, "--nccl.library"); ok {

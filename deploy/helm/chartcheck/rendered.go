@@ -381,8 +381,6 @@ func checkDaemonSet(objs []object, mode renderMode) []error {
 	c := containers[0]
 	v := viewOf(pod, c)
 	args, env := v.args, v.env
-	// mountedHost is the host path mounted read-only at path, or "".
-	mountedHost := func(path string) string { return v.mounts[path] }
 
 	for flag, host := range map[string]string{"--path.sysfs": "/sys", "--path.procfs": "/proc"} {
 		path, ok := flagValue(args, flag)
@@ -390,7 +388,7 @@ func checkDaemonSet(objs []object, mode renderMode) []error {
 			fail("no %s flag", flag)
 			continue
 		}
-		if got := mountedHost(path); got != host {
+		if got := v.mounts[path]; got != host {
 			fail("%s=%s: want the host's %s mounted read-only there, got %q", flag, path, host, got)
 		}
 	}
@@ -461,11 +459,11 @@ func checkDaemonSet(objs []object, mode renderMode) []error {
 	}
 	if sock, ok := flagValue(args, "--kubernetes.pod-resources-socket"); ok {
 		dir := filepath.Dir(sock)
-		if mountedHost(dir) != dir {
+		if v.mounts[dir] != dir {
 			fail("--kubernetes.pod-resources-socket=%s: want the host's %s mounted read-only at %s", sock, dir, dir)
 		}
 	}
-	if dir, ok := flagValue(args, "--slurm.job-mapping-dir"); ok && mountedHost(dir) != dir {
+	if dir, ok := flagValue(args, "--slurm.job-mapping-dir"); ok && v.mounts[dir] != dir {
 		fail("--slurm.job-mapping-dir=%s: want the host's %s mounted read-only at %s", dir, dir, dir)
 	}
 	if addr, _ := flagValue(args, "--dcgm.address"); mode == renderAll && addr == "" {
