@@ -18,6 +18,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/nccllog"
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/numa"
+	"github.com/gpulink/gpulink_exporter/probes/nccl"
 )
 
 // MinVersion is the oldest NCCL the probes load (ncclCommInitRankConfig
@@ -146,7 +147,7 @@ func Check(env Env, topo *numa.Topology, ports *nic.Snapshot) *Report {
 		code = versionFromName(env.resolve(r.LibraryPath))
 	}
 	if code > 0 {
-		r.Version = versionString(code)
+		r.Version = nccl.VersionString(code)
 	}
 	where := r.LibraryPath
 	if where == "" {
@@ -396,11 +397,6 @@ func versionFromName(path string) int {
 		return 0
 	}
 	return major*10000 + minor*100 + patch
-}
-
-// versionString spells a version code from 2.9 on (all the probes take).
-func versionString(code int) string {
-	return fmt.Sprintf("%d.%d.%d", code/10000, code%10000/100, code%100)
 }
 
 // hasCapIPCLock reads this process's effective capabilities

@@ -189,6 +189,12 @@ func TestCheckH200VM(t *testing.T) {
 	if r := Check(e, topo, ports); r.Passed(CheckLibrary) || !strings.Contains(item(t, r, CheckLibrary).Detail, "NCCL 2.13.5; the probes need 2.14") {
 		t.Errorf("2.13:\n%s", lines(r))
 	}
+	// Before 2.9 ncclGetVersion's code had a narrower minor field: 2804
+	// is 2.8.4, not 0.28.4.
+	e.LoadVersion = func(string) (int, error) { return 2804, nil }
+	if r := Check(e, topo, ports); r.Passed(CheckLibrary) || !strings.Contains(item(t, r, CheckLibrary).Detail, "NCCL 2.8.4; the probes need 2.14") {
+		t.Errorf("2.8:\n%s", lines(r))
+	}
 	e.LoadVersion = func(string) (int, error) { return 22809, nil }
 	if r := Check(e, topo, ports); !r.Ready() || r.Version != "2.28.9" {
 		t.Errorf("2.28.9:\n%s", lines(r))

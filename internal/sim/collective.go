@@ -128,6 +128,9 @@ func (ms *collectiveMeasurer) OpenComm(ctx context.Context, o probes.CollectiveO
 		}
 		c.gpus = append(c.gpus, g)
 	}
+	// The NIC ports are read once, through the exporter's own NIC reader,
+	// for everything the communicator works out when it opens.
+	c.ports, c.portsErr = (&nic.Reader{FS: c.r.n.fs}).Sample(context.Background())
 	c.net0 = c.readNet()
 	c.links = c.pairLinks()
 	if o.Ranks > len(o.GPUs) {
@@ -167,6 +170,11 @@ type comm struct {
 	gpus   []*nvml.GPUState
 	links  [][]link
 	net    []link
+
+	// ports are the NIC ports as the communicator opened (nil, and
+	// portsErr why, where they could not be read).
+	ports    *nic.Snapshot
+	portsErr error
 
 	// net0 is the networks NCCL found when the communicator opened.
 	net0 netSetup
@@ -245,15 +253,15 @@ func (c *comm) p2pWrite(a, b int) bool {
 }
 
 // nicRates is, by GPU address, the rate of the up ports of the GPU's
-// nearest NICs: what NCCL's network transport has from that GPU. It reads
-// the ports through the exporter's own NIC reader, so a nic_rate or
+// nearest NICs: what NCCL's network transport has from that GPU. The
+// ports are the exporter's NIC reader's (c.ports), so a nic_rate or
 // nic_down fault shows.
 func (c *comm) nicRates() map[string]float64 {
 	out := map[string]float64{}
 	if c.topo == nil {
 		return out
 	}
-	snap, _ := (&nic.Reader{FS: c.r.n.fs}).Sample(context.Background())
+	snap := c.ports
 	if snap == nil {
 		return out
 	}

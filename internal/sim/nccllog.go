@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -44,11 +43,11 @@ type netSetup struct {
 	gdr map[string]bool
 }
 
-// readNet reads the ports through the exporter's own NIC reader and
-// works out the setup.
+// readNet works out the setup from the ports the communicator read
+// (c.ports).
 func (c *comm) readNet() netSetup {
 	s := netSetup{name: nccllog.NetworkSocket, gdr: map[string]bool{}}
-	ports, _ := (&nic.Reader{FS: c.r.n.fs}).Sample(context.Background())
+	ports := c.ports
 	sockets := slices.ContainsFunc(c.faults, func(f Fault) bool { return f.Kind == NCCLNetSocket })
 	if ports == nil || sockets {
 		return s

@@ -47,11 +47,11 @@ func openPeers(ctx context.Context, o probes.CollectiveOptions, ids chan<- strin
 
 // netLinks are, for each of this process's GPUs, its link to the ranks on
 // the other node: NCCL's network transport through the GPU's rail NICs.
-// The ports are read through the exporter's own NIC reader, so nic_rate,
+// The ports are the exporter's NIC reader's (c.ports), so nic_rate,
 // nic_down and a flapping port in its down phase show.
 func (c *comm) netLinks() []link {
 	out := make([]link, len(c.gpus))
-	ports, err := (&nic.Reader{FS: c.r.n.fs}).Sample(context.Background())
+	ports, err := c.ports, c.portsErr
 	for i, g := range c.gpus {
 		switch nics := c.railNICs(g); {
 		case len(nics) == 0:
