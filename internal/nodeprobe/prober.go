@@ -160,10 +160,10 @@ type joined struct {
 // ended.
 func (n *Node) probe(ctx context.Context, u, target, name string, m Module, budget time.Duration, end time.Time) *outcome {
 	var out *outcome
-	id := n.nextProbe()
+	counted := false // whether a try has counted the probe toward the rate limit
 	for tries := 1; ; tries++ {
 		start := n.now()
-		out = n.try(ctx, u, target, name, m, id)
+		out = n.try(ctx, u, target, name, m, &counted)
 		out.attempts = tries
 		if out.reason == "" {
 			n.tookSession(name, n.now().Sub(start))
@@ -192,16 +192,16 @@ func (n *Node) probe(ctx context.Context, u, target, name string, m Module, budg
 	return out
 }
 
-// try is one try, of the probe numbered probe, at a session as
-// the prober. It holds this node's session lock from the start, so that
+// try is one try at a session as the prober (counted: whether an
+// earlier try of the probe counted it toward the rate limit). It holds this node's session lock from the start, so that
 // a ring's probes that meet are declined_session on both sides (and try
 // again) rather than reserving each other; it takes its GPUs only once
 // the target has reserved itself, so that a target slow to answer holds
 // no GPU and no probe round back. Whatever this node holds is let go of
 // before a reservation it will not use is given back.
-func (n *Node) try(ctx context.Context, u, target, name string, m Module, probe uint64) *outcome {
+func (n *Node) try(ctx context.Context, u, target, name string, m Module, counted *bool) *outcome {
 	out := &outcome{module: m}
-	unlock, reason, detail := n.lockProber(probe)
+	unlock, reason, detail := n.lockProber(counted)
 	if reason != "" {
 		out.fail(reason, SideProber, detail)
 		return out
