@@ -181,12 +181,6 @@ func (c *fakeComm) Close() float64 { return 0.2 }
 // reason.
 type fakeGate struct {
 	gpus []schedule.SessionGPU
-	// enter, when set, is called as a session takes the GPUs: the node
-	// holds its session lock, and a prober has not asked its target yet.
-	enter func()
-	// leave, when set, is called as a session gives the GPUs back, before
-	// the node lets go of its session lock.
-	leave func()
 
 	mu     sync.Mutex
 	reason string
@@ -207,15 +201,8 @@ func (g *fakeGate) TryAcquire(n int, _ []string) ([]schedule.SessionGPU, func(),
 		return nil, nil, schedule.SessionTooFewGPUs
 	}
 	g.held = true
-	enter, leave := g.enter, g.leave
 	g.mu.Unlock()
-	if enter != nil {
-		enter()
-	}
 	return slices.Clone(g.gpus[:n]), sync.OnceFunc(func() {
-		if leave != nil {
-			leave()
-		}
 		g.mu.Lock()
 		g.held = false
 		g.mu.Unlock()

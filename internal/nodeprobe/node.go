@@ -86,9 +86,6 @@ type Node struct {
 	mu   sync.Mutex
 	last map[string]time.Time     // start of the latest session, by role
 	took map[string]time.Duration // the latest successful session as prober, by module
-	// probeCount numbers the probes as prober; limitedProbe is the one
-	// whose start last[RoleProber] is.
-	probeCount, limitedProbe uint64
 	// reserved is the session entered for a prober's join to come
 	// (reserve.go); nil when none is.
 	reserved *reservation
@@ -231,35 +228,25 @@ func (n *Node) started(role string, at time.Time) {
 	n.mu.Unlock()
 }
 
-// nextProbe numbers a probe as prober, for lockProber.
-func (n *Node) nextProbe() uint64 {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.probeCount++
-	return n.probeCount
-}
-
-// lockProber takes the session lock for probe, and the prober's rate
-// limit: from then on the probe counts toward --node-probe.min-interval
-// as prober, whatever the target answers, so a target that makes the
-// prober wait and then declines cannot hand it back. A later try of the
-// same probe is not limited by its first. On failure nothing is held.
-func (n *Node) lockProber(probe uint64) (unlock func(), reason, detail string) {
+// lockProber takes the session lock for a try of a probe, and the
+// prober's rate limit: from then on the probe counts toward
+// --node-probe.min-interval as prober, whatever the target answers, so a
+// target that makes the prober wait and then declines cannot hand it
+// back. counted is the probe's own: once a try has counted it, a later
+// try of the same probe is not limited by its first. On failure nothing
+// is held.
+func (n *Node) lockProber(counted *bool) (unlock func(), reason, detail string) {
 	if !n.session.TryLock() {
 		return nil, ReasonSession, "this node is already in a node-to-node session"
 	}
-	n.mu.Lock()
-	again := n.limitedProbe == probe
-	n.mu.Unlock()
-	if !again {
+	if !*counted {
 		now := n.now()
 		if why := n.rateLimited(RoleProber, now); why != "" {
 			n.session.Unlock()
 			return nil, ReasonRateLimited, why
 		}
-		n.mu.Lock()
-		n.last[RoleProber], n.limitedProbe = now, probe
-		n.mu.Unlock()
+		n.started(RoleProber, now)
+		*counted = true
 	}
 	return func() {
 		if n.unlocking != nil {

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -777,5 +778,32 @@ func TestMetricsLint(t *testing.T) {
 		if err := cmd.Run(); err != nil {
 			t.Errorf("%s: promtool check metrics: %v\n%s\n%s", name, err, out.String(), body)
 		}
+	}
+}
+
+// A module whose http_client cannot be built (its CA file gone since it
+// was loaded) fails the probe as bad_module before any try: it takes no
+// session lock, reaches no target and counts nothing toward the rate
+// limit, so the next probe fails the same way, not declined_rate_limited.
+func TestProbeBadModuleTakesNoSession(t *testing.T) {
+	fab := newFabric()
+	b := newTestNode(t, fab, "b", 50e9, true, nil)
+	m := DefaultModule()
+	m.HTTPClient.TLSConfig.CAFile = filepath.Join(t.TempDir(), "gone.pem")
+	a := newTestNode(t, fab, "a", 50e9, true, func(c *Config) {
+		c.MinInterval = time.Hour
+		c.Modules = NewModules(&File{Modules: map[string]Module{DefaultModuleName: m}})
+	})
+	for i := range 2 {
+		parse(t, second(a.probe(t, target(b.hostport()), ""))).failed(t, ReasonBadModule, SideProber)
+		if got := sessions(a.node, RoleProber, ResultFailed); got != float64(i+1) {
+			t.Errorf("probe %d: failed sessions %g, want %d", i+1, got, i+1)
+		}
+	}
+	if runs, _ := b.runner.calls(); len(runs) != 0 || b.gate.isHeld() {
+		t.Errorf("the target ran %d children (held: %v) for a prober that cannot reach it", len(runs), b.gate.isHeld())
+	}
+	if runs, _ := a.runner.calls(); len(runs) != 0 {
+		t.Errorf("the prober ran %d children", len(runs))
 	}
 }

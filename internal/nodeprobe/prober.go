@@ -160,10 +160,24 @@ type joined struct {
 // ended.
 func (n *Node) probe(ctx context.Context, u, target, name string, m Module, budget time.Duration, end time.Time) *outcome {
 	var out *outcome
-	id := n.nextProbe()
+	// One client for every try. Never follow a redirect: the target is
+	// host:port, and the module's credentials go there and nowhere else.
+	hc := m.HTTPClient
+	hc.FollowRedirects = false
+	client, err := promconfig.NewClientFromConfig(hc, "node_probe")
+	if err != nil {
+		// Before any try: a module that cannot reach the target takes no
+		// session lock and counts nothing toward the rate limit.
+		out = &outcome{module: m, attempts: 1}
+		out.fail(ReasonBadModule, SideProber, "http_client: "+err.Error())
+		n.count(RoleProber, ResultFailed, out.reason)
+		return out
+	}
+	defer client.CloseIdleConnections()
+	counted := false // whether a try has counted the probe toward the rate limit
 	for tries := 1; ; tries++ {
 		start := n.now()
-		out = n.try(ctx, u, target, name, m, id)
+		out = n.try(ctx, client, u, target, name, m, &counted)
 		out.attempts = tries
 		if out.reason == "" {
 			n.tookSession(name, n.now().Sub(start))
@@ -192,16 +206,17 @@ func (n *Node) probe(ctx context.Context, u, target, name string, m Module, budg
 	return out
 }
 
-// try is one try, of the probe numbered probe, at a session as
-// the prober. It holds this node's session lock from the start, so that
-// a ring's probes that meet are declined_session on both sides (and try
-// again) rather than reserving each other; it takes its GPUs only once
+// try is one try at a session as the prober (counted: whether an
+// earlier try of the probe counted it toward the rate limit). It holds
+// this node's session lock from the start, so that a ring's probes that
+// meet are declined_session on both sides (and try again) rather than
+// reserving each other; it takes its GPUs only once
 // the target has reserved itself, so that a target slow to answer holds
 // no GPU and no probe round back. Whatever this node holds is let go of
 // before a reservation it will not use is given back.
-func (n *Node) try(ctx context.Context, u, target, name string, m Module, probe uint64) *outcome {
+func (n *Node) try(ctx context.Context, client *http.Client, u, target, name string, m Module, counted *bool) *outcome {
 	out := &outcome{module: m}
-	unlock, reason, detail := n.lockProber(probe)
+	unlock, reason, detail := n.lockProber(counted)
 	if reason != "" {
 		out.fail(reason, SideProber, detail)
 		return out
@@ -209,17 +224,6 @@ func (n *Node) try(ctx context.Context, u, target, name string, m Module, probe 
 	if n.locked != nil {
 		n.locked()
 	}
-	// Never follow a redirect: the target is host:port, and the module's
-	// credentials go there and nowhere else.
-	hc := m.HTTPClient
-	hc.FollowRedirects = false
-	client, err := promconfig.NewClientFromConfig(hc, "node_probe")
-	if err != nil {
-		unlock()
-		out.fail(ReasonBadModule, SideProber, "http_client: "+err.Error())
-		return out
-	}
-	defer client.CloseIdleConnections()
 	if token := n.finish(ctx, out, client, u, target, name, m, unlock); token != "" {
 		n.giveBack(ctx, client, u, token)
 	}

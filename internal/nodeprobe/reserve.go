@@ -424,10 +424,11 @@ func answerFailure(resp *http.Response, b []byte, path string) (reason, detail s
 		return ReasonDisabled, resp.Status + ": the target does not answer " + path + " (--node-probe.enabled, and an exporter with reservations)"
 	}
 	var d Decline
-	if err := json.Unmarshal(b, &d); err == nil && d.Reason == ReasonBadRequest && resp.StatusCode == http.StatusBadRequest {
+	err := json.Unmarshal(b, &d)
+	if err == nil && d.Reason == ReasonBadRequest && resp.StatusCode == http.StatusBadRequest {
 		return ReasonRefused, "target: " + d.Detail
 	}
-	if err := json.Unmarshal(b, &d); err != nil || !targetReason(d.Reason) {
+	if err != nil || !targetReason(d.Reason) {
 		return ReasonBadResponse, fmt.Sprintf("%s: %.200q", resp.Status, b)
 	}
 	return d.Reason, "target: " + d.Detail

@@ -56,13 +56,17 @@ type JoinRequest struct {
 	// FirstRank to Ranks-1.
 	Ranks     int `json:"ranks"`
 	FirstRank int `json:"first_rank"`
-	// Module names the prober's module, for the target's log.
+	// Module names the prober's module: the target checks Options
+	// against its own module of that name.
 	Module  string         `json:"module"`
 	Options SessionOptions `json:"options"`
 	// Prober names the prober (its host name): the target's round's peer.
 	Prober string `json:"prober"`
 	// Reservation is the token of the target's reservation (ReservePath)
-	// for this session; empty when the target has none to offer.
+	// for this session, which the join must match. A prober of this
+	// version always has one; a join without one (its reservation expired,
+	// or a client that made none) enters the session under the target's
+	// limits as a reservation would.
 	Reservation string `json:"reservation,omitempty"`
 }
 
