@@ -29,19 +29,37 @@
 # Prometheus) and run
 #   .device/node-probe.sh OUTDIR
 # Exits 1 when a check fails. SIZE (default 64 MiB) is the module's and the
-# reference's size; SAMPLES (default 4) the /probe scrapes, 20 s apart,
-# whose median Prometheus gives is judged against the mean of the
-# reference runs before and after; MODULE_SAMPLES (default 10) the timed
-# samples of each result, the module's and the reference's alike (sockets
-# over the VM's loopback spread 16.5-20.9 ms an operation within one run).
+# reference's size; MODULE_SAMPLES (default 10) the timed samples of each
+# result, the module's and the reference's alike.
+#
+# How the probe is judged against the reference (since 2026-11-28): in
+# pairs. Sockets over the VM's loopback are bound by CPU, and one call's
+# reference read 3.29 then 3.67 GB/s (11%) while every sample inside each
+# run stayed within 9%: the state of a run and of the moment moves the
+# figure, not the timing. A reference run before the daemons start and one
+# after they stop judged a probe minutes away from both. Now Prometheus
+# scrapes every SCRAPE_INTERVAL (default 50s) and, as each of SAMPLES
+# (default 5) /probe samples lands (SCRAPE_TIMEOUT, default 45s, bounds
+# each), the reference runs once in the gap
+# before the next scrape; each probe sample is divided by the reference run
+# right after it, and the median of those ratios must be within 5% of 1
+# (the limit issue 13 set, unchanged). A pair whose reference overlapped a
+# probe (the GPUs time-slice, the figure says nothing) fails the check
+# rather than being dropped. Both sides run with the same CPUs: the
+# prober's daemon (and its children) and the reference's rank 0 on the
+# first half of the CPUs, the target's and rank 1 on the second half, so
+# NCCL's socket threads meet the same placement in the probe and in the
+# reference.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-$(mktemp -d)}
 mkdir -p "$out"
 bin=$here/gpulink_exporter
 SIZE=${SIZE:-$((64 << 20))}
-SAMPLES=${SAMPLES:-4}
+SAMPLES=${SAMPLES:-5}
 MODULE_SAMPLES=${MODULE_SAMPLES:-10}
+SCRAPE_INTERVAL=${SCRAPE_INTERVAL:-50s}
+SCRAPE_TIMEOUT=${SCRAPE_TIMEOUT:-45s}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 CUDA_DEVICE_ORDER=PCI_BUS_ID
 export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 TORCH_NCCL_SHOW_EAGER_INIT_P2P_SERIALIZATION_WARNING=false
 nccl_dir=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])')
@@ -63,7 +81,13 @@ else
   ga=${addrs[0]} gb=${addrs[0]} va=0 vb=0 hosta=nodeA hostb=nodeB
   echo "one GPU: both daemons own $ga; NCCL_HOSTID makes them two hosts"
 fi
-echo "A owns $ga, B owns $gb" | tee "$out/setup.txt"
+ncpu=$(nproc)
+if [ "$ncpu" -ge 2 ]; then
+  cpus_a=0-$((ncpu / 2 - 1)) cpus_b=$((ncpu / 2))-$((ncpu - 1))
+else
+  cpus_a=0 cpus_b=0
+fi
+echo "A owns $ga on CPUs $cpus_a, B owns $gb on CPUs $cpus_b" | tee "$out/setup.txt"
 
 cat >"$out/modules.yml" <<EOF
 modules:
@@ -75,39 +99,40 @@ modules:
     timeout: 50s
 EOF
 # ref NAME: the reference, nccl_ref.py as two processes under the same
-# settings, into $out/NAME-{0,1}.json. It runs once before the daemons start
-# and once after they stop, and the probe is judged against the mean of the
-# two: over the VM's loopback, sockets are bound by CPU, and the reference
-# itself moved 3.40 -> 4.52 GB/s between two machines of one kind.
+# settings and CPUs, into $out/NAME-{0,1}.json; its wall-clock window
+# (start and end, Unix seconds) into $out/NAME.window.
 ref() {
   echo "== $1: nccl_ref.py as two processes, same settings"
+  date +%s.%N >"$out/$1.window"
+  local ranks=()
   for r in 0 1; do
-    v=$va h=$hosta; [ $r = 1 ] && v=$vb h=$hostb
+    v=$va h=$hosta c=$cpus_a; [ $r = 1 ] && v=$vb h=$hostb c=$cpus_b
     env CUDA_VISIBLE_DEVICES=$v ${h:+NCCL_HOSTID=$h} NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET NCCL_DEBUG_FILE="$out/$1-nccl-$r.log" \
-      timeout 200 python3 "$here/ref/nccl_ref.py" --gpus 0 --world 2 --rank-base $r --master 127.0.0.1:29611 \
+      timeout 200 taskset -c "$c" python3 "$here/ref/nccl_ref.py" --gpus 0 --world 2 --rank-base $r --master 127.0.0.1:29611 \
       --collectives send_recv,all_reduce --size "$SIZE" --samples "$MODULE_SAMPLES" >"$out/$1-$r.json" 2>"$out/$1-$r.err" &
+    ranks+=($!)
   done
-  wait
+  wait "${ranks[@]}"
+  date +%s.%N >>"$out/$1.window"
 }
-ref reference-before
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null' EXIT
-start() { # start NAME PORT GPU VISIBLE HOSTID
-  env CUDA_VISIBLE_DEVICES="$4" ${5:+NCCL_HOSTID=$5} LD_LIBRARY_PATH="$nccl_dir/lib" "$bin" \
+start() { # start NAME PORT GPU VISIBLE HOSTID CPUS
+  env CUDA_VISIBLE_DEVICES="$4" ${5:+NCCL_HOSTID=$5} LD_LIBRARY_PATH="$nccl_dir/lib" taskset -c "$6" "$bin" \
     --web.listen-address=127.0.0.1:"$2" --node-probe.enabled --node-probe.gpu="$3" \
     --node-probe.config.file="$out/modules.yml" --node-probe.min-interval=0s \
     --probe.policy=idle --probe.first-delay=1h --log.level=debug >"$out/exporter-$1.log" 2>&1 &
   pids+=($!)
 }
-start a 9861 "$ga" "$va" "$hosta"
-start b 9862 "$gb" "$vb" "$hostb"
+start a 9861 "$ga" "$va" "$hosta" "$cpus_a"
+start b 9862 "$gb" "$vb" "$hostb" "$cpus_b"
 for _ in $(seq 60); do
   curl -sf 127.0.0.1:9861/metrics >/dev/null && curl -sf 127.0.0.1:9862/metrics >/dev/null && break
   sleep 0.5
 done
 
 cat >"$out/prometheus.yml" <<EOF
-global: {scrape_interval: 20s, scrape_timeout: 19s}
+global: {scrape_interval: $SCRAPE_INTERVAL, scrape_timeout: $SCRAPE_TIMEOUT}
 scrape_configs:
   - job_name: gpulink-node-probe
     metrics_path: /probe
@@ -120,31 +145,44 @@ scrape_configs:
 EOF
 "$here/prometheus" --config.file="$out/prometheus.yml" --storage.tsdb.path="$out/tsdb" \
   --web.listen-address=127.0.0.1:9863 >"$out/prometheus.log" 2>&1 &
-pids+=($!)
+prom=$!
+pids+=("$prom")
 q() { curl -sfG 127.0.0.1:9863/api/v1/query --data-urlencode "query=$1"; }
+count() { q "count_over_time(probe_success[30m])" | python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(r[0]["value"][1] if r else 0)' 2>/dev/null; }
+# The pairs: as sample k lands in Prometheus, reference run pair-k.
 t0=$SECONDS
-for _ in $(seq 200); do
-  n=$(q "count_over_time(probe_success[10m]) >= $SAMPLES" | python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(r[0]["value"][1] if r else 0)' 2>/dev/null)
-  [ "${n:-0}" != 0 ] && break
-  sleep 1
+for k in $(seq "$SAMPLES"); do
+  for _ in $(seq 240); do
+    [ "$(count)" -ge "$k" ] 2>/dev/null && break
+    sleep 0.5
+  done
+  if ! [ "$(count)" -ge "$k" ] 2>/dev/null; then
+    echo "FAIL sample $k not in Prometheus after $((SECONDS - t0)) s (see prometheus.log)"
+    fail=1
+    break
+  fi
+  echo "sample $k in Prometheus after $((SECONDS - t0)) s"
+  ref pair-$k
 done
-echo "$SAMPLES /probe samples in Prometheus after $((SECONDS - t0)) s"
 for m in probe_success probe_duration_seconds gpulink_node_probe_bus_bandwidth_bytes_per_second \
   gpulink_node_probe_expected_bus_bandwidth_bytes_per_second gpulink_node_probe_latency_seconds \
   gpulink_node_probe_channels gpulink_node_probe_attempts gpulink_node_probe_failure_info; do
   q "$m" >"$out/prom-$m.json"
 done
-# Every sample of the window, and their median: the figure judged.
-q 'gpulink_node_probe_bus_bandwidth_bytes_per_second[10m]' >"$out/prom-samples.json"
-q 'quantile_over_time(0.5, gpulink_node_probe_bus_bandwidth_bytes_per_second[10m])' >"$out/prom-median.json"
+# Every sample of the window with its scrape's time and duration: the
+# pairs are judged from these.
+q 'gpulink_node_probe_bus_bandwidth_bytes_per_second[30m]' >"$out/prom-samples.json"
+q 'probe_duration_seconds[30m]' >"$out/prom-durations.json"
 python3 - "$out" <<'EOF' | tee "$out/prometheus-values.txt"
 import json, os, sys
 out = sys.argv[1]
 for f in sorted(os.listdir(out)):
-    if f.startswith("prom-") and f.endswith(".json") and f != "prom-samples.json":
+    if f.startswith("prom-") and f.endswith(".json") and f not in ("prom-samples.json", "prom-durations.json"):
         for r in json.load(open(os.path.join(out, f)))["data"]["result"]:
             print(r["metric"].get("__name__"), {k: v for k, v in r["metric"].items() if k not in ("__name__", "job")}, r["value"][1])
 EOF
+# Prometheus stops first: its next scrape must not meet the /probe below.
+kill "$prom" 2>/dev/null; wait "$prom" 2>/dev/null
 # One more /probe straight from A, for promtool and the round's details.
 curl -s --max-time 60 "127.0.0.1:9861/probe?target=127.0.0.1:9862&module=net" >"$out/probe.txt"
 "$here/promtool" check metrics <"$out/probe.txt" >"$out/promtool.txt" 2>&1
@@ -209,36 +247,15 @@ if [ "$ngpu" -ge 2 ]; then
   kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; pids=()
 fi
 
-ref reference-after
-grep -h " via " "$out"/reference-*-nccl-*.log | sed 's/.*via //' | sort | uniq -c
-python3 - "$out" "$SIZE" <<'EOF' | tee "$out/compare.txt"
+grep -h " via " "$out"/pair-*-nccl-*.log | sed 's/.*via //' | sort | uniq -c
+python3 "$here/pairs.py" "$out" "$SIZE" 0.05 | tee "$out/compare.txt"
+[ "${PIPESTATUS[0]}" = 0 ] || fail=1
+python3 - "$out" <<'EOF' | tee -a "$out/compare.txt"
 import json, sys
-out, size = sys.argv[1], int(sys.argv[2])
-refs = []
-for name in ("reference-before", "reference-after"):
-    refs.append({r["collective"]: r for r in json.load(open("%s/%s-0.json" % (out, name)))["results"] if r["size_bytes"] == size})
-for r in json.load(open(out + "/prom-samples.json"))["data"]["result"]:
-    print("probe samples %s: %s GB/s" % (r["metric"]["collective"], ", ".join("%.3f" % (float(v) / 1e9) for _, v in r["values"])))
-prom = {}
-for r in json.load(open(out + "/prom-median.json"))["data"]["result"]:
-    prom[r["metric"]["collective"]] = float(r["value"][1])
-ch = json.load(open(out + "/prom-gpulink_node_probe_channels.json"))["data"]["result"]
+ch = json.load(open(sys.argv[1] + "/prom-gpulink_node_probe_channels.json"))["data"]["result"]
 kinds = sorted({r["metric"]["transport"] for r in ch if float(r["value"][1]) > 0})
-ok = True
-for c, tol in (("send_recv", 0.05), ("all_reduce", None)):
-    p, each = prom.get(c), [x.get(c, {}).get("bus_bytes_per_second") for x in refs]
-    rf = sum(each) / len(each) if all(each) else None
-    if p is None or not rf:
-        print("FAIL %s: probe %s, reference %s" % (c, p, rf)); ok = ok and tol is None; continue
-    d = p / rf - 1
-    verdict = "shown" if tol is None else ("PASS" if abs(d) <= tol else "FAIL")
-    ok = ok and verdict != "FAIL"
-    print("%s %s: probe %.3f GB/s (median of the samples in Prometheus), reference %.3f GB/s (mean of %s), %+.2f%%" % (
-        verdict, c, p / 1e9, rf / 1e9, " and ".join("%.3f" % (e / 1e9) for e in each), d * 100))
-v = "PASS" if kinds == ["net"] else "FAIL"
-ok = ok and v == "PASS"
-print("%s channels by transport: %s" % (v, kinds))
-sys.exit(0 if ok else 1)
+print("%s channels by transport: %s" % ("PASS" if kinds == ["net"] else "FAIL", kinds))
+sys.exit(0 if kinds == ["net"] else 1)
 EOF
 [ "${PIPESTATUS[0]}" = 0 ] || fail=1
 succ=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["data"]["result"]; print(r[0]["value"][1] if r else "none")' "$out/prom-probe_success.json")

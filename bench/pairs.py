@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Judge a probe against a reference run in pairs (bench/node-probe.sh).
+
+Sockets over a VM's loopback move with the moment and with the state of a
+run: one call's reference read 3.29 then 3.67 GB/s while each run's own
+samples stayed within 9%. So each probe sample Prometheus stored is divided
+by the reference run made right after it, in the gap before the next
+scrape, and the median of those ratios is judged. A reference that
+overlapped a probe (two NCCL sessions time-slicing the GPUs) makes its pair
+say nothing about either tool: that fails the check instead of being
+dropped.
+
+Usage: pairs.py OUTDIR SIZE TOLERANCE
+OUTDIR holds prom-samples.json (gpulink_node_probe_bus_bandwidth_bytes_per_second
+over the run), prom-durations.json (probe_duration_seconds over the run),
+and per reference run k pair-k.window (start and end, Unix seconds, one a
+line) and pair-k-0.json (ref/nccl_ref.py's output). Prints a line per pair
+and a verdict per collective; exits 1 when send/recv's median ratio is off
+by more than TOLERANCE, a pair overlapped, or a reference went unpaired.
+"""
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+from dataclasses import dataclass, field
+
+JUDGED = "send_recv"  # all_reduce is shown, not judged
+
+
+@dataclass
+class Sample:
+    t: float  # scrape start, Unix seconds
+    seconds: float  # probe_duration_seconds of that scrape
+    bw: dict = field(default_factory=dict)  # collective -> bytes/s
+
+
+@dataclass
+class Reference:
+    name: str
+    start: float
+    end: float
+    bw: dict  # collective -> bytes/s
+
+
+@dataclass
+class Pair:
+    sample: Sample
+    ref: Reference
+    problems: list
+
+
+def pair(samples, refs):
+    """Each reference with the latest sample that began before it, and
+    what is wrong with the pair: an overlap with any probe, or no sample."""
+    samples = sorted(samples, key=lambda s: s.t)
+    pairs, unpaired = [], []
+    for r in sorted(refs, key=lambda r: r.start):
+        before = [s for s in samples if s.t <= r.start]
+        if not before:
+            unpaired.append(r)
+            continue
+        problems = ["overlaps the probe scraped at %+.1f s (%.1f s long)" % (s.t - r.start, s.seconds)
+                    for s in samples if s.t < r.end and s.t + s.seconds > r.start]
+        pairs.append(Pair(before[-1], r, problems))
+    used = {}
+    for p in pairs:
+        used.setdefault(p.sample.t, []).append(p.ref.name)
+    for t, names in used.items():
+        if len(names) > 1:
+            for p in pairs:
+                if p.sample.t == t:
+                    p.problems.append("sample shared by %s: no scrape between them" % " and ".join(names))
+    return pairs, unpaired
+
+
+def judge(pairs, unpaired, collective, tolerance):
+    """(verdict line, ok) for one collective; tolerance None: shown only."""
+    ratios = [p.sample.bw[collective] / p.ref.bw[collective] for p in pairs
+              if p.sample.bw.get(collective) and p.ref.bw.get(collective)]
+    if not ratios or len(ratios) != len(pairs):
+        return "FAIL %s: %d of %d pairs have both figures" % (collective, len(ratios), len(pairs)), tolerance is None
+    d = statistics.median(ratios) - 1
+    bad = [p.ref.name for p in pairs if p.problems]
+    if tolerance is None:
+        verdict, ok = "shown", True
+    elif bad or unpaired:
+        verdict, ok = "FAIL", False
+    else:
+        verdict, ok = ("PASS" if abs(d) <= tolerance else "FAIL"), abs(d) <= tolerance
+    probe = [p.sample.bw[collective] / 1e9 for p in pairs]
+    ref = [p.ref.bw[collective] / 1e9 for p in pairs]
+    line = ("%s %s: median of %d pair ratios %+.2f%%%s (probe %.3f-%.3f GB/s, reference %.3f-%.3f GB/s)" % (
+        verdict, collective, len(ratios), d * 100,
+        "" if tolerance is None else " against +-%.0f%%" % (tolerance * 100),
+        min(probe), max(probe), min(ref), max(ref)))
+    if tolerance is not None and bad:
+        line += "; pairs that say nothing: %s" % ", ".join(bad)
+    if tolerance is not None and unpaired:
+        line += "; references with no sample before them: %s" % ", ".join(r.name for r in unpaired)
+    return line, ok
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def load(out, size):
+    samples = {}
+    for r in json.loads(read(os.path.join(out, "prom-samples.json")))["data"]["result"]:
+        for t, v in r["values"]:
+            samples.setdefault(float(t), Sample(float(t), 0.0)).bw[r["metric"]["collective"]] = float(v)
+    for r in json.loads(read(os.path.join(out, "prom-durations.json")))["data"]["result"]:
+        for t, v in r["values"]:
+            if float(t) in samples:
+                samples[float(t)].seconds = float(v)
+    refs = []
+    for w in glob.glob(os.path.join(out, "pair-*.window")):
+        name = os.path.basename(w)[:-len(".window")]
+        times = [float(x) for x in read(w).split()]
+        if len(times) != 2:
+            raise SystemExit("%s: want a start and an end, got %r" % (w, times))
+        res = json.loads(read(os.path.join(out, name + "-0.json")))["results"]
+        refs.append(Reference(name, times[0], times[1],
+                              {x["collective"]: x["bus_bytes_per_second"] for x in res if x["size_bytes"] == size}))
+    refs.sort(key=lambda r: int(re.sub(r"\D", "", r.name) or 0))
+    return list(samples.values()), refs
+
+
+def main(argv):
+    out, size, tolerance = argv[1], int(argv[2]), float(argv[3])
+    samples, refs = load(out, size)
+    pairs, unpaired = pair(samples, refs)
+    t0 = min([s.t for s in samples] + [r.start for r in refs])
+    for p in pairs:
+        print("%s: probe at %6.1f s (%.1f s) send/recv %.3f all-reduce %.3f GB/s; reference %6.1f-%6.1f s send/recv %.3f all-reduce %.3f GB/s; ratio %.3f%s" % (
+            p.ref.name, p.sample.t - t0, p.sample.seconds, p.sample.bw.get("send_recv", 0) / 1e9,
+            p.sample.bw.get("all_reduce", 0) / 1e9, p.ref.start - t0, p.ref.end - t0,
+            p.ref.bw.get("send_recv", 0) / 1e9, p.ref.bw.get("all_reduce", 0) / 1e9,
+            p.sample.bw.get(JUDGED, 0) / p.ref.bw[JUDGED] if p.ref.bw.get(JUDGED) else float("nan"),
+            "" if not p.problems else "; " + "; ".join(p.problems)))
+    ok = True
+    for c, tol in ((JUDGED, tolerance), ("all_reduce", None)):
+        line, good = judge(pairs, unpaired, c, tol)
+        print(line)
+        ok = ok and good
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
