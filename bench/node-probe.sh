@@ -184,7 +184,14 @@ EOF
 # Prometheus stops first: its next scrape must not meet the /probe below.
 kill "$prom" 2>/dev/null; wait "$prom" 2>/dev/null
 # One more /probe straight from A, for promtool and the round's details.
-curl -s --max-time 60 "127.0.0.1:9861/probe?target=127.0.0.1:9862&module=net" >"$out/probe.txt"
+# The reference has just left the GPUs, and a target declines while its
+# last NVML sample still shows them busy: a decline is asked again, 5 s on.
+for _ in $(seq 6); do
+  curl -s --max-time 60 "127.0.0.1:9861/probe?target=127.0.0.1:9862&module=net" >"$out/probe.txt"
+  grep -q '^gpulink_node_probe_failure_info{reason="declined_' "$out/probe.txt" || break
+  grep '^gpulink_node_probe_failure_info' "$out/probe.txt"
+  sleep 5
+done
 "$here/promtool" check metrics <"$out/probe.txt" >"$out/promtool.txt" 2>&1
 check "promtool check metrics on a /probe answer" [ ! -s "$out/promtool.txt" ]
 grep -E "^(probe_|gpulink_node_probe_)" "$out/probe.txt"
