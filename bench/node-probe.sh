@@ -8,7 +8,8 @@
 # blackbox style. Beside it, in the same command, the reference:
 # ref/nccl_ref.py as two processes (one GPU each, world 2) under the same
 # settings. Checks: the send/recv bus bandwidth Prometheus stored within
-# 5% of the reference's, every channel reported as network, probe_success
+# 5% of the reference's, or within what the reference's own noise
+# resolves when that is wider (below), every channel reported as network, probe_success
 # 1, promtool check metrics clean on a /probe answer.
 # With one GPU (an x1 machine) both daemons own GPU 0 and NCCL_HOSTID tells
 # NCCL they are two hosts (two processes on one GPU time-slice it, so the
@@ -33,23 +34,27 @@
 # result, the module's and the reference's alike.
 #
 # How the probe is judged against the reference (since 2026-11-28): in
-# pairs. Sockets over the VM's loopback are bound by CPU, and one call's
-# reference read 3.29 then 3.67 GB/s (11%) while every sample inside each
-# run stayed within 9%: the state of a run and of the moment moves the
-# figure, not the timing. A reference run before the daemons start and one
-# after they stop judged a probe minutes away from both. Now Prometheus
-# scrapes every SCRAPE_INTERVAL (default 50s) and, as each of SAMPLES
-# (default 5) /probe samples lands (SCRAPE_TIMEOUT, default 45s, bounds
-# each), the reference runs once in the gap
-# before the next scrape; each probe sample is divided by the reference run
-# right after it, and the median of those ratios must be within 5% of 1
-# (the limit issue 13 set, unchanged). A pair whose reference overlapped a
-# probe (the GPUs time-slice, the figure says nothing) fails the check
-# rather than being dropped. Both sides run with the same CPUs: the
-# prober's daemon (and its children) and the reference's rank 0 on the
-# first half of the CPUs, the target's and rank 1 on the second half, so
-# NCCL's socket threads meet the same placement in the probe and in the
-# reference.
+# pairs, by bench/pairs.py. Sockets over the VM's loopback are bound by CPU
+# and move with the moment: one call's reference read 3.29 then 3.67 GB/s.
+# A reference run before the daemons start and one after they stop judged
+# a probe minutes away from both. Now Prometheus scrapes every
+# SCRAPE_INTERVAL (default 50s) and, as each of SAMPLES (default 5) /probe
+# samples lands (SCRAPE_TIMEOUT, default 45s, bounds each), the reference
+# runs once in the gap before the next scrape; each probe sample is divided
+# by the reference run right after it, and the median of those ratios is
+# judged. The limit is 5% (issue 13's), or twice the standard error that
+# the reference's own run-to-run noise gives a median of that many pairs
+# when that is larger: on two H200s a pair's ratio still ran 0.89-1.20, a
+# noise faster than a run, which a fixed 5% would fail half the time for
+# a probe exactly as good as the reference. A run whose noise resolves
+# nothing finer than 25% (the limit of the noisiest comparison here,
+# collective latency at 8 KiB) is INCONCLUSIVE, not a pass; the line says
+# which limit applied and why. A pair whose reference overlapped a probe
+# (the GPUs time-slice, the figure says nothing) fails the check rather
+# than being dropped. Both sides run with the same CPUs: the prober's
+# daemon (and its children) and the reference's rank 0 on the first half
+# of the CPUs, the target's and rank 1 on the second half, so NCCL's socket
+# threads meet the same placement in the probe and in the reference.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-$(mktemp -d)}
@@ -255,7 +260,7 @@ if [ "$ngpu" -ge 2 ]; then
 fi
 
 grep -h " via " "$out"/pair-*-nccl-*.log | sed 's/.*via //' | sort | uniq -c
-python3 "$here/pairs.py" "$out" "$SIZE" 0.05 | tee "$out/compare.txt"
+python3 "$here/pairs.py" "$out" "$SIZE" 0.05 0.25 | tee "$out/compare.txt"
 [ "${PIPESTATUS[0]}" = 0 ] || fail=1
 python3 - "$out" <<'EOF' | tee -a "$out/compare.txt"
 import json, sys

@@ -5,6 +5,7 @@ the judgement, on Prometheus' and nccl_ref.py's own JSON shapes.
 Run: python3 bench/test_pairs.py
 """
 import json
+import math
 import os
 import statistics
 import tempfile
@@ -40,12 +41,12 @@ def write_run(d, probes, refs):
         ]}, os.path.join(d, "pair-%d-0.json" % k))
 
 
-def run(probes, refs, tolerance=0.05):
+def run(probes, refs, tolerance=0.05, ceiling=0.25):
     with tempfile.TemporaryDirectory() as d:
         write_run(d, probes, refs)
         samples, rs = pairs.load(d, SIZE)
         ps, unpaired = pairs.pair(samples, rs)
-        return ps, unpaired, pairs.judge(ps, unpaired, "send_recv", tolerance)
+        return ps, unpaired, pairs.judge(ps, unpaired, "send_recv", tolerance, ceiling)
 
 
 class PairsTest(unittest.TestCase):
@@ -55,13 +56,18 @@ class PairsTest(unittest.TestCase):
     # would not.
     T = 1_764_300_000.0
     DRIFT = [3.29e9, 3.45e9, 3.67e9, 3.50e9, 3.31e9]
+    QUIET = [3.40e9, 3.42e9, 3.45e9, 3.43e9, 3.41e9]
+    # The send/recv references of the second paired run on two H200s
+    # (2026-11-28 16:17 UTC), and its probe samples.
+    H200_REF = [4.275e9, 3.897e9, 4.406e9, 3.724e9, 3.388e9]
+    H200_PROBE = [3.811e9, 3.638e9, 4.070e9, 4.472e9, 3.410e9]
 
-    def probes(self, factor=1.0, seconds=10.0):
-        return [(self.T + 50 * i, seconds, bw * factor, bw * 0.9) for i, bw in enumerate(self.DRIFT)]
+    def probes(self, factor=1.0, seconds=10.0, bws=None):
+        return [(self.T + 50 * i, seconds, bw * factor, bw * 0.9) for i, bw in enumerate(bws or self.DRIFT)]
 
-    def refs(self, start=11.0, length=20.0):
+    def refs(self, start=11.0, length=20.0, bws=None):
         return [(self.T + 50 * i + start, self.T + 50 * i + start + length, bw, bw * 0.9)
-                for i, bw in enumerate(self.DRIFT)]
+                for i, bw in enumerate(bws or self.DRIFT)]
 
     def test_in_pairs_drift_cancels(self):
         ps, unpaired, (line, ok) = run(self.probes(1.03), self.refs())
@@ -75,10 +81,46 @@ class PairsTest(unittest.TestCase):
         old = statistics.median(p.sample.bw["send_recv"] for p in ps) / ((self.DRIFT[0] + self.DRIFT[-1]) / 2) - 1
         self.assertGreater(old, 0.07)
 
-    def test_off_by_more_than_the_tolerance(self):
-        _, _, (line, ok) = run(self.probes(0.94), self.refs())
+    def test_quiet_reference_keeps_the_tolerance(self):
+        _, _, (line, ok) = run(self.probes(0.96, bws=self.QUIET), self.refs(bws=self.QUIET))
+        self.assertTrue(ok, line)
+        self.assertTrue(line.startswith("PASS send_recv: median of 5 pair ratios -4.00% against +-5.0%"), line)
+        _, _, (line, ok) = run(self.probes(0.94, bws=self.QUIET), self.refs(bws=self.QUIET))
         self.assertFalse(ok)
-        self.assertTrue(line.startswith("FAIL send_recv: median of 5 pair ratios -6.00%"), line)
+        self.assertTrue(line.startswith("FAIL send_recv: median of 5 pair ratios -6.00% against +-5.0%"), line)
+
+    def test_noise_of_two_runs_of_one_tool(self):
+        self.assertIsNone(pairs.noise([1.0, 2.0]))
+        self.assertAlmostEqual(pairs.noise([1.0, 2.0, 1.0]), math.log(2))
+        self.assertAlmostEqual(pairs.noise([3.0, 3.0, 3.0, 3.0]), 0.0)
+        # The H200 run: 12.3% run to run.
+        self.assertAlmostEqual(pairs.noise(self.H200_REF), 0.1233, places=3)
+
+    def test_noisy_reference_widens_the_limit(self):
+        # The H200 run (-6.66% from its unrounded figures) against a limit
+        # of 2 x 1.2533 x 12.3% / sqrt(5).
+        _, _, (line, ok) = run(self.probes(bws=self.H200_PROBE), self.refs(bws=self.H200_REF))
+        self.assertTrue(ok, line)
+        self.assertTrue(line.startswith("PASS send_recv: median of 5 pair ratios -6.65% against +-13.8%"), line)
+        self.assertIn("run-to-run noise 12.3% resolves +-13.8% with 5 pairs", line)
+        # The same noise does not hide a probe 20% low.
+        probes = [(t, s, sr * 0.8, ar) for t, s, sr, ar in self.probes(bws=self.H200_PROBE)]
+        _, _, (line, ok) = run(probes, self.refs(bws=self.H200_REF))
+        self.assertFalse(ok)
+        self.assertTrue(line.startswith("FAIL send_recv: median of 5 pair ratios -25.32% against +-13.8%"), line)
+
+    def test_too_noisy_to_judge(self):
+        wild = [3.0e9, 4.5e9, 3.0e9, 4.5e9, 3.0e9]  # 40% run to run resolves +-45%
+        _, _, (line, ok) = run(self.probes(bws=wild), self.refs(bws=wild))
+        self.assertFalse(ok)
+        self.assertTrue(line.startswith("INCONCLUSIVE send_recv: median of 5 pair ratios +0.00%"), line)
+        self.assertIn("over the 25% this check can be judged at", line)
+
+    def test_two_pairs_keep_the_tolerance(self):
+        _, _, (line, ok) = run(self.probes(1.04)[:2], self.refs()[:2])
+        self.assertTrue(ok, line)
+        self.assertIn("against +-5.0%", line)
+        self.assertIn("too few pairs to measure the reference's noise", line)
 
     def test_the_median_not_the_mean(self):
         probes = self.probes()
