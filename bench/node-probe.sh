@@ -51,7 +51,9 @@
 # collective latency at 8 KiB) is INCONCLUSIVE, not a pass; the line says
 # which limit applied and why. A pair whose reference overlapped a probe
 # (the GPUs time-slice, the figure says nothing) fails the check rather
-# than being dropped. Both sides run with the same CPUs: the prober's
+# than being dropped. Several runs' pairs are judged as one with
+#   python3 bench/pairs.py SIZE 0.05 0.25 OUTDIR1 OUTDIR2 ...
+# (a median of more pairs resolves finer). Both sides run with the same CPUs: the prober's
 # daemon (and its children) and the reference's rank 0 on the first half
 # of the CPUs, the target's and rank 1 on the second half, so NCCL's socket
 # threads meet the same placement in the probe and in the reference.
@@ -260,7 +262,7 @@ if [ "$ngpu" -ge 2 ]; then
 fi
 
 grep -h " via " "$out"/pair-*-nccl-*.log | sed 's/.*via //' | sort | uniq -c
-python3 "$here/pairs.py" "$out" "$SIZE" 0.05 0.25 | tee "$out/compare.txt"
+python3 "$here/pairs.py" "$SIZE" 0.05 0.25 "$out" | tee "$out/compare.txt"
 [ "${PIPESTATUS[0]}" = 0 ] || fail=1
 python3 - "$out" <<'EOF' | tee -a "$out/compare.txt"
 import json, sys

@@ -18,9 +18,12 @@ the time. The limit is therefore the larger of TOLERANCE and what the
 run's own reference noise resolves (see judge), and a run whose noise
 resolves nothing finer than CEILING is INCONCLUSIVE rather than a pass.
 
-Usage: pairs.py OUTDIR SIZE TOLERANCE CEILING
-OUTDIR holds prom-samples.json (gpulink_node_probe_bus_bandwidth_bytes_per_second
-over the run), prom-durations.json (probe_duration_seconds over the run),
+Usage: pairs.py SIZE TOLERANCE CEILING OUTDIR [OUTDIR...]
+Several OUTDIRs (runs of node-probe.sh) are judged as one: all their
+pairs, the reference's noise from consecutive runs inside each. Each
+OUTDIR holds prom-samples.json
+(gpulink_node_probe_bus_bandwidth_bytes_per_second over the run),
+prom-durations.json (probe_duration_seconds over the run),
 and per reference run k pair-k.window (start and end, Unix seconds, one a
 line) and pair-k-0.json (ref/nccl_ref.py's output). Prints a line per pair
 and a verdict per collective; exits 1 when send/recv's median ratio is off
@@ -52,6 +55,7 @@ class Reference:
     start: float
     end: float
     bw: dict  # collective -> bytes/s
+    run: str = ""  # the OUTDIR it came from
 
 
 @dataclass
@@ -85,14 +89,16 @@ def pair(samples, refs):
     return pairs, unpaired
 
 
-def noise(values):
+def noise(*runs):
     """The spread of two runs of one tool: the root mean square of the log
-    ratio of each reference run to the one before it. Both are runs of the
-    same code on the same path, so their ratio is noise alone, and this is
-    the spread a pair's ratio would have if the probe were the reference.
-    None with fewer than three runs (two differences)."""
-    logs = [math.log(v) for v in values]
-    diffs = [b - a for a, b in zip(logs, logs[1:])]
+    ratio of each reference run to the one before it in the same OUTDIR.
+    Both are runs of the same code on the same path, so their ratio is
+    noise alone, and this is the spread a pair's ratio would have if the
+    probe were the reference. None with fewer than two such ratios."""
+    diffs = []
+    for values in runs:
+        logs = [math.log(v) for v in values]
+        diffs += [b - a for a, b in zip(logs, logs[1:])]
     if len(diffs) < 2:
         return None
     return math.sqrt(sum(d * d for d in diffs) / len(diffs))
@@ -114,7 +120,10 @@ def judge(pairs, unpaired, collective, tolerance, ceiling=None):
         return "FAIL %s: %d of %d pairs have both figures" % (collective, len(ratios), len(pairs)), tolerance is None
     d = statistics.median(ratios) - 1
     bad = [p.ref.name for p in pairs if p.problems]
-    sigma = noise([p.ref.bw[collective] for p in sorted(pairs, key=lambda p: p.ref.start)])
+    runs = {}
+    for p in sorted(pairs, key=lambda p: p.ref.start):
+        runs.setdefault(p.ref.run, []).append(p.ref.bw[collective])
+    sigma = noise(*runs.values())
     limit, why = tolerance, ""
     if tolerance is not None:
         if sigma is None:
@@ -168,23 +177,32 @@ def load(out, size):
             raise SystemExit("%s: want a start and an end, got %r" % (w, times))
         res = json.loads(read(os.path.join(out, name + "-0.json")))["results"]
         refs.append(Reference(name, times[0], times[1],
-                              {x["collective"]: x["bus_bytes_per_second"] for x in res if x["size_bytes"] == size}))
+                              {x["collective"]: x["bus_bytes_per_second"] for x in res if x["size_bytes"] == size}, out))
     refs.sort(key=lambda r: int(re.sub(r"\D", "", r.name) or 0))
     return list(samples.values()), refs
 
 
 def main(argv):
-    out, size, tolerance, ceiling = argv[1], int(argv[2]), float(argv[3]), float(argv[4])
-    samples, refs = load(out, size)
-    pairs, unpaired = pair(samples, refs)
-    t0 = min([s.t for s in samples] + [r.start for r in refs])
-    for p in pairs:
-        print("%s: probe at %6.1f s (%.1f s) send/recv %.3f all-reduce %.3f GB/s; reference %6.1f-%6.1f s send/recv %.3f all-reduce %.3f GB/s; ratio %.3f%s" % (
-            p.ref.name, p.sample.t - t0, p.sample.seconds, p.sample.bw.get("send_recv", 0) / 1e9,
-            p.sample.bw.get("all_reduce", 0) / 1e9, p.ref.start - t0, p.ref.end - t0,
-            p.ref.bw.get("send_recv", 0) / 1e9, p.ref.bw.get("all_reduce", 0) / 1e9,
-            p.sample.bw.get(JUDGED, 0) / p.ref.bw[JUDGED] if p.ref.bw.get(JUDGED) else float("nan"),
-            "" if not p.problems else "; " + "; ".join(p.problems)))
+    if len(argv) < 5:
+        raise SystemExit("usage: pairs.py SIZE TOLERANCE CEILING OUTDIR [OUTDIR...]")
+    size, tolerance, ceiling, outs = int(argv[1]), float(argv[2]), float(argv[3]), argv[4:]
+    pairs, unpaired = [], []
+    for out in outs:
+        samples, refs = load(out, size)
+        if len(outs) > 1:
+            for r in refs:
+                r.name = "%s/%s" % (out, r.name)
+        ps, un = pair(samples, refs)
+        pairs += ps
+        unpaired += un
+        t0 = min([s.t for s in samples] + [r.start for r in refs])
+        for p in ps:
+            print("%s: probe at %6.1f s (%.1f s) send/recv %.3f all-reduce %.3f GB/s; reference %6.1f-%6.1f s send/recv %.3f all-reduce %.3f GB/s; ratio %.3f%s" % (
+                p.ref.name, p.sample.t - t0, p.sample.seconds, p.sample.bw.get("send_recv", 0) / 1e9,
+                p.sample.bw.get("all_reduce", 0) / 1e9, p.ref.start - t0, p.ref.end - t0,
+                p.ref.bw.get("send_recv", 0) / 1e9, p.ref.bw.get("all_reduce", 0) / 1e9,
+                p.sample.bw.get(JUDGED, 0) / p.ref.bw[JUDGED] if p.ref.bw.get(JUDGED) else float("nan"),
+                "" if not p.problems else "; " + "; ".join(p.problems)))
     ok = True
     for c, tol in ((JUDGED, tolerance), ("all_reduce", None)):
         line, good = judge(pairs, unpaired, c, tol, ceiling)

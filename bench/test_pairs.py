@@ -4,6 +4,8 @@ the judgement, on Prometheus' and nccl_ref.py's own JSON shapes.
 
 Run: python3 bench/test_pairs.py
 """
+import contextlib
+import io
 import json
 import math
 import os
@@ -95,6 +97,35 @@ class PairsTest(unittest.TestCase):
         self.assertAlmostEqual(pairs.noise([3.0, 3.0, 3.0, 3.0]), 0.0)
         # The H200 run: 12.3% run to run.
         self.assertAlmostEqual(pairs.noise(self.H200_REF), 0.1233, places=3)
+
+    def test_noise_pooled_over_runs_not_across_them(self):
+        # Each run's consecutive references; never the last of one run
+        # against the first of the next.
+        self.assertIsNone(pairs.noise([1.0], [2.0]))
+        self.assertAlmostEqual(pairs.noise([1.0, 2.0], [5.0, 10.0]), math.log(2))
+
+    def test_several_runs_judged_as_one(self):
+        with tempfile.TemporaryDirectory() as d:
+            a, b = os.path.join(d, "a"), os.path.join(d, "b")
+            os.mkdir(a)
+            os.mkdir(b)
+            # Run a reads 20% high on a quiet reference, run b 1% low: as
+            # one, the median of 10 pairs.
+            write_run(a, self.probes(1.20, bws=self.QUIET), self.refs(bws=self.QUIET))
+            probes = [(t + 1000, s, sr * 0.99, ar) for t, s, sr, ar in self.probes(bws=self.QUIET)]
+            refs = [(s + 1000, e + 1000, sr, ar) for s, e, sr, ar in self.refs(bws=self.QUIET)]
+            write_run(b, probes, refs)
+            with contextlib.redirect_stdout(io.StringIO()) as out:
+                rc = pairs.main(["pairs.py", str(SIZE), "0.05", "0.25", a, b])
+            lines = out.getvalue().splitlines()
+            self.assertEqual(rc, 1, lines)
+            self.assertEqual(len([x for x in lines if x.startswith(a + "/pair-") or x.startswith(b + "/pair-")]), 10, lines)
+            self.assertTrue(any(x.startswith("FAIL send_recv: median of 10 pair ratios +9.50%") for x in lines), lines)
+            with contextlib.redirect_stdout(io.StringIO()) as out:
+                rc = pairs.main(["pairs.py", str(SIZE), "0.05", "0.25", b])
+            self.assertEqual(rc, 0, out.getvalue())
+            with self.assertRaises(SystemExit):
+                pairs.main(["pairs.py", str(SIZE), "0.05", "0.25"])
 
     def test_noisy_reference_widens_the_limit(self):
         # The H200 run (-6.66% from its unrounded figures) against a limit
