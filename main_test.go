@@ -186,6 +186,29 @@ func TestStartupRefuses(t *testing.T) {
 	}
 }
 
+// The daemon's --nccl.library and the collectives command read one
+// variable, so `collectives --check` run in the exporter's container (the
+// chart's nccl.hostPath sets it) checks the library the daemon loads; a
+// flag given wins.
+func TestNCCLLibraryFromTheEnvironment(t *testing.T) {
+	t.Setenv("GPULINK_NCCL_LIBRARY", "/host/nccl/libnccl.so.2")
+	for _, c := range []struct {
+		args            []string
+		daemon, command string
+	}{
+		{[]string{"collectives", "--check"}, "/host/nccl/libnccl.so.2", "/host/nccl/libnccl.so.2"},
+		{[]string{"collectives", "--check", "--library=/opt/nccl/libnccl.so.2"}, "/host/nccl/libnccl.so.2", "/opt/nccl/libnccl.so.2"},
+	} {
+		l := newCLI()
+		if _, err := l.app.Parse(c.args); err != nil {
+			t.Fatalf("%q: %v", c.args, err)
+		}
+		if l.cfg.ncclLib != c.daemon || l.collectives.Library != c.command {
+			t.Errorf("%q: daemon %q, command %q; want %q, %q", c.args, l.cfg.ncclLib, l.collectives.Library, c.daemon, c.command)
+		}
+	}
+}
+
 // A path that may appear later is a warning, not an error.
 func TestMissingSocketOrLibraryWarns(t *testing.T) {
 	var log bytes.Buffer

@@ -98,8 +98,9 @@ func (v containerView) rdma() bool { return len(v.rdmaResources()) > 0 || v.host
 // checkRDMA checks the RDMA and NCCL parts of any render: a device
 // plugin's resource requested as much as limited, the host's devices
 // from the host, read-only, and only in a privileged container (the
-// device cgroup admits them only then), --nccl.library inside a
-// read-only host mount; and none of it with default values. IPC_LOCK,
+// device cgroup admits them only then), GPULINK_NCCL_LIBRARY inside a
+// read-only host mount and no --nccl.library (a command run in the pod
+// reads the variable, not the daemon's flags); and none of it with default values. IPC_LOCK,
 // exactly where there is RDMA, is in checkDaemonSet's list of
 // capabilities.
 func checkRDMA(v containerView, mode renderMode) []error {
@@ -121,10 +122,13 @@ func checkRDMA(v containerView, mode renderMode) []error {
 	} else if v.privileged {
 		fail("securityContext.privileged must not be true")
 	}
-	if lib, ok := flagValue(v.args, "--nccl.library"); ok {
+	if lib, ok := v.env[ncclLibraryEnv]; ok {
 		if dir := filepath.Dir(lib); v.mounts[dir] == "" {
-			fail("--nccl.library=%s: want a host directory mounted read-only at %s", lib, dir)
+			fail("%s=%s: want a host directory mounted read-only at %s", ncclLibraryEnv, lib, dir)
 		}
+	}
+	if lib, ok := flagValue(v.args, "--nccl.library"); ok {
+		fail("--nccl.library=%s: set %s, which `collectives --check` run in the pod reads too", lib, ncclLibraryEnv)
 	}
 	if mode != renderDefault {
 		return errs
@@ -132,10 +136,7 @@ func checkRDMA(v containerView, mode renderMode) []error {
 	if v.rdma() {
 		fail("RDMA devices with default values (resources %v, host devices %v): they need a device plugin or privileges, and are opt-in", res, v.hostDevices())
 	}
-	if _, ok := flagValue(v.args, "--nccl.library"); ok {
-		fail("--nccl.library with default values: the image's NCCL is the default")
-	}
-	for _, name := range []string{"NCCL_NET_PLUGIN", "LD_LIBRARY_PATH"} {
+	for _, name := range []string{ncclLibraryEnv, "NCCL_NET_PLUGIN", "LD_LIBRARY_PATH"} {
 		if _, ok := v.env[name]; ok {
 			fail("%s is set with default values", name)
 		}
@@ -169,13 +170,17 @@ func checkRDMADevicePlugin(_ layout, objs []object) []error {
 	return errs
 }
 
+// ncclLibraryEnv names the NCCL library the daemon and its commands load
+// (the image sets it; nccl.hostPath sets it to the host's).
+const ncclLibraryEnv = "GPULINK_NCCL_LIBRARY"
+
 // efaHostMounts are the EFA installer's directories ci/efa-values.yaml
 // mounts: libfabric and aws-ofi-nccl.
 var efaHostMounts = []string{"/opt/amazon/efa", "/opt/amazon/ofi-nccl"}
 
 // checkEFA: ci/efa-values.yaml runs the host's NCCL with aws-ofi-nccl over
 // the host's /dev/infiniband: the library and the plugin's directories
-// mounted read-only, --nccl.library in the library's mount,
+// mounted read-only, GPULINK_NCCL_LIBRARY in the library's mount,
 // NCCL_NET_PLUGIN naming the plugin, LD_LIBRARY_PATH only through the
 // mounts and reaching the plugin's, the devices and IPC_LOCK.
 func checkEFA(_ layout, objs []object) []error {
@@ -191,11 +196,11 @@ func checkEFA(_ layout, objs []object) []error {
 	if !slices.Contains(v.caps, "IPC_LOCK") {
 		fail("no IPC_LOCK: NCCL could not pin its buffers past RLIMIT_MEMLOCK")
 	}
-	lib, ok := flagValue(v.args, "--nccl.library")
+	lib, ok := v.env[ncclLibraryEnv]
 	if !ok {
-		fail("no --nccl.library with nccl.hostPath")
+		fail("no %s with nccl.hostPath", ncclLibraryEnv)
 	} else if host := v.mounts[filepath.Dir(lib)]; host != "/usr/lib/x86_64-linux-gnu" || filepath.Base(lib) != "libnccl.so.2" {
-		fail("--nccl.library=%s: want libnccl.so.2 in the host's /usr/lib/x86_64-linux-gnu mounted read-only at %s, got %q", lib, filepath.Dir(lib), host)
+		fail("%s=%s: want libnccl.so.2 in the host's /usr/lib/x86_64-linux-gnu mounted read-only at %s, got %q", ncclLibraryEnv, lib, filepath.Dir(lib), host)
 	}
 	for _, dir := range efaHostMounts {
 		if v.mounts[dir] != dir {

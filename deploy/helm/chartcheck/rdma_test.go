@@ -20,9 +20,9 @@ var rdmaDaemonSet = strings.NewReplacer(
 // aws-ofi-nccl.
 var efaDaemonSet = strings.NewReplacer(
 	"        - --kubernetes.pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock\n",
-	"        - --kubernetes.pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock\n        - --node-probe.enabled\n        - --nccl.library=/host/nccl/libnccl.so.2\n",
+	"        - --kubernetes.pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock\n        - --node-probe.enabled\n",
 	"          value: compute,utility\n",
-	"          value: compute,utility\n        - name: NCCL_NET_PLUGIN\n          value: ofi\n        - name: LD_LIBRARY_PATH\n          value: /opt/amazon/ofi-nccl/lib:/opt/amazon/efa/lib\n",
+	"          value: compute,utility\n        - name: GPULINK_NCCL_LIBRARY\n          value: /host/nccl/libnccl.so.2\n        - name: NCCL_NET_PLUGIN\n          value: ofi\n        - name: LD_LIBRARY_PATH\n          value: /opt/amazon/ofi-nccl/lib:/opt/amazon/efa/lib\n",
 	"allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true\n          privileged: true",
 	"add: [SYS_PTRACE, SYS_NICE]", "add: [SYS_PTRACE, SYS_NICE, IPC_LOCK]",
 	"        - {name: pr, mountPath: /var/lib/kubelet/pod-resources, readOnly: true}\n",
@@ -56,7 +56,7 @@ func TestCheckDaemonSetRDMA(t *testing.T) {
 		}
 	}
 	got := check(efaDaemonSet, renderDefault)
-	for _, want := range []string{"--nccl.library with default values", "NCCL_NET_PLUGIN is set with default values", "LD_LIBRARY_PATH is set with default values"} {
+	for _, want := range []string{"GPULINK_NCCL_LIBRARY is set with default values", "NCCL_NET_PLUGIN is set with default values", "LD_LIBRARY_PATH is set with default values"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("EFA with default values: errors %q lack %q", got, want)
 		}
@@ -70,7 +70,8 @@ func TestCheckDaemonSetRDMA(t *testing.T) {
 		{"host devices writable", efaDaemonSet, "mountPath: /dev/infiniband, readOnly: true", "mountPath: /dev/infiniband", "want the host's /dev/infiniband mounted read-only"},
 		{"privileged without host devices", rdmaDaemonSet, "allowPrivilegeEscalation: false", "allowPrivilegeEscalation: false\n          privileged: true", "privileged must not be true"},
 		{"escalation without host devices", rdmaDaemonSet, "allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true", "allowPrivilegeEscalation must be false"},
-		{"library not mounted", efaDaemonSet, "--nccl.library=/host/nccl/libnccl.so.2", "--nccl.library=/opt/nccl/libnccl.so.2", "--nccl.library=/opt/nccl/libnccl.so.2: want a host directory mounted read-only at /opt/nccl"},
+		{"library not mounted", efaDaemonSet, "value: /host/nccl/libnccl.so.2", "value: /opt/nccl/libnccl.so.2", "GPULINK_NCCL_LIBRARY=/opt/nccl/libnccl.so.2: want a host directory mounted read-only at /opt/nccl"},
+		{"library by the flag", efaDaemonSet, "        - --node-probe.enabled\n", "        - --node-probe.enabled\n        - --nccl.library=/host/nccl/libnccl.so.2\n", "--nccl.library=/host/nccl/libnccl.so.2: set GPULINK_NCCL_LIBRARY, which `collectives --check` run in the pod reads too"},
 		{"library mounted writable", efaDaemonSet, "mountPath: /host/nccl, readOnly: true", "mountPath: /host/nccl", "want a host directory mounted read-only at /host/nccl"},
 	} {
 		if !strings.Contains(tc.manifest, tc.old) {
@@ -106,7 +107,7 @@ func TestRDMAVariants(t *testing.T) {
 		t.Errorf("rdma on the EFA render: %q", got)
 	}
 	got := check(efa, goodDaemonSet)
-	for _, want := range []string{"want the host's /dev/infiniband mounted read-only in a privileged container", "no --nccl.library", "want the host's /opt/amazon/efa", "want the host's /opt/amazon/ofi-nccl", `NCCL_NET_PLUGIN is ""`, "lacks /opt/amazon/ofi-nccl/lib"} {
+	for _, want := range []string{"want the host's /dev/infiniband mounted read-only in a privileged container", "no GPULINK_NCCL_LIBRARY with nccl.hostPath", "want the host's /opt/amazon/efa", "want the host's /opt/amazon/ofi-nccl", `NCCL_NET_PLUGIN is ""`, "lacks /opt/amazon/ofi-nccl/lib"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("efa on the default render: errors %q lack %q", got, want)
 		}
