@@ -57,6 +57,7 @@ type fakeRunner struct {
 	fab       *fabric
 	busBW     float64 // bytes per second
 	latency   float64 // seconds
+	spread    float64 // a result's fastest and slowest samples: the median times 1-spread and 1+spread
 	transport string  // kind of the connections to the other node
 
 	failOpen error             // OpenComm fails (no libnccl.so.2)
@@ -139,7 +140,7 @@ func (c *fakeComm) time(bytes float64) (probes.Measured, error) {
 		return probes.Measured{}, errors.New("ncclCommAbort: the communicator was aborted at the deadline")
 	}
 	t := c.r.latency + bytes/c.r.busBW
-	return probes.Measured{Median: t, Min: t, Max: t}, nil
+	return probes.Measured{Median: t, Min: t * (1 - c.r.spread), Max: t * (1 + c.r.spread)}, nil
 }
 
 func (c *fakeComm) Collective(op probes.Collective, size int64) (probes.Measured, error) {

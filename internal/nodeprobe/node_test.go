@@ -286,6 +286,37 @@ func TestProbeSuccess(t *testing.T) {
 	}
 }
 
+// A probe that succeeded logs every result of both sides with its
+// samples' spread (at debug), which /probe's median does not show.
+func TestProbeLogsTheSpread(t *testing.T) {
+	fab := newFabric()
+	a := newTestNode(t, fab, "node-a", 50e9, true, nil)
+	b := newTestNode(t, fab, "node-b", 50e9, true, nil)
+	a.runner.spread, b.runner.spread = 0.1, 0.2
+	if status, body := a.probe(t, target(b.hostport()), ""); status != http.StatusOK || !strings.Contains(body, "probe_success 1") {
+		t.Fatalf("status %d:\n%s", status, body)
+	}
+	// 256 MiB over 40 GB/s plus 25 µs: 6.74 ms (6.06-7.41 at 10%, 5.39-8.08
+	// at 20%); 8 KiB: 25.2 µs. In run order, all-reduce first.
+	var line string
+	for _, l := range strings.Split(a.log.String(), "\n") {
+		if strings.Contains(l, "node-to-node probe succeeded") {
+			line = l
+		}
+	}
+	for _, want := range []string{
+		`results="prober: all_reduce 256MiB 6.74ms [6.06ms-7.41ms], all_reduce 8KiB 25.2µs [22.7µs-27.7µs], send_recv 0->1 256MiB 6.74ms [6.06ms-7.41ms], send_recv 0->1 8KiB 25.2µs [22.7µs-27.7µs]; `,
+		`; target: all_reduce 256MiB 6.74ms [5.39ms-8.08ms], all_reduce 8KiB 25.2µs [20.2µs-30.2µs]"`,
+	} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the success line lacks %q:\n%s", want, line)
+		}
+	}
+	if strings.Contains(line, "target: send_recv") {
+		t.Errorf("the target reported a send/recv it only received:\n%s", line)
+	}
+}
+
 // Without NIC rates on one side the expected value and ratio are absent,
 // the bandwidth not.
 func TestProbeExpectedNeedsBothNodes(t *testing.T) {

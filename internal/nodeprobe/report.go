@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/alecthomas/units"
@@ -189,6 +190,48 @@ func (o *outcome) result(c probes.Collective, size int64, from, to *int) (*probe
 		return nil, "no value"
 	}
 	return r, ""
+}
+
+// spreads is every timed result of both rounds with its samples' spread,
+// "prober: send_recv 0->1 64MiB 18.9ms [16.2-21.0], ...; target: ...",
+// for the debug log of a probe that succeeded: /probe exports the median
+// alone, and a figure that moves from probe to probe is told by this from
+// one whose samples move inside a probe.
+func (o *outcome) spreads() string {
+	var sides []string
+	for _, side := range []struct {
+		name  string
+		round *probes.CollectiveRound
+	}{{"prober", o.local}, {"target", o.remote}} {
+		if side.round == nil {
+			continue
+		}
+		var each []string
+		for _, r := range side.round.Results {
+			if r.Seconds <= 0 {
+				continue
+			}
+			pair := ""
+			if r.FromRank != nil && r.ToRank != nil {
+				pair = fmt.Sprintf(" %d->%d", *r.FromRank, *r.ToRank)
+			}
+			each = append(each, fmt.Sprintf("%s%s %s %s [%s-%s]", r.Collective, pair, units.Base2Bytes(r.SizeBytes),
+				seconds(r.Seconds), seconds(r.SampleMin), seconds(r.SampleMax)))
+		}
+		sides = append(sides, side.name+": "+strings.Join(each, ", "))
+	}
+	return strings.Join(sides, "; ")
+}
+
+// seconds is s in the unit that reads best in a log: 18.9ms, 21.4µs.
+func seconds(s float64) string {
+	switch {
+	case s >= 1:
+		return fmt.Sprintf("%.3gs", s)
+	case s >= 1e-3:
+		return fmt.Sprintf("%.3gms", s*1e3)
+	}
+	return fmt.Sprintf("%.3gµs", s*1e6)
 }
 
 // find is round's result of c at size between from and to (nil for a
