@@ -247,8 +247,9 @@ type SharingCheck struct {
 	Snapshot *nvml.Snapshot
 	// Processes lists the compute processes on every GPU (NVML).
 	Processes func() ([]nvml.Process, error)
-	// Threshold is the utilisation above which a GPU counts as busy;
-	// DefaultUtilizationThreshold when 0.
+	// Threshold is the utilisation above which a GPU counts as busy, as
+	// the daemon's SchedulerConfig.UtilizationThreshold (the same flag):
+	// 0 makes any utilisation busy.
 	Threshold float64
 	// Comm names a process (its /proc/<pid>/comm); nil or "" unknown.
 	Comm func(pid int) string
@@ -287,7 +288,6 @@ func (s *SharingCheck) Start(addrs []string) *CommandWatch {
 	if s == nil || s.Processes == nil {
 		return nil
 	}
-	threshold := cmp.Or(s.Threshold, DefaultUtilizationThreshold)
 	cw := &CommandWatch{check: s, lister: NewProcessLister(s.Processes, ProcessListLimit), busyUtil: map[string]bool{}}
 	var gpus []*nvml.GPUState
 	for _, a := range addrs {
@@ -297,7 +297,7 @@ func (s *SharingCheck) Start(addrs []string) *CommandWatch {
 			for i := range s.Snapshot.GPUs {
 				if cur := &s.Snapshot.GPUs[i]; nvml.NormalizeBusID(cur.PCIBusID) == addr {
 					g = cur
-					if cur.Utilization.Valid && cur.Utilization.V > threshold {
+					if cur.Utilization.Valid && cur.Utilization.V > s.Threshold {
 						cw.busyUtil[addr] = true
 					}
 				}
