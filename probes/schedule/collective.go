@@ -148,24 +148,14 @@ func (s *Scheduler) collectiveRound(ctx context.Context, snap *nvml.Snapshot) (f
 	// does), during and after. A job that starts on any of the GPUs
 	// meanwhile makes every result contended, not low.
 	busyUtil := s.busyUtilization(gpus)
-	var watch *probes.RunWatch
-	if s.lister != nil {
-		watch = probes.NewRunWatch(gpus)
-		watch.Note(listing.procs, listing.err)
-		go watch.Poll(s.lister, s.pollEvery)
-	}
+	watch := probes.WatchRun(gpus, s.lister, s.pollEvery, listing.procs, listing.err)
 
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.CollectiveTimeout)
 	start := s.now()
 	round, err := s.cfg.CollectiveRunner.RunCollectives(rctx, o, nil)
 	took := s.now().Sub(start)
 	cancel()
-	if watch != nil {
-		watch.Stop()
-		if ctx.Err() == nil {
-			watch.Note(s.lister.Call())
-		}
-	}
+	watch.Finish(s.lister, ctx.Err() == nil)
 	if ctx.Err() != nil {
 		return false // shutting down: says nothing of the GPUs
 	}
