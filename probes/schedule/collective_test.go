@@ -552,18 +552,15 @@ func TestCollectiveRoundWatchesFromTheListingItDecidedOn(t *testing.T) {
 	f.setProcs(proc(1, 777))
 	coll.respond = func(_ context.Context, o probes.CollectiveOptions) (*probes.CollectiveRound, error) {
 		f.setProcs() // the job ended as the round started
-		r := okCollectiveRound(o)
-		r.PID = ownPID
-		return r, nil
+		return okCollectiveRound(o), nil
 	}
 	f.s.RunCollectiveRound(context.Background())
 
-	st := f.collective(t)
-	if st.Runs[probes.RunSuccess] != 1 || st.Last == nil {
-		t.Fatalf("want one successful round, got runs %v", st.Runs)
+	last := f.collective(t).Last
+	if last == nil {
+		t.Fatal("no round")
 	}
-	c := st.Last.Contention
-	if !reflect.DeepEqual(c.Processes, map[string][]int{busID(1): {777}}) || c.ProcessChecks != 2 {
+	if c := last.Contention; !reflect.DeepEqual(c.Processes, map[string][]int{busID(1): {777}}) || c.ProcessChecks != 2 {
 		t.Errorf("contention %+v, want pid 777 on GPU 1 from 2 listings", c)
 	}
 	if n := f.listings(); n != 2 {
