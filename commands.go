@@ -70,7 +70,7 @@ func commandNVML(c *config, fsys numa.FS, logger *slog.Logger, sample, sharing b
 		// The processes can still be listed; the utilisation is unknown.
 		logger.Warn("no NVML sample: sharing is judged from the processes alone", "err", err)
 	}
-	check = &probes.SharingCheck{Snapshot: snap, Processes: reader.ComputeProcesses, Comm: func(pid int) string {
+	check = &probes.SharingCheck{Snapshot: snap, Processes: reader.ComputeProcesses, Threshold: c.probe.UtilizationThreshold, Comm: func(pid int) string {
 		b, err := os.ReadFile(filepath.Join(fsys.Proc, strconv.Itoa(pid), "comm"))
 		if err != nil {
 			return ""

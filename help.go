@@ -25,11 +25,14 @@ var alwaysShown = []string{"help", "log.level", "log.format"}
 // commandGlobals are, by command, the other global flags it reads.
 var commandGlobals = map[string][]string{
 	// The probe child loads libcuda; the table a person reads adds what
-	// each path should give, from one NVML sample and the PCIe tree.
-	"probe": {"cuda.library", "nvml.library", "path.sysfs", "path.procfs"},
+	// each path should give, from one NVML sample and the PCIe tree; what
+	// shares the GPUs is judged as the daemon judges it.
+	"probe": {"cuda.library", "nvml.library", "path.sysfs", "path.procfs", "probe.utilization-threshold"},
 	// The collectives child loads libcuda (its own --library is NCCL's);
 	// run by hand it lists the GPUs' processes through NVML (sysfs for
-	// the sample, procfs for their names).
+	// the sample, procfs for their names). It reads
+	// --probe.utilization-threshold too, as probe does, but does not list
+	// it: its help is already at the 60 lines a command's keeps under.
 	"collectives": {"cuda.library", "nvml.library", "path.sysfs", "path.procfs"},
 	// The matrix is read from sysfs and one NVML sample, of this machine
 	// or of a simulated one.

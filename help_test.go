@@ -40,7 +40,7 @@ func TestCommandHelpIsItsOwn(t *testing.T) {
 		command string
 		lists   []string
 	}{
-		{"probe", []string{"gpu", "peer", "probe", "size", "samples", "output", "cuda.library", "nvml.library", "path.sysfs", "log.level", "help"}},
+		{"probe", []string{"gpu", "peer", "probe", "size", "samples", "output", "cuda.library", "nvml.library", "path.sysfs", "probe.utilization-threshold", "log.level", "help"}},
 		{"collectives", []string{"gpu", "collective", "size", "small-size", "iters", "samples", "library", "nvls", "output", "cuda.library", "log.level", "help"}},
 		{"topology", []string{"path.sysfs", "path.procfs", "nvml.library", "sim", "log.level", "help"}},
 	} {

@@ -138,6 +138,34 @@ func (w *RunWatch) Poll(l *ProcessLister, every time.Duration) {
 // Stop ends Poll.
 func (w *RunWatch) Stop() { w.stopOnce.Do(func() { close(w.done) }) }
 
+// WatchRun starts watching a run on gpus: first is the listing taken
+// right before it (the one its GPUs were judged idle on, where there was
+// one), then l lists every interval until Finish. Nil, watching nothing,
+// without a lister.
+func WatchRun(gpus []*nvml.GPUState, l *ProcessLister, every time.Duration, first []nvml.Process, firstErr error) *RunWatch {
+	if l == nil {
+		return nil
+	}
+	w := NewRunWatch(gpus)
+	w.Note(first, firstErr)
+	go w.Poll(l, every)
+	return w
+}
+
+// Finish ends the poll and, with listAgain, lists the processes once
+// more: a job still there after the run is seen even when the run was too
+// short for a poll. (Not when shutting down: the listing would say
+// nothing that is kept.) A nil watch does nothing.
+func (w *RunWatch) Finish(l *ProcessLister, listAgain bool) {
+	if w == nil {
+		return
+	}
+	w.Stop()
+	if listAgain {
+		w.Note(l.Call())
+	}
+}
+
 // others are the PIDs seen on each watched GPU other than own (0 for
 // unknown), by address, and how many listings were read and failed.
 func (w *RunWatch) others(own int) (map[string][]int, int, int) {
@@ -247,8 +275,9 @@ type SharingCheck struct {
 	Snapshot *nvml.Snapshot
 	// Processes lists the compute processes on every GPU (NVML).
 	Processes func() ([]nvml.Process, error)
-	// Threshold is the utilisation above which a GPU counts as busy;
-	// DefaultUtilizationThreshold when 0.
+	// Threshold is the utilisation above which a GPU counts as busy, as
+	// the daemon's SchedulerConfig.UtilizationThreshold (the same flag):
+	// 0 makes any utilisation busy.
 	Threshold float64
 	// Comm names a process (its /proc/<pid>/comm); nil or "" unknown.
 	Comm func(pid int) string
@@ -287,7 +316,6 @@ func (s *SharingCheck) Start(addrs []string) *CommandWatch {
 	if s == nil || s.Processes == nil {
 		return nil
 	}
-	threshold := cmp.Or(s.Threshold, DefaultUtilizationThreshold)
 	cw := &CommandWatch{check: s, lister: NewProcessLister(s.Processes, ProcessListLimit), busyUtil: map[string]bool{}}
 	var gpus []*nvml.GPUState
 	for _, a := range addrs {
@@ -297,7 +325,7 @@ func (s *SharingCheck) Start(addrs []string) *CommandWatch {
 			for i := range s.Snapshot.GPUs {
 				if cur := &s.Snapshot.GPUs[i]; nvml.NormalizeBusID(cur.PCIBusID) == addr {
 					g = cur
-					if cur.Utilization.Valid && cur.Utilization.V > threshold {
+					if cur.Utilization.Valid && cur.Utilization.V > s.Threshold {
 						cw.busyUtil[addr] = true
 					}
 				}
@@ -305,20 +333,17 @@ func (s *SharingCheck) Start(addrs []string) *CommandWatch {
 		}
 		gpus = append(gpus, g)
 	}
-	cw.watch = NewRunWatch(gpus)
-	cw.watch.Note(cw.lister.Call())
-	go cw.watch.Poll(cw.lister, cmp.Or(s.Every, ProcessPoll))
+	first, err := cw.lister.Call()
+	cw.watch = WatchRun(gpus, cw.lister, cmp.Or(s.Every, ProcessPoll), first, err)
 	return cw
 }
 
-// Stop ends the poll and lists the processes once more: a job still
-// there after the run is seen even when the run was too short for a poll.
+// Stop ends the poll and lists the processes once more (RunWatch.Finish).
 func (cw *CommandWatch) Stop() {
 	if cw == nil {
 		return
 	}
-	cw.watch.Stop()
-	cw.watch.Note(cw.lister.Call())
+	cw.watch.Finish(cw.lister, true)
 }
 
 // Round is a probe round's contention (JudgeRound), with the processes

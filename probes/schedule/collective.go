@@ -129,7 +129,7 @@ func (s *Scheduler) collectiveRound(ctx context.Context, snap *nvml.Snapshot) (f
 	if fresh := s.cfg.GPUs(); fresh != nil {
 		snap = fresh
 	}
-	gpus, reason := s.collectiveGPUs(snap)
+	gpus, listing, reason := s.collectiveGPUs(snap)
 	if reason != "" {
 		s.collectiveSkip(reason, len(gpus))
 		return false
@@ -144,27 +144,18 @@ func (s *Scheduler) collectiveRound(ctx context.Context, snap *nvml.Snapshot) (f
 	o.Ranks, o.FirstRank, o.UniqueID, o.Peer = len(gpus), 0, "", ""
 
 	// Watched as a probe round is: the utilisation right before, and the
-	// processes before, during and after. A job that starts on any of the
-	// GPUs meanwhile makes every result contended, not low.
+	// processes before (the listing the round was decided on, as visit
+	// does), during and after. A job that starts on any of the GPUs
+	// meanwhile makes every result contended, not low.
 	busyUtil := s.busyUtilization(gpus)
-	var watch *probes.RunWatch
-	if s.lister != nil {
-		watch = probes.NewRunWatch(gpus)
-		watch.Note(s.lister.Call())
-		go watch.Poll(s.lister, s.pollEvery)
-	}
+	watch := probes.WatchRun(gpus, s.lister, s.pollEvery, listing.procs, listing.err)
 
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.CollectiveTimeout)
 	start := s.now()
 	round, err := s.cfg.CollectiveRunner.RunCollectives(rctx, o, nil)
 	took := s.now().Sub(start)
 	cancel()
-	if watch != nil {
-		watch.Stop()
-		if ctx.Err() == nil {
-			watch.Note(s.lister.Call())
-		}
-	}
+	watch.Finish(s.lister, ctx.Err() == nil)
 	if ctx.Err() != nil {
 		return false // shutting down: says nothing of the GPUs
 	}
@@ -239,8 +230,10 @@ func (s *Scheduler) collectiveRound(ctx context.Context, snap *nvml.Snapshot) (f
 // (staticSkip). The round needs two of them, and every one idle under the
 // policy; otherwise the reason it is skipped: a GPU's own reason where
 // that left fewer than two (all in MIG mode, say), fewer_than_two_gpus
-// where the node has no more, or the first busy GPU's.
-func (s *Scheduler) collectiveGPUs(snap *nvml.Snapshot) ([]*nvml.GPUState, string) {
+// where the node has no more, or the first busy GPU's. With two or more
+// usable GPUs it lists the processes (when it can), and returns that
+// listing for the round's watch.
+func (s *Scheduler) collectiveGPUs(snap *nvml.Snapshot) ([]*nvml.GPUState, processListing, string) {
 	var usable []*nvml.GPUState
 	static := ""
 	for i := range snap.GPUs {
@@ -254,13 +247,12 @@ func (s *Scheduler) collectiveGPUs(snap *nvml.Snapshot) ([]*nvml.GPUState, strin
 		usable = append(usable, g)
 	}
 	if len(usable) < 2 {
-		return usable, cmp.Or(static, SkipFewerThanTwo)
+		return usable, processListing{}, cmp.Or(static, SkipFewerThanTwo)
 	}
-	var procs []nvml.Process
-	var procsErr error
+	var l processListing
 	if s.lister != nil {
-		if procs, procsErr = s.lister.Call(); procsErr != nil && s.cfg.Policy == PolicyIdle {
-			s.logger.Warn("cannot list GPU processes; treating the GPUs as busy", "err", procsErr)
+		if l.procs, l.err = s.lister.Call(); l.err != nil && s.cfg.Policy == PolicyIdle {
+			s.logger.Warn("cannot list GPU processes; treating the GPUs as busy", "err", l.err)
 		}
 	}
 	var taken time.Time
@@ -268,11 +260,17 @@ func (s *Scheduler) collectiveGPUs(snap *nvml.Snapshot) ([]*nvml.GPUState, strin
 		taken = s.cfg.GPUsTaken()
 	}
 	for _, g := range usable {
-		if r := s.busy(s.withoutOwnUtilization(g, taken), procs, procsErr == nil); r != "" {
-			return usable, r
+		if r := s.busy(s.withoutOwnUtilization(g, taken), l.procs, l.err == nil); r != "" {
+			return usable, l, r
 		}
 	}
-	return usable, ""
+	return usable, l, ""
+}
+
+// processListing is one answer of the process lister.
+type processListing struct {
+	procs []nvml.Process
+	err   error
 }
 
 // withoutOwnUtilization is g, without its utilisation where the sample

@@ -542,3 +542,28 @@ func TestCollectiveJobMidRoundIsContended(t *testing.T) {
 		t.Errorf("contended rounds after a clean one %v", st.Contended)
 	}
 }
+
+// The listing a collective round is decided on is the watch's "before":
+// under policy always a job listed then, gone once the round runs, makes
+// the round contended, and the round lists the processes twice (before
+// and after; no poll here), not a third time.
+func TestCollectiveRoundWatchesFromTheListingItDecidedOn(t *testing.T) {
+	f, coll := newCollectiveSched(t, fourIdle(), func(c *SchedulerConfig) { c.Policy = PolicyAlways })
+	f.setProcs(proc(1, 777))
+	coll.respond = func(_ context.Context, o probes.CollectiveOptions) (*probes.CollectiveRound, error) {
+		f.setProcs() // the job ended as the round started
+		return okCollectiveRound(o), nil
+	}
+	f.s.RunCollectiveRound(context.Background())
+
+	last := f.collective(t).Last
+	if last == nil {
+		t.Fatal("no round")
+	}
+	if c := last.Contention; !reflect.DeepEqual(c.Processes, map[string][]int{busID(1): {777}}) || c.ProcessChecks != 2 {
+		t.Errorf("contention %+v, want pid 777 on GPU 1 from 2 listings", c)
+	}
+	if n := f.listings(); n != 2 {
+		t.Errorf("process list asked %d times for one collective round, want 2", n)
+	}
+}

@@ -463,24 +463,14 @@ func (s *Scheduler) visit(ctx context.Context, rd *roundPass, g *nvml.GPUState) 
 	// utilisation right before, and the processes before, during and
 	// after.
 	busyUtil := s.busyUtilization(watched)
-	var watch *probes.RunWatch
-	if s.lister != nil {
-		watch = probes.NewRunWatch(watched)
-		watch.Note(procs, procsErr)
-		go watch.Poll(s.lister, s.pollEvery)
-	}
+	watch := probes.WatchRun(watched, s.lister, s.pollEvery, procs, procsErr)
 
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	start := s.now()
 	rnd, err := s.cfg.Runner.Run(rctx, o)
 	took := s.now().Sub(start)
 	cancel()
-	if watch != nil {
-		watch.Stop()
-		if ctx.Err() == nil {
-			watch.Note(s.lister.Call())
-		}
-	}
+	watch.Finish(s.lister, ctx.Err() == nil)
 	if ctx.Err() != nil {
 		return // shutting down: says nothing of the GPU
 	}
