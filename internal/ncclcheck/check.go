@@ -131,8 +131,8 @@ func (r *Report) Write(w io.Writer) error {
 // readable): the expected network is then unknown, or sockets.
 func Check(env Env, topo *numa.Topology, ports *nic.Snapshot) *Report {
 	r := &Report{Networks: Expect(topo, ports)}
-	rdma := RDMAExpected(r.Networks)
 	expected := expectedNetwork(r.Networks)
+	rdma := expected != "" // some GPU's network is RDMA
 	add := func(check string, st Status, format string, args ...any) {
 		r.Items = append(r.Items, Item{check, st, fmt.Sprintf(format, args...)})
 	}
@@ -263,17 +263,6 @@ func Check(env Env, topo *numa.Topology, ports *nic.Snapshot) *Report {
 		add(CheckNetworkGPU, StatusInfo, "GPU %s: %s%s (%s)", e.GPU, e.Network, gdr, rails)
 	}
 	return r
-}
-
-// expectedNetwork is the RDMA network the GPUs expect ("" for none): the
-// first GPU's that is not sockets.
-func expectedNetwork(es []GPUNetwork) string {
-	for _, e := range es {
-		if e.Network != nccllog.NetworkSocket {
-			return e.Network
-		}
-	}
-	return ""
 }
 
 // libraryDirs are where the loader looks, in its order: LD_LIBRARY_PATH,

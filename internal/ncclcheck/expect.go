@@ -111,7 +111,13 @@ func Expect(topo *numa.Topology, ports *nic.Snapshot) []GPUNetwork {
 	return out
 }
 
-// RDMAExpected says whether any GPU's network is RDMA.
-func RDMAExpected(es []GPUNetwork) bool {
-	return slices.ContainsFunc(es, func(e GPUNetwork) bool { return e.Network != nccllog.NetworkSocket })
+// expectedNetwork is the RDMA network the GPUs expect ("" for none): the
+// first GPU's that is not sockets.
+func expectedNetwork(es []GPUNetwork) string {
+	for _, e := range es {
+		if e.Network != nccllog.NetworkSocket {
+			return e.Network
+		}
+	}
+	return ""
 }
