@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/gpulink/gpulink_exporter/internal/nccllog"
 	"github.com/gpulink/gpulink_exporter/internal/nic"
@@ -495,25 +494,21 @@ type Source struct {
 	Env      Env
 	Topology func() *numa.Topology
 	NICs     func() *nic.Snapshot
-	// Ready, where set, says the topology and NICs have been read once:
-	// the first sample waits for it (within its deadline), so that the
-	// daemon's first report knows what the NICs call for.
-	Ready func() bool
+	// Ready are closed once the topology and NICs have been read once
+	// (their samplers' FirstSampled): a sample waits for them (within its
+	// deadline), so that the daemon's first report knows what the NICs
+	// call for.
+	Ready []<-chan struct{}
 }
 
 // Sample implements sampler.Source.
 func (s *Source) Sample(ctx context.Context) (*Report, error) {
-	if s.Ready != nil {
-		t := time.NewTicker(50 * time.Millisecond)
-		for !s.Ready() {
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil, fmt.Errorf("the topology and NICs were not read in time: %w", context.Cause(ctx))
-			case <-t.C:
-			}
+	for _, ready := range s.Ready {
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the topology and NICs were not read in time: %w", context.Cause(ctx))
 		}
-		t.Stop()
 	}
 	var topo *numa.Topology
 	var ports *nic.Snapshot
