@@ -206,7 +206,7 @@ func collectiveFlags(app *kingpin.Application, c *config) {
 	app.Flag("collective.samples", "Timed samples of the iterations per result; the median is exported.").Default(strconv.Itoa(probes.DefaultCollectiveSamples)).IntVar(&p.CollectiveOptions.Samples)
 	app.Flag("collective.kind", "Collective to run (repeatable); default all: "+strings.Join(probes.CollectiveNames(), ", ")+".").
 		EnumsVar(&c.collectiveKinds, probes.CollectiveNames()...)
-	app.Flag("nccl.library", "Path or name of the NCCL library the collective child loads (the image with NCCL sets it through GPULINK_NCCL_LIBRARY).").Envar("GPULINK_NCCL_LIBRARY").Default(nccl.DefaultLibrary).StringVar(&c.ncclLib)
+	app.Flag("nccl.library", "Path or name of the NCCL library the collective child loads (the image with NCCL sets it through GPULINK_NCCL_LIBRARY).").Envar(collectives.LibraryEnv).Default(nccl.DefaultLibrary).StringVar(&c.ncclLib)
 	app.Flag("nccl.nvls", "Let NCCL use NVLink SHARP (multicast) in the collective child. Off, the child runs with NCCL_NVLS_ENABLE=0: on shared machines a multicast program can put the host's GPUs out of service.").
 		Default("false").BoolVar(&c.ncclNVLS)
 }

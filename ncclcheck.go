@@ -33,10 +33,10 @@ func startNCCLCheck(w *wiring, s setting) {
 	if w.sim != nil {
 		env = w.sim.NCCLEnv(w.cfg.ncclLib)
 	}
-	src := &ncclcheck.Source{Env: env, Topology: w.topology.LatestData, Ready: w.topology.Sampled}
+	src := &ncclcheck.Source{Env: env, Topology: w.topology.LatestData, Ready: []<-chan struct{}{w.topology.FirstSampled()}}
 	if w.nic != nil {
 		src.NICs = w.nic.LatestData
-		src.Ready = func() bool { return w.topology.Sampled() && w.nic.Sampled() }
+		src.Ready = append(src.Ready, w.nic.FirstSampled())
 	} else {
 		r := &nic.Reader{FS: w.fsys}
 		src.NICs = func() *nic.Snapshot {

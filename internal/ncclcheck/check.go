@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/gpulink/gpulink_exporter/internal/nccllog"
 	"github.com/gpulink/gpulink_exporter/internal/nic"
@@ -131,8 +130,8 @@ func (r *Report) Write(w io.Writer) error {
 // readable): the expected network is then unknown, or sockets.
 func Check(env Env, topo *numa.Topology, ports *nic.Snapshot) *Report {
 	r := &Report{Networks: Expect(topo, ports)}
-	rdma := RDMAExpected(r.Networks)
 	expected := expectedNetwork(r.Networks)
+	rdma := expected != "" // some GPU's network is RDMA
 	add := func(check string, st Status, format string, args ...any) {
 		r.Items = append(r.Items, Item{check, st, fmt.Sprintf(format, args...)})
 	}
@@ -263,17 +262,6 @@ func Check(env Env, topo *numa.Topology, ports *nic.Snapshot) *Report {
 		add(CheckNetworkGPU, StatusInfo, "GPU %s: %s%s (%s)", e.GPU, e.Network, gdr, rails)
 	}
 	return r
-}
-
-// expectedNetwork is the RDMA network the GPUs expect ("" for none): the
-// first GPU's that is not sockets.
-func expectedNetwork(es []GPUNetwork) string {
-	for _, e := range es {
-		if e.Network != nccllog.NetworkSocket {
-			return e.Network
-		}
-	}
-	return ""
 }
 
 // libraryDirs are where the loader looks, in its order: LD_LIBRARY_PATH,
@@ -506,25 +494,21 @@ type Source struct {
 	Env      Env
 	Topology func() *numa.Topology
 	NICs     func() *nic.Snapshot
-	// Ready, where set, says the topology and NICs have been read once:
-	// the first sample waits for it (within its deadline), so that the
-	// daemon's first report knows what the NICs call for.
-	Ready func() bool
+	// Ready are closed once the topology and NICs have been read once
+	// (their samplers' FirstSampled): a sample waits for them (within its
+	// deadline), so that the daemon's first report knows what the NICs
+	// call for.
+	Ready []<-chan struct{}
 }
 
 // Sample implements sampler.Source.
 func (s *Source) Sample(ctx context.Context) (*Report, error) {
-	if s.Ready != nil {
-		t := time.NewTicker(50 * time.Millisecond)
-		for !s.Ready() {
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil, fmt.Errorf("the topology and NICs were not read in time: %w", context.Cause(ctx))
-			case <-t.C:
-			}
+	for _, ready := range s.Ready {
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the topology and NICs were not read in time: %w", context.Cause(ctx))
 		}
-		t.Stop()
 	}
 	var topo *numa.Topology
 	var ports *nic.Snapshot

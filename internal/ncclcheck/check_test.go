@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
@@ -292,5 +293,33 @@ func TestCheckManyRDMADevices(t *testing.T) {
 	r := Check(env(root, nil, Unlimited), topo, ports)
 	if got := item(t, r, CheckRDMADevices).Detail; got != "12 devices, /dev/infiniband/uverbs0 to /dev/infiniband/uverbs11" {
 		t.Errorf("devices: %q", got)
+	}
+}
+
+// The daemon's sample waits for the topology and NIC samplers' first
+// samples, within its deadline, and only then reads them.
+func TestSourceWaitsForItsInputs(t *testing.T) {
+	topoReady, nicsReady := make(chan struct{}), make(chan struct{})
+	close(topoReady)
+	read := make(chan struct{}, 2)
+	s := &Source{Env: env(t.TempDir(), nil, Unlimited), Ready: []<-chan struct{}{topoReady, nicsReady},
+		Topology: func() *numa.Topology { read <- struct{}{}; return nil },
+		NICs:     func() *nic.Snapshot { read <- struct{}{}; return nil }}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if r, err := s.Sample(ctx); r != nil || err == nil || !strings.Contains(err.Error(), "not read in time") {
+		t.Fatalf("NICs never sampled: %v, %v; want the deadline's error", r, err)
+	}
+	if len(read) != 0 {
+		t.Fatal("the topology or NICs were read before their first sample")
+	}
+
+	time.AfterFunc(20*time.Millisecond, func() { close(nicsReady) })
+	if r, err := s.Sample(context.Background()); r == nil || err != nil {
+		t.Fatalf("after the NICs' first sample: %v, %v", r, err)
+	}
+	if len(read) != 2 {
+		t.Errorf("%d of the topology and NICs read, want both", len(read))
 	}
 }

@@ -92,7 +92,10 @@ func Expect(topo *numa.Topology, ports *nic.Snapshot) []GPUNetwork {
 		if len(rails) > 0 {
 			e.Path = topo.Path(g, rails[0])
 		}
-		e.Network = upNetwork(all, addrs)
+		// The rails' own network; with no rails, addrs is nil and this
+		// is already any NIC's.
+		onRail := upNetwork(all, addrs)
+		e.Network = onRail
 		if e.Network == "" {
 			// NCCL takes any NIC of the node where the nearest has no
 			// RDMA port up: slower, but not sockets.
@@ -100,16 +103,21 @@ func Expect(topo *numa.Topology, ports *nic.Snapshot) []GPUNetwork {
 		}
 		if e.Network == "" {
 			e.Network = nccllog.NetworkSocket
-		} else {
-			e.GDR = len(rails) > 0 && e.Path <= numa.PathPXB && gdrKernel &&
-				upNetwork(all, addrs) != ""
 		}
+		// GPUDirect RDMA only through a rail NIC of the GPU's own.
+		e.GDR = len(rails) > 0 && onRail != "" && e.Path <= numa.PathPXB && gdrKernel
 		out = append(out, e)
 	}
 	return out
 }
 
-// RDMAExpected says whether any GPU's network is RDMA.
-func RDMAExpected(es []GPUNetwork) bool {
-	return slices.ContainsFunc(es, func(e GPUNetwork) bool { return e.Network != nccllog.NetworkSocket })
+// expectedNetwork is the RDMA network the GPUs expect ("" for none): the
+// first GPU's that is not sockets.
+func expectedNetwork(es []GPUNetwork) string {
+	for _, e := range es {
+		if e.Network != nccllog.NetworkSocket {
+			return e.Network
+		}
+	}
+	return ""
 }

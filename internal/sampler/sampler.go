@@ -208,6 +208,10 @@ func (s *Sampler[T]) Sampled() bool {
 	}
 }
 
+// FirstSampled is closed when Sampled turns true, for a reader that waits
+// on it.
+func (s *Sampler[T]) FirstSampled() <-chan struct{} { return s.sampled }
+
 func (s *Sampler[T]) markSampled() { s.sampledOnce.Do(func() { close(s.sampled) }) }
 
 // Name is the source's name as exported in the source label.

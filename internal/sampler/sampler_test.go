@@ -241,12 +241,21 @@ func TestSampledAfterTheFirstSampleEnds(t *testing.T) {
 		}},
 	} {
 		s := New[int]("t", tc.src, Options{Interval: time.Hour, Timeout: 5 * time.Millisecond})
-		if s.Sampled() {
+		if s.Sampled() || closed(s.FirstSampled()) {
 			t.Fatalf("%s: sampled before any sample", tc.name)
 		}
 		s.SampleOnce(context.Background())
-		if !s.Sampled() {
+		if !s.Sampled() || !closed(s.FirstSampled()) {
 			t.Errorf("%s: not sampled after the first sample", tc.name)
 		}
+	}
+}
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }

@@ -534,7 +534,7 @@ func (c *ncclComm) Transports() []probes.Transport {
 		return nil
 	}
 	defer f.Close()
-	return parseTransports(f)
+	return probes.TransportsOf(f)
 }
 
 // Cost is per GPU: they all work at once, so the busiest one's GPU time,

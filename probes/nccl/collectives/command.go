@@ -62,8 +62,9 @@ const collectivesHelp = `Run one round of NCCL collectives over the GPUs and pri
 
 NCCL takes its NCCL_* variables from this environment, so it takes the paths jobs take, except: NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE are overridden (its log names the transports), and NCCL_NVLS_ENABLE is 0 unless --nvls. Communicators block, as nccl-tests' do.`
 
-// libraryEnv names the NCCL library where no flag does.
-const libraryEnv = "GPULINK_NCCL_LIBRARY"
+// LibraryEnv names the NCCL library where no flag does: this command's
+// --library and the daemon's --nccl.library both read it.
+const LibraryEnv = "GPULINK_NCCL_LIBRARY"
 
 // AddCollectiveCommand registers the collectives subcommand and its flags
 // on app. The CUDA driver is the application's --cuda.library, as for
@@ -88,7 +89,7 @@ func AddCollectiveCommand(app *kingpin.Application, c *CollectiveCommand) *kingp
 	// The variable the daemon's --nccl.library reads too (the image and the
 	// chart's nccl.hostPath set it), so a command run in the exporter's
 	// container loads the daemon's NCCL.
-	cmd.Flag("library", "Path or name of the NCCL library.").Envar(libraryEnv).Default(nccl.DefaultLibrary).StringVar(&c.Library)
+	cmd.Flag("library", "Path or name of the NCCL library.").Envar(LibraryEnv).Default(nccl.DefaultLibrary).StringVar(&c.Library)
 	cmd.Flag("nvls", "Let NCCL use NVLS (multicast), which can put a shared machine's GPUs out of service.").BoolVar(&c.NVLS)
 	cmd.Flag("timeout", "Abort and report what was measured after this long; 0: no limit.").Default("0s").DurationVar(&c.Timeout)
 	cmd.Flag("output", "table or json.").Default("table").EnumVar(&c.Output, "table", "json")

@@ -4,9 +4,9 @@
 // node-to-node probes, another node's), runs each collective through
 // probes.MeasureCollectiveRound, and prints the round as JSON for the
 // daemon or as nccl-tests' table for a person (command.go, table.go). It
-// reads which transport NCCL chose from NCCL's own log (transports.go) and
-// sets the environment NCCL runs under, NVLS off unless asked
-// (env.go).
+// reads which transport NCCL chose from NCCL's own log (probes.TransportsOf
+// over internal/nccllog) and sets the environment NCCL runs under, NVLS
+// off unless asked (env.go).
 //
 // It is a sub-package of the binding, not part of it: the contract
 // (probes) imports the binding to check a --unique-id at start, so the

@@ -21,7 +21,7 @@ func parseTransportsOf(t *testing.T, paths ...string) []probes.Transport {
 		defer f.Close()
 		logs = append(logs, f)
 	}
-	return parseTransports(io.MultiReader(logs...))
+	return probes.TransportsOf(io.MultiReader(logs...))
 }
 
 // The lines of testdata/nccl/posted-issues.log, as posted in NCCL and
@@ -48,7 +48,7 @@ func TestParseTransportsOfPostedLogs(t *testing.T) {
 		{Channel: 14, FromRank: 15, ToRank: 0, Kind: probes.TransportNet, Detail: "NET/Socket/0", Network: "Socket"},
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("parseTransports:\n got %v\nwant %v", got, want)
+		t.Errorf("TransportsOf:\n got %v\nwant %v", got, want)
 	}
 }
 
