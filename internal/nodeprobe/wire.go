@@ -100,6 +100,19 @@ func (o SessionOptions) module() Module {
 	return m
 }
 
+// collectiveOptions are what this node's child runs with in a session of
+// o: on gpus, as ranks firstRank on of 2×gpus_per_node, joined with id
+// ("" on the prober, whose child makes it), peer naming the other node.
+// Both nodes' children are given theirs here, so that they make the same
+// calls: send/recv only from each of the prober's GPUs to its counterpart.
+func (o SessionOptions) collectiveOptions(gpus []string, firstRank int, id, peer string) probes.CollectiveOptions {
+	m := o.module()
+	c := m.options()
+	k := o.GPUsPerNode
+	c.GPUs, c.Ranks, c.FirstRank, c.UniqueID, c.Peer, c.SendRecvOffset = gpus, 2*k, firstRank, id, peer, k
+	return c
+}
+
 // validate checks a session's options, as a module named module.
 func (o SessionOptions) validate(module string) error {
 	if !(o.TimeoutSeconds > 0) {
@@ -121,19 +134,17 @@ func (r *JoinRequest) validate() error {
 	if err := r.Options.validate(r.Module); err != nil {
 		return err
 	}
-	m := r.Options.module()
 	k := r.Options.GPUsPerNode
 	if r.FirstRank != k || r.Ranks != 2*k {
 		return fmt.Errorf("ranks %d, first_rank %d: with gpus_per_node %d want ranks %d, first_rank %d", r.Ranks, r.FirstRank, k, 2*k, k)
 	}
-	// The unique id as NCCL takes it; the GPUs are this node's to fill in.
-	o := m.options()
-	o.Ranks, o.FirstRank, o.UniqueID = r.Ranks, r.FirstRank, r.ID
-	o.GPUs = make([]string, k)
-	for i := range o.GPUs {
-		o.GPUs[i] = strconv.Itoa(i)
+	// The options the child will run with, the unique id as NCCL takes
+	// it; the GPUs are this node's to fill in.
+	gpus := make([]string, k)
+	for i := range gpus {
+		gpus[i] = strconv.Itoa(i)
 	}
-	if err := o.Validate(); err != nil {
+	if err := r.Options.collectiveOptions(gpus, r.FirstRank, r.ID, r.Prober).Validate(); err != nil {
 		return fmt.Errorf("id: %w", err)
 	}
 	return nil
