@@ -76,7 +76,7 @@ func (n *Node) serveProbe(w http.ResponseWriter, r *http.Request) {
 	out.duration = n.now().Sub(start)
 	logger := n.logger.With("module", name, "target", target, "duration_seconds", out.duration.Seconds(), "attempts", out.attempts)
 	if out.reason == "" {
-		logger.Debug("node-to-node probe succeeded", "results", out.spreads())
+		logger.Debug("node-to-node probe succeeded", "results", spreads{out})
 	} else {
 		logger.Info("node-to-node probe failed", "reason", out.reason, "side", out.side, "detail", out.detail)
 	}
