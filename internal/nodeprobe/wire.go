@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -111,6 +112,41 @@ func (o SessionOptions) collectiveOptions(gpus []string, firstRank int, id, peer
 	k := o.GPUsPerNode
 	c.GPUs, c.Ranks, c.FirstRank, c.UniqueID, c.Peer, c.SendRecvOffset = gpus, 2*k, firstRank, id, peer, k
 	return c
+}
+
+// beyond is the first of o's options beyond limit's, as the wire names
+// it, with o's value and limit's: a collective not among limit's, a
+// count or size over limit's or, where exact, other than limit's; the
+// timeout only when over. The target checks a session against its own
+// module (a limit) and a join against its reservation (exact) with it,
+// so that every option is checked both ways. "" when none is.
+func (o SessionOptions) beyond(limit SessionOptions, exact bool) (field string, got, want any) {
+	for _, c := range o.Collectives {
+		if !slices.Contains(limit.Collectives, c) {
+			return "collective", c, limit.Collectives
+		}
+	}
+	if exact && !slices.Equal(o.Collectives, limit.Collectives) {
+		return "collectives", o.Collectives, limit.Collectives
+	}
+	over := func(a, b int64) bool { return a > b || (exact && a != b) }
+	switch {
+	case over(int64(o.GPUsPerNode), int64(limit.GPUsPerNode)):
+		return "gpus_per_node", o.GPUsPerNode, limit.GPUsPerNode
+	case over(o.SizeBytes, limit.SizeBytes):
+		return "size_bytes", o.SizeBytes, limit.SizeBytes
+	case over(o.SmallBytes, limit.SmallBytes):
+		return "small_bytes", o.SmallBytes, limit.SmallBytes
+	case over(int64(o.Warmup), int64(limit.Warmup)):
+		return "warmup", o.Warmup, limit.Warmup
+	case over(int64(o.Iterations), int64(limit.Iterations)):
+		return "iterations", o.Iterations, limit.Iterations
+	case over(int64(o.Samples), int64(limit.Samples)):
+		return "samples", o.Samples, limit.Samples
+	case o.TimeoutSeconds > limit.TimeoutSeconds:
+		return "timeout_seconds", o.TimeoutSeconds, limit.TimeoutSeconds
+	}
+	return "", nil, nil
 }
 
 // validate checks a session's options, as a module named module.
