@@ -230,7 +230,7 @@ func (n *Node) serveReserve(w http.ResponseWriter, r *http.Request) {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read does not fail
 	token := hex.EncodeToString(b[:])
-	hold := min(time.Duration(req.Options.TimeoutSeconds*float64(time.Second)), maxReserveHold)
+	hold := min(req.Options.timeout(), maxReserveHold)
 	n.mu.Lock()
 	// The session lock is held: no other reservation can be pending.
 	n.reserved = &reservation{token: token, h: h, module: req.Module, options: req.Options, remote: remote}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"time"
 )
 
 // maxJoinBytes bounds a join request; a real one is well under 1 KiB.
@@ -71,8 +70,7 @@ func (n *Node) serveJoin(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	defer h.release()
-	timeout := time.Duration(req.Options.TimeoutSeconds * float64(time.Second))
-	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	ctx, cancel := context.WithTimeout(r.Context(), req.Options.timeout())
 	defer cancel()
 	// Ranks req.FirstRank on of req.Ranks, as validate checked.
 	round, err := n.cfg.Runner.RunCollectives(ctx, req.Options.collectiveOptions(busIDs(h.gpus), req.FirstRank, req.ID, req.Prober), nil)

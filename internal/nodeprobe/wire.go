@@ -92,12 +92,18 @@ func sessionOptions(m Module, left time.Duration) SessionOptions {
 		TimeoutSeconds: left.Seconds()}
 }
 
+// timeout is TimeoutSeconds as a duration: how long the target's child
+// may run, and its reservation be held (up to maxReserveHold).
+func (o SessionOptions) timeout() time.Duration {
+	return time.Duration(o.TimeoutSeconds * float64(time.Second))
+}
+
 // module is o as a module, for the checks a modules file's modules get.
 func (o SessionOptions) module() Module {
 	m := DefaultModule()
 	m.Collectives, m.Size, m.SmallSize, m.GPUsPerNode = o.Collectives, units.Base2Bytes(o.SizeBytes), units.Base2Bytes(o.SmallBytes), o.GPUsPerNode
 	m.Warmup, m.Iterations, m.Samples = o.Warmup, o.Iterations, o.Samples
-	m.Timeout = model.Duration(time.Duration(o.TimeoutSeconds * float64(time.Second)))
+	m.Timeout = model.Duration(o.timeout())
 	return m
 }
 
