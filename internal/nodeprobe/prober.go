@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"time"
 
@@ -452,10 +453,4 @@ func targetReason(reason string) bool {
 
 // isDecline reports whether reason is a node declining (either one),
 // rather than a session failing.
-func isDecline(reason string) bool {
-	switch reason {
-	case ReasonBusy, ReasonSession, ReasonRateLimited, ReasonUnavailable, ReasonDisabled:
-		return true
-	}
-	return false
-}
+func isDecline(reason string) bool { return slices.Contains(declineReasons, reason) }
