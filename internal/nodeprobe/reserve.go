@@ -421,10 +421,6 @@ func (n *Node) readStrict(w http.ResponseWriter, r *http.Request, v any) error {
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(n.bodyTimeout))
 	body := http.MaxBytesReader(w, r.Body, maxJoinBytes)
 	defer func() { _, _ = io.Copy(io.Discard, body) }()
-	return decodeStrict(body, v)
-}
-
-func decodeStrict(body io.Reader, v any) error {
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
