@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -390,6 +391,9 @@ func TestJoinCheckedAgainstReservation(t *testing.T) {
 		{"more GPUs", func(r *JoinRequest) { *r = joinOf(2, r.Reservation) }},
 		{"a larger size", func(r *JoinRequest) { r.Options.SizeBytes *= 2 }},
 		{"a longer timeout", func(r *JoinRequest) { r.Options.TimeoutSeconds = 20 }},
+		// Not only more: other than reserved, which a limit would let by.
+		{"fewer iterations", func(r *JoinRequest) { r.Options.Iterations-- }},
+		{"the collectives in another order", func(r *JoinRequest) { slices.Reverse(r.Options.Collectives) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			token := reserveOn(t, b, 10*time.Second) // one GPU

@@ -110,7 +110,8 @@ type Node struct {
 	locked, unlocking func()
 }
 
-// Declines are counted by the declined_* reasons; every series from the
+// The declined_* reasons: a node declining (isDecline), rather than a
+// session failing. Declines are counted by them, every series from the
 // start.
 var declineReasons = []string{ReasonBusy, ReasonSession, ReasonRateLimited, ReasonUnavailable, ReasonDisabled}
 

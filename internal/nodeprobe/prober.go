@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"time"
 
@@ -76,7 +77,7 @@ func (n *Node) serveProbe(w http.ResponseWriter, r *http.Request) {
 	out.duration = n.now().Sub(start)
 	logger := n.logger.With("module", name, "target", target, "duration_seconds", out.duration.Seconds(), "attempts", out.attempts)
 	if out.reason == "" {
-		logger.Debug("node-to-node probe succeeded", "results", out.spreads())
+		logger.Debug("node-to-node probe succeeded", "results", spreads{out})
 	} else {
 		logger.Info("node-to-node probe failed", "reason", out.reason, "side", out.side, "detail", out.detail)
 	}
@@ -250,10 +251,11 @@ func plural(n int, one, many string) string {
 func (n *Node) finish(ctx context.Context, out *outcome, client *http.Client, u, target, name string, m Module, unlock func()) (giveBack string) {
 	defer unlock()
 	k := m.GPUsPerNode
+	opts := sessionOptions(m, time.Until(deadlineOf(ctx)))
 	// The target first, so that no child starts, and no GPU is held, for
 	// a target that declines (reserve.go).
 	token, reason, detail := n.reserve(ctx, client, u, ReserveRequest{Version: JoinVersion, Module: name,
-		Options: sessionOptions(m, time.Until(deadlineOf(ctx))), Prober: n.cfg.Name})
+		Options: opts, Prober: n.cfg.Name})
 	if reason != "" {
 		out.fail(reason, SideTarget, detail)
 		return ""
@@ -265,9 +267,7 @@ func (n *Node) finish(ctx context.Context, out *outcome, client *http.Client, u,
 	}
 	defer release()
 	out.gpus, out.localRates = gpus, n.nicRates(gpus)
-	o := probes.CollectiveOptions{GPUs: busIDs(gpus), Collectives: m.Collectives, SizeBytes: int64(m.Size),
-		SmallBytes: int64(m.SmallSize), Warmup: m.Warmup, Iterations: m.Iterations, Samples: m.Samples,
-		Ranks: 2 * k, FirstRank: 0, Peer: target, SendRecvOffset: k}
+	o := opts.collectiveOptions(busIDs(gpus), 0, "", target)
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ids := make(chan string, 1)
@@ -453,10 +453,4 @@ func targetReason(reason string) bool {
 
 // isDecline reports whether reason is a node declining (either one),
 // rather than a session failing.
-func isDecline(reason string) bool {
-	switch reason {
-	case ReasonBusy, ReasonSession, ReasonRateLimited, ReasonUnavailable, ReasonDisabled:
-		return true
-	}
-	return false
-}
+func isDecline(reason string) bool { return slices.Contains(declineReasons, reason) }

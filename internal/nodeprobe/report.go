@@ -2,6 +2,7 @@ package nodeprobe
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -193,11 +194,16 @@ func (o *outcome) result(c probes.Collective, size int64, from, to *int) (*probe
 }
 
 // spreads is every timed result of both rounds with its samples' spread,
-// "prober: send_recv 0->1 64MiB 18.9ms [16.2-21.0], ...; target: ...",
+// "prober: send_recv 0->1 64MiB 18.9ms [16.2ms-21.0ms], ...; target: ...",
 // for the debug log of a probe that succeeded: /probe exports the median
 // alone, and a figure that moves from probe to probe is told by this from
-// one whose samples move inside a probe.
-func (o *outcome) spreads() string {
+// one whose samples move inside a probe. A slog.LogValuer: written out
+// only when debug is on.
+type spreads struct{ o *outcome }
+
+// LogValue implements slog.LogValuer.
+func (s spreads) LogValue() slog.Value {
+	o := s.o
 	var sides []string
 	for _, side := range []struct {
 		name  string
@@ -211,16 +217,21 @@ func (o *outcome) spreads() string {
 			if r.Seconds <= 0 {
 				continue
 			}
-			pair := ""
-			if r.FromRank != nil && r.ToRank != nil {
-				pair = fmt.Sprintf(" %d->%d", *r.FromRank, *r.ToRank)
-			}
-			each = append(each, fmt.Sprintf("%s%s %s %s [%s-%s]", r.Collective, pair, units.Base2Bytes(r.SizeBytes),
+			each = append(each, fmt.Sprintf("%s %s %s [%s-%s]", resultName(r), units.Base2Bytes(r.SizeBytes),
 				seconds(r.Seconds), seconds(r.SampleMin), seconds(r.SampleMax)))
 		}
 		sides = append(sides, side.name+": "+strings.Join(each, ", "))
 	}
-	return strings.Join(sides, "; ")
+	return slog.StringValue(strings.Join(sides, "; "))
+}
+
+// resultName names a result in a log or an error: its collective, and
+// for a send/recv its ranks, "send_recv 0->1".
+func resultName(r probes.CollectiveResult) string {
+	if r.FromRank != nil && r.ToRank != nil {
+		return fmt.Sprintf("%s %d->%d", r.Collective, *r.FromRank, *r.ToRank)
+	}
+	return string(r.Collective)
 }
 
 // seconds is s in the unit that reads best in a log: 18.9ms, 21.4µs.
@@ -352,11 +363,7 @@ func roundFailure(round *probes.CollectiveRound) string {
 		if r.Error == "" {
 			continue
 		}
-		what := string(r.Collective)
-		if r.FromRank != nil && r.ToRank != nil {
-			what = fmt.Sprintf("%s %d->%d", r.Collective, *r.FromRank, *r.ToRank)
-		}
-		return fmt.Sprintf("%s at %s: %s", what, units.Base2Bytes(r.SizeBytes), r.Error)
+		return fmt.Sprintf("%s at %s: %s", resultName(r), units.Base2Bytes(r.SizeBytes), r.Error)
 	}
 	return ""
 }

@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"slices"
 	"time"
 
 	"github.com/prometheus/common/version"
@@ -115,20 +114,11 @@ type reservation struct {
 // matches says how a join differs from the reservation it names; "" when
 // it does not.
 func (res *reservation) matches(req *JoinRequest) string {
-	o, r := req.Options, res.options
-	switch {
-	case req.Module != res.module:
+	if req.Module != res.module {
 		return fmt.Sprintf("module %q, reserved for %q", req.Module, res.module)
-	case o.GPUsPerNode != r.GPUsPerNode:
-		return fmt.Sprintf("gpus_per_node %d, reserved for %d", o.GPUsPerNode, r.GPUsPerNode)
-	case o.SizeBytes != r.SizeBytes || o.SmallBytes != r.SmallBytes:
-		return fmt.Sprintf("size_bytes %d and small_bytes %d, reserved for %d and %d", o.SizeBytes, o.SmallBytes, r.SizeBytes, r.SmallBytes)
-	case !slices.Equal(o.Collectives, r.Collectives):
-		return fmt.Sprintf("collectives %v, reserved for %v", o.Collectives, r.Collectives)
-	case o.Warmup != r.Warmup || o.Iterations != r.Iterations || o.Samples != r.Samples:
-		return fmt.Sprintf("warmup %d, iterations %d, samples %d, reserved for %d, %d, %d", o.Warmup, o.Iterations, o.Samples, r.Warmup, r.Iterations, r.Samples)
-	case o.TimeoutSeconds > r.TimeoutSeconds:
-		return fmt.Sprintf("timeout_seconds %g, reserved for %g", o.TimeoutSeconds, r.TimeoutSeconds)
+	}
+	if field, got, want := req.Options.beyond(res.options, true); field != "" {
+		return fmt.Sprintf("%s %v, reserved for %v", field, got, want)
 	}
 	return ""
 }
@@ -240,7 +230,7 @@ func (n *Node) serveReserve(w http.ResponseWriter, r *http.Request) {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read does not fail
 	token := hex.EncodeToString(b[:])
-	hold := min(time.Duration(req.Options.TimeoutSeconds*float64(time.Second)), maxReserveHold)
+	hold := min(req.Options.timeout(), maxReserveHold)
 	n.mu.Lock()
 	// The session lock is held: no other reservation can be pending.
 	n.reserved = &reservation{token: token, h: h, module: req.Module, options: req.Options, remote: remote}
@@ -310,31 +300,15 @@ func (n *Node) withinModule(name string, o SessionOptions) error {
 	if !ok {
 		return fmt.Errorf("module %q: this target has no such module", name)
 	}
-	over := func(field string, got, limit any) error {
-		return fmt.Errorf("module %q: %s %v is over this target's %v", name, field, got, limit)
-	}
-	for _, c := range o.Collectives {
-		if !slices.Contains(m.Collectives, c) {
-			return fmt.Errorf("module %q: collective %s is not among this target's %v", name, c, m.Collectives)
+	if field, got, want := o.beyond(sessionOptions(m, time.Duration(m.Timeout)), false); field != "" {
+		verb := "is over"
+		if field == "collective" {
+			verb = "is not among"
 		}
+		return fmt.Errorf("module %q: %s %v %s this target's %v", name, field, got, verb, want)
 	}
-	switch {
-	case o.GPUsPerNode > m.GPUsPerNode:
-		return over("gpus_per_node", o.GPUsPerNode, m.GPUsPerNode)
-	case len(n.cfg.GPUs) > 0 && o.GPUsPerNode > len(n.cfg.GPUs):
-		return over("gpus_per_node", o.GPUsPerNode, fmt.Sprintf("%d GPUs of --node-probe.gpu", len(n.cfg.GPUs)))
-	case o.SizeBytes > int64(m.Size):
-		return over("size_bytes", o.SizeBytes, int64(m.Size))
-	case o.SmallBytes > int64(m.SmallSize):
-		return over("small_bytes", o.SmallBytes, int64(m.SmallSize))
-	case o.Warmup > m.Warmup:
-		return over("warmup", o.Warmup, m.Warmup)
-	case o.Iterations > m.Iterations:
-		return over("iterations", o.Iterations, m.Iterations)
-	case o.Samples > m.Samples:
-		return over("samples", o.Samples, m.Samples)
-	case o.TimeoutSeconds > time.Duration(m.Timeout).Seconds():
-		return over("timeout_seconds", o.TimeoutSeconds, time.Duration(m.Timeout).Seconds())
+	if len(n.cfg.GPUs) > 0 && o.GPUsPerNode > len(n.cfg.GPUs) {
+		return fmt.Errorf("module %q: gpus_per_node %d is over this target's %d GPUs of --node-probe.gpu", name, o.GPUsPerNode, len(n.cfg.GPUs))
 	}
 	return nil
 }
@@ -447,10 +421,6 @@ func (n *Node) readStrict(w http.ResponseWriter, r *http.Request, v any) error {
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(n.bodyTimeout))
 	body := http.MaxBytesReader(w, r.Body, maxJoinBytes)
 	defer func() { _, _ = io.Copy(io.Discard, body) }()
-	return decodeStrict(body, v)
-}
-
-func decodeStrict(body io.Reader, v any) error {
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

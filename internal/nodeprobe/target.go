@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"time"
-
-	"github.com/gpulink/gpulink_exporter/probes"
 )
 
 // maxJoinBytes bounds a join request; a real one is well under 1 KiB.
@@ -73,14 +70,10 @@ func (n *Node) serveJoin(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	defer h.release()
-	o := req.Options
-	timeout := time.Duration(o.TimeoutSeconds * float64(time.Second))
-	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	ctx, cancel := context.WithTimeout(r.Context(), req.Options.timeout())
 	defer cancel()
-	round, err := n.cfg.Runner.RunCollectives(ctx, probes.CollectiveOptions{GPUs: busIDs(h.gpus),
-		Collectives: o.Collectives, SizeBytes: o.SizeBytes, SmallBytes: o.SmallBytes, Warmup: o.Warmup,
-		Iterations: o.Iterations, Samples: o.Samples, Ranks: req.Ranks, FirstRank: req.FirstRank,
-		UniqueID: req.ID, Peer: req.Prober, SendRecvOffset: o.GPUsPerNode}, nil)
+	// Ranks req.FirstRank on of req.Ranks, as validate checked.
+	round, err := n.cfg.Runner.RunCollectives(ctx, req.Options.collectiveOptions(busIDs(h.gpus), req.FirstRank, req.ID, req.Prober), nil)
 	if round == nil {
 		reason, detail := childFailure(ctx, ran{err: err}, "")
 		n.count(RoleTarget, ResultFailed, reason)

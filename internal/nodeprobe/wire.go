@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -91,13 +92,67 @@ func sessionOptions(m Module, left time.Duration) SessionOptions {
 		TimeoutSeconds: left.Seconds()}
 }
 
+// timeout is TimeoutSeconds as a duration: how long the target's child
+// may run, and its reservation be held (up to maxReserveHold).
+func (o SessionOptions) timeout() time.Duration {
+	return time.Duration(o.TimeoutSeconds * float64(time.Second))
+}
+
 // module is o as a module, for the checks a modules file's modules get.
 func (o SessionOptions) module() Module {
 	m := DefaultModule()
 	m.Collectives, m.Size, m.SmallSize, m.GPUsPerNode = o.Collectives, units.Base2Bytes(o.SizeBytes), units.Base2Bytes(o.SmallBytes), o.GPUsPerNode
 	m.Warmup, m.Iterations, m.Samples = o.Warmup, o.Iterations, o.Samples
-	m.Timeout = model.Duration(time.Duration(o.TimeoutSeconds * float64(time.Second)))
+	m.Timeout = model.Duration(o.timeout())
 	return m
+}
+
+// collectiveOptions are what this node's child runs with in a session of
+// o: on gpus, as ranks firstRank on of 2×gpus_per_node, joined with id
+// ("" on the prober, whose child makes it), peer naming the other node.
+// Both nodes' children are given theirs here, so that they make the same
+// calls: send/recv only from each of the prober's GPUs to its counterpart.
+func (o SessionOptions) collectiveOptions(gpus []string, firstRank int, id, peer string) probes.CollectiveOptions {
+	m := o.module()
+	c := m.options()
+	k := o.GPUsPerNode
+	c.GPUs, c.Ranks, c.FirstRank, c.UniqueID, c.Peer, c.SendRecvOffset = gpus, 2*k, firstRank, id, peer, k
+	return c
+}
+
+// beyond is the first of o's options beyond limit's, as the wire names
+// it, with o's value and limit's: a collective not among limit's, a
+// count or size over limit's or, where exact, other than limit's; the
+// timeout only when over. The target checks a session against its own
+// module (a limit) and a join against its reservation (exact) with it,
+// so that every option is checked both ways. "" when none is.
+func (o SessionOptions) beyond(limit SessionOptions, exact bool) (field string, got, want any) {
+	for _, c := range o.Collectives {
+		if !slices.Contains(limit.Collectives, c) {
+			return "collective", c, limit.Collectives
+		}
+	}
+	if exact && !slices.Equal(o.Collectives, limit.Collectives) {
+		return "collectives", o.Collectives, limit.Collectives
+	}
+	over := func(a, b int64) bool { return a > b || (exact && a != b) }
+	switch {
+	case over(int64(o.GPUsPerNode), int64(limit.GPUsPerNode)):
+		return "gpus_per_node", o.GPUsPerNode, limit.GPUsPerNode
+	case over(o.SizeBytes, limit.SizeBytes):
+		return "size_bytes", o.SizeBytes, limit.SizeBytes
+	case over(o.SmallBytes, limit.SmallBytes):
+		return "small_bytes", o.SmallBytes, limit.SmallBytes
+	case over(int64(o.Warmup), int64(limit.Warmup)):
+		return "warmup", o.Warmup, limit.Warmup
+	case over(int64(o.Iterations), int64(limit.Iterations)):
+		return "iterations", o.Iterations, limit.Iterations
+	case over(int64(o.Samples), int64(limit.Samples)):
+		return "samples", o.Samples, limit.Samples
+	case o.TimeoutSeconds > limit.TimeoutSeconds:
+		return "timeout_seconds", o.TimeoutSeconds, limit.TimeoutSeconds
+	}
+	return "", nil, nil
 }
 
 // validate checks a session's options, as a module named module.
@@ -121,19 +176,17 @@ func (r *JoinRequest) validate() error {
 	if err := r.Options.validate(r.Module); err != nil {
 		return err
 	}
-	m := r.Options.module()
 	k := r.Options.GPUsPerNode
 	if r.FirstRank != k || r.Ranks != 2*k {
 		return fmt.Errorf("ranks %d, first_rank %d: with gpus_per_node %d want ranks %d, first_rank %d", r.Ranks, r.FirstRank, k, 2*k, k)
 	}
-	// The unique id as NCCL takes it; the GPUs are this node's to fill in.
-	o := m.options()
-	o.Ranks, o.FirstRank, o.UniqueID = r.Ranks, r.FirstRank, r.ID
-	o.GPUs = make([]string, k)
-	for i := range o.GPUs {
-		o.GPUs[i] = strconv.Itoa(i)
+	// The options the child will run with, the unique id as NCCL takes
+	// it; the GPUs are this node's to fill in.
+	gpus := make([]string, k)
+	for i := range gpus {
+		gpus[i] = strconv.Itoa(i)
 	}
-	if err := o.Validate(); err != nil {
+	if err := r.Options.collectiveOptions(gpus, r.FirstRank, r.ID, r.Prober).Validate(); err != nil {
 		return fmt.Errorf("id: %w", err)
 	}
 	return nil
