@@ -1,11 +1,8 @@
 package sim
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
+	"path"
 	"slices"
 
 	"github.com/gpulink/gpulink_exporter/internal/ncclcheck"
@@ -40,54 +37,28 @@ func (n *Node) NCCLEnv(library string) ncclcheck.Env {
 		Memlock: func() (uint64, error) { return ncclcheck.Unlimited, nil }}
 }
 
-// writeContainer brings the container's files up to date with the faults
-// in force. n.mu is held.
-func (n *Node) writeContainer(m *machine.Machine) error {
-	versioned := "libnccl.so." + nccl.VersionString(ncclVersionCode)
-	files := map[string]string{filepath.Join(libDir, versioned): "simulated NCCL\n"}
+// container lays the container's files over m, the tick's machine, so
+// that the node's Syncer writes them with the rest of the tree and
+// removes those the faults in force take away. n.mu is held.
+func (n *Node) container(m *machine.Machine) {
+	versioned := path.Join(libDir, "libnccl.so."+nccl.VersionString(ncclVersionCode))
+	if m.Overrides == nil {
+		m.Overrides = map[string]string{}
+	}
+	if m.Links == nil {
+		m.Links = map[string]string{}
+	}
+	m.Overrides[versioned] = "simulated NCCL\n"
+	m.Links[path.Join(libDir, "libnccl.so.2")] = versioned
 	if p := n.profile.NCCL.Plugin; p != "" {
-		files[p] = "simulated network plugin\n"
+		m.Overrides[p] = "simulated network plugin\n"
 	}
-	for p, content := range files {
-		if err := writeIfMissing(filepath.Join(n.root, p), content); err != nil {
-			return err
-		}
-	}
-	link := filepath.Join(n.root, libDir, "libnccl.so.2")
-	if _, err := os.Lstat(link); errors.Is(err, fs.ErrNotExist) {
-		if err := os.Symlink(versioned, link); err != nil {
-			return err
-		}
+	if slices.ContainsFunc(n.faults, func(f *activeFault) bool { return f.Kind == NCCLNetSocket }) {
+		return
 	}
 	devices := 0
 	walkDevices(m, func(d *machine.Device) { devices += len(d.RDMA) })
-	if slices.ContainsFunc(n.faults, func(f *activeFault) bool { return f.Kind == NCCLNetSocket }) {
-		devices = 0
-	}
-	dir := filepath.Join(n.root, "dev", "infiniband")
-	old, _ := filepath.Glob(filepath.Join(dir, "uverbs*"))
-	for _, p := range old {
-		var i int
-		if _, err := fmt.Sscanf(filepath.Base(p), "uverbs%d", &i); err != nil || i >= devices {
-			if err := os.Remove(p); err != nil {
-				return err
-			}
-		}
-	}
 	for i := range devices {
-		if err := writeIfMissing(filepath.Join(dir, fmt.Sprintf("uverbs%d", i)), ""); err != nil {
-			return err
-		}
+		m.Overrides[fmt.Sprintf("dev/infiniband/uverbs%d", i)] = ""
 	}
-	return nil
-}
-
-func writeIfMissing(path, content string) error {
-	if _, err := os.Stat(path); err == nil {
-		return nil
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(path, []byte(content), 0o644)
 }

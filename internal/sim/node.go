@@ -340,11 +340,9 @@ func (n *Node) Advance(now time.Time) error {
 	machine.Pause()
 	m := n.profile.Machine()
 	n.live.writeSysfs(m, dt, eff)
+	n.container(m)
 	machine.Pause()
 	err := n.syncer.Sync(m)
-	if err == nil {
-		err = n.writeContainer(m)
-	}
 	n.last, n.tickTook, n.tickErr = now, time.Since(start), err
 	if err != nil {
 		n.errors++

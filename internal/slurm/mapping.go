@@ -172,7 +172,7 @@ func readMappingFile(path string) ([]string, error) {
 		return nil, err
 	}
 	defer f.Close()
-	jobs, err := parseMappingJobs(io.LimitReader(f, maxMappingFile+1))
+	jobs, err := parseMappingJobs(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -185,17 +185,20 @@ func readMappingFile(path string) ([]string, error) {
 // printf leave no final newline, with echo a final one), an ID given twice
 // counts once. A line holding spaces or control characters inside, not
 // UTF-8 or longer than maxJobID, a file over maxMappingFile or with more
-// than maxJobsPerGPU IDs, is an error: the file is not a job list.
+// than maxJobsPerGPU IDs, is an error: the file is not a job list. No more
+// than maxMappingFile+1 bytes are read.
 func parseMappingJobs(r io.Reader) ([]string, error) {
-	sc := bufio.NewScanner(r)
+	over := fmt.Errorf("over %d bytes", maxMappingFile)
+	// lr.N reaches 0 when the byte past the bound has been read.
+	lr := &io.LimitedReader{R: r, N: maxMappingFile + 1}
+	sc := bufio.NewScanner(lr)
 	sc.Buffer(make([]byte, 0, 512), maxMappingFile+1)
 	var jobs []string
-	read, line := 0, 0
+	line := 0
 	for sc.Scan() {
 		line++
-		read += len(sc.Bytes()) + 1
-		if read > maxMappingFile+1 {
-			return nil, fmt.Errorf("over %d bytes", maxMappingFile)
+		if lr.N == 0 {
+			return nil, over
 		}
 		job := strings.TrimSpace(sc.Text())
 		switch {
@@ -215,9 +218,12 @@ func parseMappingJobs(r io.Reader) ([]string, error) {
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, fmt.Errorf("over %d bytes", maxMappingFile)
+			return nil, over
 		}
 		return nil, err
+	}
+	if lr.N == 0 {
+		return nil, over
 	}
 	return jobs, nil
 }

@@ -71,6 +71,9 @@ func TestParseMappingJobs(t *testing.T) {
 			return b.String()
 		}(), err: "more than"},
 		{in: strings.Repeat("\n", maxMappingFile+2), err: "over"},
+		{in: strings.Repeat("\n", maxMappingFile+1), err: "over"},
+		{in: strings.Repeat("\n", maxMappingFile-1) + "7", want: []string{"7"}},
+		{in: strings.Repeat("\n", maxMappingFile), want: nil},
 		{in: strings.Repeat("x", maxMappingFile+2), err: "over"},
 	} {
 		got, err := parseMappingJobs(strings.NewReader(tc.in))

@@ -41,8 +41,13 @@ type Machine struct {
 	// Overrides replace the content of files the model writes (or add
 	// files), keyed by path relative to the root with forward slashes, such
 	// as DevicePath(addr)+"/current_link_width". They model files that
-	// hold garbage on a real machine, which nothing typed can express.
+	// hold garbage on a real machine, which nothing typed can express, and
+	// files outside sys and proc (the simulated node's container).
 	Overrides map[string]string
+	// Links add symbolic links, keyed as Overrides, each to the path
+	// relative to the root it points to (written relative to the link's
+	// directory).
+	Links map[string]string
 	// NVLink is how the GPUs' NVLinks are wired, for an NVML model to
 	// report (internal/sim/nvmlmodel); nothing under sys shows it, and
 	// Write ignores it.

@@ -37,7 +37,8 @@ type Syncer struct {
 	Pause func()
 }
 
-// NewSyncer syncs machines into root/sys and root/proc, staging files in
+// NewSyncer syncs machines into root/sys and root/proc (and where their
+// Overrides and Links put files), staging files in
 // root/.staging. root should be empty or hold a tree written by an earlier
 // Syncer of the same root.
 func NewSyncer(root string) *Syncer {

@@ -71,6 +71,9 @@ func (m *Machine) tree(pause func()) (*tree, error) {
 	for p, data := range m.Overrides {
 		w.t.entries[p] = entry{data: data}
 	}
+	for p, to := range m.Links {
+		w.t.link(p, to)
+	}
 	return w.t, w.t.err
 }
 
