@@ -20,7 +20,7 @@
 #     credentials), rule overrides, RDMA from a device plugin (its
 #     resource, IPC_LOCK), EFA with the host's NCCL and aws-ofi-nccl (the
 #     host's /dev/infiniband, IPC_LOCK, read-only mounts, NCCL_NET_PLUGIN,
-#     LD_LIBRARY_PATH, --nccl.library in the mount); and every render the
+#     LD_LIBRARY_PATH, GPULINK_NCCL_LIBRARY in the mount); and every render the
 #     node-name instance, priority class, tolerations and runbook_url,
 #     IPC_LOCK exactly where there is RDMA, and none of the RDMA and NCCL
 #     settings with default values;
