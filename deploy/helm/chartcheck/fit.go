@@ -42,6 +42,26 @@ func argsOf(c any) []string {
 	return args
 }
 
+// mountedVolume is the pod's volume that c mounts at path, and whether
+// read-only; nil where nothing is mounted there.
+func mountedVolume(pod, c any, path string) (vol any, readOnly bool) {
+	var name any
+	for _, m := range asSlice(dig(c, "volumeMounts")) {
+		if dig(m, "mountPath") == path {
+			name, readOnly = dig(m, "name"), dig(m, "readOnly") == true
+		}
+	}
+	if name == nil {
+		return nil, false
+	}
+	for _, v := range asSlice(dig(pod, "volumes")) {
+		if dig(v, "name") == name {
+			return v, readOnly
+		}
+	}
+	return nil, false
+}
+
 // checkFit checks what every render must hold, whatever the values.
 func checkFit(objs []object) []error {
 	var errs []error
@@ -209,19 +229,7 @@ func checkWebMounted(objs []object, basicAuth bool) []error {
 		return []error{errors.New("web: no --web.config.file")}
 	}
 	dir := filepath.Dir(file)
-	var volume string
-	for _, m := range asSlice(dig(c, "volumeMounts")) {
-		if dig(m, "mountPath") == dir && dig(m, "readOnly") == true {
-			volume, _ = dig(m, "name").(string)
-		}
-	}
-	found := false
-	for _, v := range asSlice(dig(pod, "volumes")) {
-		if dig(v, "name") == volume && volume != "" {
-			found = dig(v, "secret", "secretName") == webSecret
-		}
-	}
-	if !found {
+	if vol, readOnly := mountedVolume(pod, c, dir); !readOnly || dig(vol, "secret", "secretName") != webSecret {
 		fail("--web.config.file=%s: Secret %s not mounted read-only at %s", file, webSecret, dir)
 	}
 	for _, p := range []string{"livenessProbe", "readinessProbe"} {
@@ -312,12 +320,12 @@ func checkAuth(_ layout, objs []object) []error {
 }
 
 func checkDCGMOperator(_ layout, objs []object) []error {
-	pod, c := podOf(objs)
-	if pod == nil {
+	v, ok := variantView(objs)
+	if !ok {
 		return nil
 	}
 	var errs []error
-	args := argsOf(c)
+	args := v.args
 	if _, ok := flagValue(args, "--collector.dcgm"); !ok {
 		errs = append(errs, errors.New("dcgm: no --collector.dcgm"))
 	}
@@ -328,19 +336,7 @@ func checkDCGMOperator(_ layout, objs []object) []error {
 	if !ok {
 		return append(errs, errors.New("dcgm: no --dcgm.library with dcgm.hostLibrary.path"))
 	}
-	var volume string
-	for _, m := range asSlice(dig(c, "volumeMounts")) {
-		if dig(m, "mountPath") == filepath.Dir(lib) && dig(m, "readOnly") == true {
-			volume, _ = dig(m, "name").(string)
-		}
-	}
-	var host string
-	for _, v := range asSlice(dig(pod, "volumes")) {
-		if volume != "" && dig(v, "name") == volume {
-			host, _ = dig(v, "hostPath", "path").(string)
-		}
-	}
-	if host != "/usr/lib/x86_64-linux-gnu" {
+	if host := v.mounts[filepath.Dir(lib)]; host != "/usr/lib/x86_64-linux-gnu" {
 		errs = append(errs, fmt.Errorf("dcgm: --dcgm.library=%s: want the host's /usr/lib/x86_64-linux-gnu mounted read-only at %s, got %q", lib, filepath.Dir(lib), host))
 	}
 	return errs

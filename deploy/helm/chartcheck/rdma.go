@@ -35,21 +35,13 @@ func viewOf(pod, c any) containerView {
 		s, _ := dig(e, "value").(string)
 		v.env[n] = s
 	}
-	hostPaths := map[string]string{}
-	for _, vol := range asSlice(dig(pod, "volumes")) {
-		name, _ := dig(vol, "name").(string)
-		if p, ok := dig(vol, "hostPath", "path").(string); ok {
-			hostPaths[name] = p
-		}
-	}
 	for _, m := range asSlice(dig(c, "volumeMounts")) {
 		p, _ := dig(m, "mountPath").(string)
-		name, _ := dig(m, "name").(string)
-		if dig(m, "readOnly") == true {
-			v.mounts[p] = hostPaths[name]
-		} else {
-			v.mounts[p] = ""
+		var host string
+		if vol, readOnly := mountedVolume(pod, c, p); readOnly {
+			host, _ = dig(vol, "hostPath", "path").(string)
 		}
+		v.mounts[p] = host
 	}
 	v.limits, _ = dig(c, "resources", "limits").(map[string]any)
 	v.requests, _ = dig(c, "resources", "requests").(map[string]any)
