@@ -95,11 +95,7 @@ func checkFit(objs []object) []error {
 	for _, o := range objs {
 		switch o.kind() {
 		case "ServiceMonitor", "PodMonitor":
-			eps := asSlice(dig(o, "spec", "endpoints"))
-			if o.kind() == "PodMonitor" {
-				eps = asSlice(dig(o, "spec", "podMetricsEndpoints"))
-			}
-			for _, ep := range eps {
+			for _, ep := range monitorEndpoints(o) {
 				if !instanceFromNodeName(ep) {
 					fail("%s %s: instance is not relabelled from __meta_kubernetes_pod_node_name: every restart would start new series", o.kind(), o.name())
 				}
@@ -344,16 +340,17 @@ func checkDCGMOperator(_ layout, objs []object) []error {
 
 func checkNodeProbeAuth(_ layout, objs []object) []error {
 	errs := checkWebMounted(objs, true)
-	pod, c := podOf(objs)
-	if pod == nil {
+	_, c := podOf(objs)
+	if c == nil {
 		return errs
 	}
-	if _, ok := flagValue(argsOf(c), "--node-probe.enabled"); !ok {
+	args := argsOf(c)
+	if _, ok := flagValue(args, "--node-probe.enabled"); !ok {
 		errs = append(errs, errors.New("node-probe auth: no --node-probe.enabled"))
 	}
 	// The modules file: every module calls its targets with the
 	// credentials and over TLS.
-	path, ok := flagValue(argsOf(c), "--node-probe.config.file")
+	path, ok := flagValue(args, "--node-probe.config.file")
 	if !ok {
 		return append(errs, errors.New("node-probe auth: no modules file, so probers would call targets without credentials"))
 	}
