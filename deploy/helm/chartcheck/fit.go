@@ -42,6 +42,26 @@ func argsOf(c any) []string {
 	return args
 }
 
+// mountedVolume is the pod's volume that c mounts at path, and whether
+// read-only; nil where nothing is mounted there.
+func mountedVolume(pod, c any, path string) (vol any, readOnly bool) {
+	var name any
+	for _, m := range asSlice(dig(c, "volumeMounts")) {
+		if dig(m, "mountPath") == path {
+			name, readOnly = dig(m, "name"), dig(m, "readOnly") == true
+		}
+	}
+	if name == nil {
+		return nil, false
+	}
+	for _, v := range asSlice(dig(pod, "volumes")) {
+		if dig(v, "name") == name {
+			return v, readOnly
+		}
+	}
+	return nil, false
+}
+
 // checkFit checks what every render must hold, whatever the values.
 func checkFit(objs []object) []error {
 	var errs []error
@@ -75,11 +95,7 @@ func checkFit(objs []object) []error {
 	for _, o := range objs {
 		switch o.kind() {
 		case "ServiceMonitor", "PodMonitor":
-			eps := asSlice(dig(o, "spec", "endpoints"))
-			if o.kind() == "PodMonitor" {
-				eps = asSlice(dig(o, "spec", "podMetricsEndpoints"))
-			}
-			for _, ep := range eps {
+			for _, ep := range monitorEndpoints(o) {
 				if !instanceFromNodeName(ep) {
 					fail("%s %s: instance is not relabelled from __meta_kubernetes_pod_node_name: every restart would start new series", o.kind(), o.name())
 				}
@@ -209,19 +225,7 @@ func checkWebMounted(objs []object, basicAuth bool) []error {
 		return []error{errors.New("web: no --web.config.file")}
 	}
 	dir := filepath.Dir(file)
-	var volume string
-	for _, m := range asSlice(dig(c, "volumeMounts")) {
-		if dig(m, "mountPath") == dir && dig(m, "readOnly") == true {
-			volume, _ = dig(m, "name").(string)
-		}
-	}
-	found := false
-	for _, v := range asSlice(dig(pod, "volumes")) {
-		if dig(v, "name") == volume && volume != "" {
-			found = dig(v, "secret", "secretName") == webSecret
-		}
-	}
-	if !found {
+	if vol, readOnly := mountedVolume(pod, c, dir); !readOnly || dig(vol, "secret", "secretName") != webSecret {
 		fail("--web.config.file=%s: Secret %s not mounted read-only at %s", file, webSecret, dir)
 	}
 	for _, p := range []string{"livenessProbe", "readinessProbe"} {
@@ -312,12 +316,12 @@ func checkAuth(_ layout, objs []object) []error {
 }
 
 func checkDCGMOperator(_ layout, objs []object) []error {
-	pod, c := podOf(objs)
-	if pod == nil {
+	v, ok := variantView(objs)
+	if !ok {
 		return nil
 	}
 	var errs []error
-	args := argsOf(c)
+	args := v.args
 	if _, ok := flagValue(args, "--collector.dcgm"); !ok {
 		errs = append(errs, errors.New("dcgm: no --collector.dcgm"))
 	}
@@ -328,19 +332,7 @@ func checkDCGMOperator(_ layout, objs []object) []error {
 	if !ok {
 		return append(errs, errors.New("dcgm: no --dcgm.library with dcgm.hostLibrary.path"))
 	}
-	var volume string
-	for _, m := range asSlice(dig(c, "volumeMounts")) {
-		if dig(m, "mountPath") == filepath.Dir(lib) && dig(m, "readOnly") == true {
-			volume, _ = dig(m, "name").(string)
-		}
-	}
-	var host string
-	for _, v := range asSlice(dig(pod, "volumes")) {
-		if volume != "" && dig(v, "name") == volume {
-			host, _ = dig(v, "hostPath", "path").(string)
-		}
-	}
-	if host != "/usr/lib/x86_64-linux-gnu" {
+	if host := v.mounts[filepath.Dir(lib)]; host != "/usr/lib/x86_64-linux-gnu" {
 		errs = append(errs, fmt.Errorf("dcgm: --dcgm.library=%s: want the host's /usr/lib/x86_64-linux-gnu mounted read-only at %s, got %q", lib, filepath.Dir(lib), host))
 	}
 	return errs
@@ -348,16 +340,17 @@ func checkDCGMOperator(_ layout, objs []object) []error {
 
 func checkNodeProbeAuth(_ layout, objs []object) []error {
 	errs := checkWebMounted(objs, true)
-	pod, c := podOf(objs)
-	if pod == nil {
+	_, c := podOf(objs)
+	if c == nil {
 		return errs
 	}
-	if _, ok := flagValue(argsOf(c), "--node-probe.enabled"); !ok {
+	args := argsOf(c)
+	if _, ok := flagValue(args, "--node-probe.enabled"); !ok {
 		errs = append(errs, errors.New("node-probe auth: no --node-probe.enabled"))
 	}
 	// The modules file: every module calls its targets with the
 	// credentials and over TLS.
-	path, ok := flagValue(argsOf(c), "--node-probe.config.file")
+	path, ok := flagValue(args, "--node-probe.config.file")
 	if !ok {
 		return append(errs, errors.New("node-probe auth: no modules file, so probers would call targets without credentials"))
 	}
@@ -453,7 +446,7 @@ func checkRuleOverrides(l layout, objs []object) []error {
 }
 
 // checkThresholds checks files/rule-thresholds.yaml against the shipped
-// rules: each text is in its alert's expression and is format(default);
+// rules: each format(default) is in its alert's expression;
 // and values.schema.json allows a threshold on exactly those alerts, and
 // per-alert settings on exactly the shipped alerts.
 func (l layout) checkThresholds() []error {
@@ -475,8 +468,8 @@ func (l layout) checkThresholds() []error {
 		return []error{err}
 	}
 	var th map[string]struct {
-		Text, Format string
-		Default      any
+		Format  string
+		Default any
 	}
 	if err := yaml.Unmarshal(b, &th); err != nil {
 		return []error{fmt.Errorf("%s: %w", path, err)}
@@ -484,13 +477,13 @@ func (l layout) checkThresholds() []error {
 	var errs []error
 	for name, t := range th {
 		expr, ok := exprs[name]
+		// What the chart replaces: the format with the shipped value.
+		text := fmt.Sprintf(t.Format, t.Default)
 		switch {
 		case !ok:
 			errs = append(errs, fmt.Errorf("%s: %s is not a shipped alert", path, name))
-		case !strings.Contains(expr, t.Text):
-			errs = append(errs, fmt.Errorf("%s: %s: %q is not in the alert's expression", path, name, t.Text))
-		case fmt.Sprintf(t.Format, t.Default) != t.Text:
-			errs = append(errs, fmt.Errorf("%s: %s: format %q with default %v gives %q, not %q", path, name, t.Format, t.Default, fmt.Sprintf(t.Format, t.Default), t.Text))
+		case !strings.Contains(expr, text):
+			errs = append(errs, fmt.Errorf("%s: %s: format %q with default %v gives %q, which is not in the alert's expression", path, name, t.Format, t.Default, text))
 		}
 	}
 	schemaPath := filepath.Join(l.chart, "values.schema.json")

@@ -134,17 +134,17 @@ func TestCheckThresholds(t *testing.T) {
   "GPUPCIeLinkDowntrained": {"$ref": "#/$defs/alert"},
   "NICPortDown": {"$ref": "#/$defs/alertWithThreshold"}}}}}}}`
 	write(t, filepath.Join(l.chart, "values.schema.json"), schema)
-	write(t, filepath.Join(l.chart, "files/rule-thresholds.yaml"), "NICPortDown:\n  text: \"== 0\"\n  format: \"== %v\"\n  default: 0\n")
+	write(t, filepath.Join(l.chart, "files/rule-thresholds.yaml"), "NICPortDown:\n  format: \"== %v\"\n  default: 0\n")
 	if got := joinErrs(l.checkThresholds()); got != "" {
 		t.Fatalf("consistent: %s", got)
 	}
-	write(t, filepath.Join(l.chart, "files/rule-thresholds.yaml"), "NICPortDown:\n  text: \"== 1\"\n  format: \"== %v\"\n  default: 1\n")
-	if got := joinErrs(l.checkThresholds()); !strings.Contains(got, `"== 1" is not in the alert's expression`) {
-		t.Errorf("text not in the rule: %q", got)
+	write(t, filepath.Join(l.chart, "files/rule-thresholds.yaml"), "NICPortDown:\n  format: \"== %v\"\n  default: 1\n")
+	if got := joinErrs(l.checkThresholds()); !strings.Contains(got, `format "== %v" with default 1 gives "== 1", which is not in the alert's expression`) {
+		t.Errorf("default not the rule's: %q", got)
 	}
-	write(t, filepath.Join(l.chart, "files/rule-thresholds.yaml"), "NICPortDown:\n  text: \"== 0\"\n  format: \"== %v\"\n  default: 2\n")
-	if got := joinErrs(l.checkThresholds()); !strings.Contains(got, "with default 2 gives") {
-		t.Errorf("default not the text: %q", got)
+	write(t, filepath.Join(l.chart, "files/rule-thresholds.yaml"), "NICPortDown:\n  format: \"!= %v\"\n  default: 0\n")
+	if got := joinErrs(l.checkThresholds()); !strings.Contains(got, `gives "!= 0", which is not in the alert's expression`) {
+		t.Errorf("format not the rule's: %q", got)
 	}
 	write(t, filepath.Join(l.chart, "files/rule-thresholds.yaml"), "{}\n")
 	if got := joinErrs(l.checkThresholds()); !strings.Contains(got, "prometheusRule.alerts.NICPortDown refers to #/$defs/alertWithThreshold") {

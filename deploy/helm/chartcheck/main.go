@@ -75,15 +75,7 @@ func main() {
 			errs = append(errs, err)
 			break
 		}
-		errs = l.checkRendered(b, mode)
-		if check != nil {
-			objs, err := parseObjects(b)
-			if err != nil {
-				errs = append(errs, err)
-				break
-			}
-			errs = append(errs, check(l, objs)...)
-		}
+		errs = l.checkRendered(b, mode, check)
 	case "readme":
 		errs = l.checkReadme()
 	case "thresholds":

@@ -27,21 +27,11 @@ func probesNodes(sm object) bool {
 func checkNodeProbe(objs []object, mode renderMode) []error {
 	var errs []error
 	fail := func(format string, a ...any) { errs = append(errs, fmt.Errorf("node-probe: "+format, a...)) }
-	dss := byKind(objs, "DaemonSet")
-	if len(dss) != 1 {
+	pod, c := podOf(objs)
+	if pod == nil {
 		return nil // checkDaemonSet says so
 	}
-	pod := dig(dss[0], "spec", "template", "spec")
-	containers := asSlice(dig(pod, "containers"))
-	if len(containers) != 1 {
-		return nil
-	}
-	c := containers[0]
-	var args []string
-	for _, a := range asSlice(dig(c, "args")) {
-		s, _ := a.(string)
-		args = append(args, s)
-	}
+	args := argsOf(c)
 	_, enabled := flagValue(args, "--node-probe.enabled")
 	hostNetwork := dig(pod, "hostNetwork") == true
 	var sms []object
@@ -88,18 +78,8 @@ func checkNodeProbe(objs []object, mode renderMode) []error {
 // ConfigMap key mounted there, and that the exporter would accept it.
 func checkModulesFile(objs []object, pod, c any, path string) []error {
 	dir, key := filepath.Dir(path), filepath.Base(path)
-	var volume string
-	for _, m := range asSlice(dig(c, "volumeMounts")) {
-		if dig(m, "mountPath") == dir {
-			volume, _ = dig(m, "name").(string)
-		}
-	}
-	var cmName string
-	for _, v := range asSlice(dig(pod, "volumes")) {
-		if dig(v, "name") == volume {
-			cmName, _ = dig(v, "configMap", "name").(string)
-		}
-	}
+	vol, _ := mountedVolume(pod, c, dir)
+	cmName, _ := dig(vol, "configMap", "name").(string)
 	if cmName == "" {
 		return []error{fmt.Errorf("node-probe: --node-probe.config.file=%s: no ConfigMap mounted at %s", path, dir)}
 	}

@@ -35,21 +35,13 @@ func viewOf(pod, c any) containerView {
 		s, _ := dig(e, "value").(string)
 		v.env[n] = s
 	}
-	hostPaths := map[string]string{}
-	for _, vol := range asSlice(dig(pod, "volumes")) {
-		name, _ := dig(vol, "name").(string)
-		if p, ok := dig(vol, "hostPath", "path").(string); ok {
-			hostPaths[name] = p
-		}
-	}
 	for _, m := range asSlice(dig(c, "volumeMounts")) {
 		p, _ := dig(m, "mountPath").(string)
-		name, _ := dig(m, "name").(string)
-		if dig(m, "readOnly") == true {
-			v.mounts[p] = hostPaths[name]
-		} else {
-			v.mounts[p] = ""
+		var host string
+		if vol, readOnly := mountedVolume(pod, c, p); readOnly {
+			host, _ = dig(vol, "hostPath", "path").(string)
 		}
+		v.mounts[p] = host
 	}
 	v.limits, _ = dig(c, "resources", "limits").(map[string]any)
 	v.requests, _ = dig(c, "resources", "requests").(map[string]any)
@@ -145,8 +137,9 @@ func checkRDMA(v containerView, mode renderMode) []error {
 }
 
 // checkRDMADevicePlugin: ci/rdma-values.yaml asks for the Network
-// Operator's shared RDMA device: its resource in requests and limits,
-// IPC_LOCK, unprivileged, and the image's NCCL.
+// Operator's shared RDMA device: its resource in requests and limits, not
+// the host's devices, and the node probes. checkDaemonSet, run on every
+// render, adds IPC_LOCK and privileges to that (checkRDMA).
 func checkRDMADevicePlugin(_ layout, objs []object) []error {
 	v, ok := variantView(objs)
 	if !ok {
@@ -158,11 +151,8 @@ func checkRDMADevicePlugin(_ layout, objs []object) []error {
 	if fmt.Sprint(v.limits[name]) != "1" || fmt.Sprint(v.requests[name]) != "1" {
 		fail("resource %s: request %v, limit %v, want 1 and 1", name, v.requests[name], v.limits[name])
 	}
-	if !slices.Contains(v.caps, "IPC_LOCK") {
-		fail("no IPC_LOCK: NCCL could not pin its buffers past RLIMIT_MEMLOCK")
-	}
-	if v.privileged || v.hostDevices() {
-		fail("privileged %v, host %s %v: a device plugin needs neither", v.privileged, rdmaDevices, v.hostDevices())
+	if v.hostDevices() {
+		fail("the host's %s mounted: a device plugin needs neither it nor privileged", rdmaDevices)
 	}
 	if _, ok := flagValue(v.args, "--node-probe.enabled"); !ok {
 		fail("no --node-probe.enabled")
@@ -182,7 +172,9 @@ var efaHostMounts = []string{"/opt/amazon/efa", "/opt/amazon/ofi-nccl"}
 // the host's /dev/infiniband: the library and the plugin's directories
 // mounted read-only, GPULINK_NCCL_LIBRARY in the library's mount,
 // NCCL_NET_PLUGIN naming the plugin, LD_LIBRARY_PATH only through the
-// mounts and reaching the plugin's, the devices and IPC_LOCK.
+// mounts and reaching the plugin's, and the host's devices (checkRDMA,
+// run on every render, wants them read-only from the host in a privileged
+// container, and checkDaemonSet IPC_LOCK with them).
 func checkEFA(_ layout, objs []object) []error {
 	v, ok := variantView(objs)
 	if !ok {
@@ -190,11 +182,8 @@ func checkEFA(_ layout, objs []object) []error {
 	}
 	var errs []error
 	fail := func(format string, a ...any) { errs = append(errs, fmt.Errorf("efa: "+format, a...)) }
-	if v.mounts[rdmaDevices] != rdmaDevices || !v.privileged {
-		fail("want the host's %s mounted read-only in a privileged container (mounted from %q, privileged %v)", rdmaDevices, v.mounts[rdmaDevices], v.privileged)
-	}
-	if !slices.Contains(v.caps, "IPC_LOCK") {
-		fail("no IPC_LOCK: NCCL could not pin its buffers past RLIMIT_MEMLOCK")
+	if !v.hostDevices() {
+		fail("the host's %s is not mounted", rdmaDevices)
 	}
 	lib, ok := v.env[ncclLibraryEnv]
 	if !ok {

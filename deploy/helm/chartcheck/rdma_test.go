@@ -84,13 +84,15 @@ func TestCheckDaemonSetRDMA(t *testing.T) {
 }
 
 func TestRDMAVariants(t *testing.T) {
+	// As chartcheck rendered does: the checks of every render, then the
+	// variant's own.
 	check := func(v variant, manifest string) string {
 		t.Helper()
 		objs, err := parseObjects([]byte(manifest))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return joinErrs(v(layout{}, objs))
+		return joinErrs(append(checkDaemonSet(objs, renderVariant), v(layout{}, objs)...))
 	}
 	rdma, efa := variants["rdma"], variants["efa"]
 	if got := check(rdma, rdmaDaemonSet); got != "" {
@@ -100,14 +102,14 @@ func TestRDMAVariants(t *testing.T) {
 		t.Errorf("efa: %s", got)
 	}
 	// Each variant fails the other's render and the default one.
-	if got := check(rdma, goodDaemonSet); !strings.Contains(got, "rdma/rdma_shared_device_a: request <nil>, limit <nil>, want 1 and 1") || !strings.Contains(got, "no IPC_LOCK") {
+	if got := check(rdma, goodDaemonSet); !strings.Contains(got, "rdma/rdma_shared_device_a: request <nil>, limit <nil>, want 1 and 1") {
 		t.Errorf("rdma on the default render: %q", got)
 	}
 	if got := check(rdma, efaDaemonSet); !strings.Contains(got, "a device plugin needs neither") {
 		t.Errorf("rdma on the EFA render: %q", got)
 	}
 	got := check(efa, goodDaemonSet)
-	for _, want := range []string{"want the host's /dev/infiniband mounted read-only in a privileged container", "no GPULINK_NCCL_LIBRARY with nccl.hostPath", "want the host's /opt/amazon/efa", "want the host's /opt/amazon/ofi-nccl", `NCCL_NET_PLUGIN is ""`, "lacks /opt/amazon/ofi-nccl/lib"} {
+	for _, want := range []string{"the host's /dev/infiniband is not mounted", "no GPULINK_NCCL_LIBRARY with nccl.hostPath", "want the host's /opt/amazon/efa", "want the host's /opt/amazon/ofi-nccl", `NCCL_NET_PLUGIN is ""`, "lacks /opt/amazon/ofi-nccl/lib"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("efa on the default render: errors %q lack %q", got, want)
 		}
@@ -120,7 +122,11 @@ func TestRDMAVariants(t *testing.T) {
 		{"plugin mount writable", "efa", "mountPath: /opt/amazon/ofi-nccl, readOnly: true", "mountPath: /opt/amazon/ofi-nccl", "want the host's /opt/amazon/ofi-nccl mounted read-only"},
 		{"libfabric elsewhere", "efa", "{path: /opt/amazon/efa, type: Directory}", "{path: /opt/efa, type: Directory}", `got "/opt/efa"`},
 		{"image's library", "efa", "{path: /usr/lib/x86_64-linux-gnu, type: Directory}", "{path: /opt/nccl, type: Directory}", "want libnccl.so.2 in the host's /usr/lib/x86_64-linux-gnu"},
-		{"no IPC_LOCK", "efa", "[SYS_PTRACE, SYS_NICE, IPC_LOCK]", "[SYS_PTRACE, SYS_NICE]", "no IPC_LOCK"},
+		{"no IPC_LOCK", "rdma", "[SYS_PTRACE, SYS_NICE, IPC_LOCK]", "[SYS_PTRACE, SYS_NICE]", "want exactly [IPC_LOCK SYS_NICE SYS_PTRACE]"},
+		{"privileged", "rdma", "allowPrivilegeEscalation: false", "allowPrivilegeEscalation: false\n          privileged: true", "privileged must not be true"},
+		{"no IPC_LOCK", "efa", "[SYS_PTRACE, SYS_NICE, IPC_LOCK]", "[SYS_PTRACE, SYS_NICE]", "want exactly [IPC_LOCK SYS_NICE SYS_PTRACE]"},
+		{"devices unprivileged", "efa", "allowPrivilegeEscalation: true\n          privileged: true", "allowPrivilegeEscalation: false", "the device cgroup refuses to open them"},
+		{"devices from elsewhere", "efa", "{path: /dev/infiniband, type: Directory}", "{path: /dev/foo, type: Directory}", `want the host's /dev/infiniband mounted read-only, got "/dev/foo"`},
 	} {
 		manifest := map[string]string{"rdma": rdmaDaemonSet, "efa": efaDaemonSet}[tc.variant]
 		if !strings.Contains(manifest, tc.old) {

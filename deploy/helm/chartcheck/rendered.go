@@ -181,8 +181,9 @@ func compareRuleGroups(rendered, source []any) error {
 }
 
 // checkRendered checks a helm template output against the sources and
-// against what the exporter needs from its pod.
-func (l layout) checkRendered(b []byte, mode renderMode) []error {
+// against what the exporter needs from its pod, then with check (the
+// variant's, or nil) what its values must produce.
+func (l layout) checkRendered(b []byte, mode renderMode, check variant) []error {
 	objs, err := parseObjects(b)
 	if err != nil {
 		return []error{err}
@@ -195,6 +196,9 @@ func (l layout) checkRendered(b []byte, mode renderMode) []error {
 	errs = append(errs, checkServiceMonitor(objs, mode)...)
 	errs = append(errs, checkNodeProbe(objs, mode)...)
 	errs = append(errs, checkFit(objs)...)
+	if check != nil {
+		errs = append(errs, check(l, objs)...)
+	}
 	return errs
 }
 

@@ -160,6 +160,31 @@ basicAuth:
 {{- end }}
 
 {{/*
+What the ServiceMonitor, the PodMonitor and the ring ServiceMonitor share:
+metadata (.name, .values' namespace and additionalLabels) and a spec that
+selects the exporters' pods in the release's namespace. The caller goes on
+with the spec's endpoints.
+*/}}
+{{- define "gpulink-exporter.monitorHead" -}}
+{{- $root := .root -}}
+metadata:
+  name: {{ .name }}
+  namespace: {{ default (include "gpulink-exporter.namespace" $root) .values.namespace }}
+  labels:
+    {{- include "gpulink-exporter.labels" $root | nindent 4 }}
+    {{- with .values.additionalLabels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+spec:
+  namespaceSelector:
+    matchNames:
+      - {{ include "gpulink-exporter.namespace" $root }}
+  selector:
+    matchLabels:
+      {{- include "gpulink-exporter.selectorLabels" $root | nindent 6 }}
+{{- end }}
+
+{{/*
 The metrics endpoint of the ServiceMonitor and the PodMonitor: one body
 for both, so they scrape alike. instance becomes the node name
 (kube-prometheus's choice for node-exporter): the pod IP would start new
