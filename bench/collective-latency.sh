@@ -23,15 +23,15 @@
 # Exits 1 when a comparison fails, 2 when a run gave nothing to compare.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=bench/common.sh
+. "$here/common.sh"
 out=${1:-$(mktemp -d)}
 mkdir -p "$out"
 bin=${BIN:-$here/gpulink_exporter}
 ROUNDS=${ROUNDS:-2}
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export CUDA_DEVICE_ORDER=PCI_BUS_ID
 : "${NCCLTESTS:?set NCCLTESTS to the directory of the nccl-tests binaries}"
-nccl_dir=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null)
-lib=${NCCL_LIBRARY:-$nccl_dir/lib/libnccl.so.2}
+lib=${NCCL_LIBRARY:-$(nccl_wheel_lib)}
 [ -r "$lib" ] || { echo "no libnccl at $lib (set NCCL_LIBRARY)"; exit 2; }
 [ -x "$bin" ] || { echo "no exporter at $bin"; exit 2; }
 declare -A nt=([all_reduce]=all_reduce_perf [all_gather]=all_gather_perf [reduce_scatter]=reduce_scatter_perf
