@@ -40,6 +40,15 @@ for c in "${!nt[@]}"; do
   [ -x "$NCCLTESTS/${nt[$c]}" ] || { echo "no $NCCLTESTS/${nt[$c]}"; exit 2; }
 done
 ntlib=$(dirname "$lib")
+# nccltests COLLECTIVE SIZE ROUND: one nccl-tests run of COLLECTIVE at SIZE
+# (8K or 256M) on 2 GPUs, into nccltests-COLLECTIVE-size-ROUND.txt.
+nccltests() {
+  local c=$1 size=$2 i=$3
+  echo "== round $i: nccl-tests ${nt[$c]} $size"
+  LD_LIBRARY_PATH=$ntlib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 300 "$NCCLTESTS/${nt[$c]}" \
+    -b "$size" -e "$size" -n 20 -w 5 -g 2 >"$out/nccltests-$c-${size,,}-$i.txt" 2>&1
+  echo "exit $?"
+}
 
 echo "== machine"
 {
@@ -59,15 +68,8 @@ for i in $(seq "$ROUNDS"); do
     >"$out/exporter-$i.json" 2>"$out/exporter-$i.err"
   echo "exit $?"; tail -3 "$out/exporter-$i.err"
   for c in all_reduce all_gather reduce_scatter all_to_all send_recv; do
-    echo "== round $i: nccl-tests ${nt[$c]} 8K"
-    LD_LIBRARY_PATH=$ntlib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 300 "$NCCLTESTS/${nt[$c]}" \
-      -b 8K -e 8K -n 20 -w 5 -g 2 >"$out/nccltests-$c-8k-$i.txt" 2>&1
-    echo "exit $?"
-    [ "$c" = send_recv ] && continue
-    echo "== round $i: nccl-tests ${nt[$c]} 256M"
-    LD_LIBRARY_PATH=$ntlib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 300 "$NCCLTESTS/${nt[$c]}" \
-      -b 256M -e 256M -n 20 -w 5 -g 2 >"$out/nccltests-$c-256m-$i.txt" 2>&1
-    echo "exit $?"
+    nccltests "$c" 8K "$i"
+    [ "$c" = send_recv ] || nccltests "$c" 256M "$i"
   done
 done
 # The nccl-tests tables of round 1, for the record.
@@ -141,5 +143,3 @@ if missing:
 print("all within limits" if not fails else f"{fails} comparison(s) outside the limit")
 sys.exit(1 if fails else 0)
 PY
-rc=$?
-exit $rc
