@@ -17,6 +17,8 @@
 # compare: one rank moves no bytes between GPUs).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=bench/common.sh
+. "$here/common.sh"
 out=${1:-${OUT:+$OUT/collective-accuracy}}
 out=${out:-$(mktemp -d)}
 mkdir -p "$out"
@@ -25,10 +27,8 @@ RUNS=${RUNS:-3}
 SIZE=${SIZE:-$((256 << 20))}
 SMALL=${SMALL:-8192}
 TRANSPORT=${TRANSPORT-p2p}
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export CUDA_DEVICE_ORDER=PCI_BUS_ID
-nccl_dir=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null)
-lib=${NCCL_LIBRARY:-$nccl_dir/lib/libnccl.so.2}
+lib=${NCCL_LIBRARY:-$(nccl_wheel_lib)}
 
 echo "== machine"
 {

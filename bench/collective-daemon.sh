@@ -11,15 +11,14 @@
 #   .device/collective-daemon.sh OUTDIR
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=bench/common.sh
+. "$here/common.sh"
 out=${1:-$(mktemp -d)}
 mkdir -p "$out"
 bin=${BIN:-$here/gpulink_exporter}
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-lib=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])')/lib/libnccl.so.2
-[ -x "$here/promtool" ] || { gunzip -kf "$here/promtool.gz" && chmod +x "$here/promtool"; }
+lib=$(nccl_wheel_lib)
+unpack_tools promtool
 addr=127.0.0.1:9849
-fail=0
-check() { local what=$1; shift; if "$@"; then echo "PASS $what"; else echo "FAIL $what"; fail=1; fi; }
 "$bin" --web.listen-address=$addr --nvml.interval=1s --probe.policy=always --probe.first-delay=0s \
   --nccl.library="$lib" --log.level=debug >"$out/exporter.log" 2>&1 &
 pid=$!

@@ -23,15 +23,15 @@
 # Exits 1 when a comparison fails, 2 when a run gave nothing to compare.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=bench/common.sh
+. "$here/common.sh"
 out=${1:-$(mktemp -d)}
 mkdir -p "$out"
 bin=${BIN:-$here/gpulink_exporter}
 ROUNDS=${ROUNDS:-2}
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export CUDA_DEVICE_ORDER=PCI_BUS_ID
 : "${NCCLTESTS:?set NCCLTESTS to the directory of the nccl-tests binaries}"
-nccl_dir=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null)
-lib=${NCCL_LIBRARY:-$nccl_dir/lib/libnccl.so.2}
+lib=${NCCL_LIBRARY:-$(nccl_wheel_lib)}
 [ -r "$lib" ] || { echo "no libnccl at $lib (set NCCL_LIBRARY)"; exit 2; }
 [ -x "$bin" ] || { echo "no exporter at $bin"; exit 2; }
 declare -A nt=([all_reduce]=all_reduce_perf [all_gather]=all_gather_perf [reduce_scatter]=reduce_scatter_perf
@@ -40,6 +40,15 @@ for c in "${!nt[@]}"; do
   [ -x "$NCCLTESTS/${nt[$c]}" ] || { echo "no $NCCLTESTS/${nt[$c]}"; exit 2; }
 done
 ntlib=$(dirname "$lib")
+# nccltests COLLECTIVE SIZE ROUND: one nccl-tests run of COLLECTIVE at SIZE
+# (8K or 256M) on 2 GPUs, into nccltests-COLLECTIVE-size-ROUND.txt.
+nccltests() {
+  local c=$1 size=$2 i=$3
+  echo "== round $i: nccl-tests ${nt[$c]} $size"
+  LD_LIBRARY_PATH=$ntlib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 300 "$NCCLTESTS/${nt[$c]}" \
+    -b "$size" -e "$size" -n 20 -w 5 -g 2 >"$out/nccltests-$c-${size,,}-$i.txt" 2>&1
+  echo "exit $?"
+}
 
 echo "== machine"
 {
@@ -59,15 +68,8 @@ for i in $(seq "$ROUNDS"); do
     >"$out/exporter-$i.json" 2>"$out/exporter-$i.err"
   echo "exit $?"; tail -3 "$out/exporter-$i.err"
   for c in all_reduce all_gather reduce_scatter all_to_all send_recv; do
-    echo "== round $i: nccl-tests ${nt[$c]} 8K"
-    LD_LIBRARY_PATH=$ntlib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 300 "$NCCLTESTS/${nt[$c]}" \
-      -b 8K -e 8K -n 20 -w 5 -g 2 >"$out/nccltests-$c-8k-$i.txt" 2>&1
-    echo "exit $?"
-    [ "$c" = send_recv ] && continue
-    echo "== round $i: nccl-tests ${nt[$c]} 256M"
-    LD_LIBRARY_PATH=$ntlib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 300 "$NCCLTESTS/${nt[$c]}" \
-      -b 256M -e 256M -n 20 -w 5 -g 2 >"$out/nccltests-$c-256m-$i.txt" 2>&1
-    echo "exit $?"
+    nccltests "$c" 8K "$i"
+    [ "$c" = send_recv ] || nccltests "$c" 256M "$i"
   done
 done
 # The nccl-tests tables of round 1, for the record.
@@ -141,5 +143,3 @@ if missing:
 print("all within limits" if not fails else f"{fails} comparison(s) outside the limit")
 sys.exit(1 if fails else 0)
 PY
-rc=$?
-exit $rc

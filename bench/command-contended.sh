@@ -20,22 +20,17 @@
 # already, the load never appeared).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=bench/common.sh
+. "$here/common.sh"
+# shellcheck source=bench/gpu0.sh
+. "$here/gpu0.sh"
 out=${1:-$(mktemp -d)}
 mkdir -p "$out"
 bin=${BIN:-$here/gpulink_exporter}
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export CUDA_DEVICE_ORDER=PCI_BUS_ID
-nccl_dir=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null)
-lib=${NCCL_LIBRARY:-$nccl_dir/lib/libnccl.so.2}
+lib=${NCCL_LIBRARY:-$(nccl_wheel_lib)}
 ngpu=$(nvidia-smi -L | grep -c '^GPU')
-bus0=$(nvidia-smi -i 0 --query-gpu=pci.bus_id --format=csv,noheader | tr 'A-F' 'a-f' | sed 's/^0000//')
-fail=0
-check() { # check DESCRIPTION CONDITION...
-  local what=$1; shift
-  if "$@"; then echo "PASS $what"; else echo "FAIL $what"; fail=1; fi
-}
-# shellcheck source=bench/gpu0.sh
-. "$here/gpu0.sh"
+bus0=$(gpu0_bus)
 load=
 stop_load() { [ -n "$load" ] && kill "$load" 2>/dev/null; wait "$load" 2>/dev/null; load=; }
 trap stop_load EXIT

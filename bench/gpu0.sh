@@ -1,7 +1,7 @@
 # Sourced by the bench scripts that run a load beside GPU 0
-# (command-contended.sh, probe-contended.sh): which compute processes
-# NVML lists on it. Bash only, read-only nvidia-smi queries, so that it
-# runs from .device/ on a GPU machine as the scripts do.
+# (command-contended.sh, probe-contended.sh): its PCI address and which
+# compute processes NVML lists on it. Bash only, read-only nvidia-smi
+# queries, so that it runs from .device/ on a GPU machine as the scripts do.
 
 # gpu0_pids: the compute processes on GPU 0, one PID a line.
 gpu0_pids() {
@@ -18,4 +18,10 @@ gpu0_busy() {
   pids=$(gpu0_pids | tr '\n' ' ')
   [ -n "$pids" ] || return 1
   echo "GPU 0 already has compute processes: $pids"
+}
+
+# gpu0_bus: GPU 0's PCI address as the exporter writes it (sysfs form:
+# lower case, a 4-digit domain).
+gpu0_bus() {
+  nvidia-smi -i 0 --query-gpu=pci.bus_id --format=csv,noheader | tr 'A-F' 'a-f' | sed 's/^0000//'
 }

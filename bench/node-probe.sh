@@ -59,6 +59,8 @@
 # threads meet the same placement in the probe and in the reference.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=bench/common.sh
+. "$here/common.sh"
 out=${1:-$(mktemp -d)}
 mkdir -p "$out"
 bin=$here/gpulink_exporter
@@ -67,18 +69,11 @@ SAMPLES=${SAMPLES:-5}
 MODULE_SAMPLES=${MODULE_SAMPLES:-10}
 SCRAPE_INTERVAL=${SCRAPE_INTERVAL:-50s}
 SCRAPE_TIMEOUT=${SCRAPE_TIMEOUT:-45s}
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 CUDA_DEVICE_ORDER=PCI_BUS_ID
+export CUDA_DEVICE_ORDER=PCI_BUS_ID
 export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 TORCH_NCCL_SHOW_EAGER_INIT_P2P_SERIALIZATION_WARNING=false
-nccl_dir=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])')
-lib=$nccl_dir/lib/libnccl.so.2
-for t in promtool prometheus; do
-  [ -x "$here/$t" ] || { gunzip -kf "$here/$t.gz" && chmod +x "$here/$t"; }
-done
-fail=0
-check() { # check DESCRIPTION CONDITION...
-  local what=$1; shift
-  if "$@"; then echo "PASS $what"; else echo "FAIL $what"; fail=1; fi
-}
+lib=$(nccl_wheel_lib)
+libdir=$(dirname "$lib")
+unpack_tools promtool prometheus
 
 mapfile -t addrs < <(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader | sed 's/^0000//' | tr 'A-F' 'a-f')
 ngpu=${#addrs[@]}
@@ -125,7 +120,7 @@ ref() {
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null' EXIT
 start() { # start NAME PORT GPU VISIBLE HOSTID CPUS
-  env CUDA_VISIBLE_DEVICES="$4" ${5:+NCCL_HOSTID=$5} LD_LIBRARY_PATH="$nccl_dir/lib" taskset -c "$6" "$bin" \
+  env CUDA_VISIBLE_DEVICES="$4" ${5:+NCCL_HOSTID=$5} LD_LIBRARY_PATH="$libdir" taskset -c "$6" "$bin" \
     --web.listen-address=127.0.0.1:"$2" --node-probe.enabled --node-probe.gpu="$3" \
     --node-probe.config.file="$out/modules.yml" --node-probe.min-interval=0s \
     --probe.policy=idle --probe.first-delay=1h --log.level=debug >"$out/exporter-$1.log" 2>&1 &
@@ -229,14 +224,14 @@ kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; pids=()
 
 # collectives --check: NCCL found (the daemons' library), no RDMA devices,
 # the memlock limit, exit 0; the library nowhere: named, exit 1.
-env LD_LIBRARY_PATH="$nccl_dir/lib" "$bin" collectives --check >"$out/check.txt" 2>&1
+env LD_LIBRARY_PATH="$libdir" "$bin" collectives --check >"$out/check.txt" 2>&1
 echo $? >"$out/check.rc"
 cat "$out/check.txt"
 check "collectives --check exits 0 (got $(cat "$out/check.rc"))" [ "$(cat "$out/check.rc")" = 0 ]
 check "collectives --check names the library and its version" grep -qE "^ok +library +$lib, NCCL 2\.[0-9]+\.[0-9]+$" "$out/check.txt"
 check "collectives --check finds no RDMA device" grep -qE "^info +rdma_devices +none" "$out/check.txt"
 check "collectives --check says the memlock limit" grep -qE "^(ok|info|warn) +memlock +RLIMIT_MEMLOCK " "$out/check.txt"
-env LD_LIBRARY_PATH="$nccl_dir/lib" "$bin" collectives --check --library=/nonexistent/libnccl.so.2 >"$out/check-nowhere.txt" 2>&1
+env LD_LIBRARY_PATH="$libdir" "$bin" collectives --check --library=/nonexistent/libnccl.so.2 >"$out/check-nowhere.txt" 2>&1
 echo $? >"$out/check-nowhere.rc"
 cat "$out/check-nowhere.txt"
 check "collectives --check with the library nowhere exits 1 (got $(cat "$out/check-nowhere.rc"))" [ "$(cat "$out/check-nowhere.rc")" = 1 ]
@@ -245,7 +240,7 @@ check "collectives --check names the missing library" grep -qE "^missing +librar
 # Two GPUs: one daemon over both, P2P and SHM off, one collective round;
 # its channels on /metrics.
 if [ "$ngpu" -ge 2 ]; then
-  env CUDA_VISIBLE_DEVICES=0,1 LD_LIBRARY_PATH="$nccl_dir/lib" "$bin" --web.listen-address=127.0.0.1:9864 \
+  env CUDA_VISIBLE_DEVICES=0,1 LD_LIBRARY_PATH="$libdir" "$bin" --web.listen-address=127.0.0.1:9864 \
     --probe.policy=always --probe.first-delay=0s --probe.kind=host_latency --collective.interval=1m \
     --collective.kind=all_reduce --collective.kind=send_recv --log.level=debug >"$out/exporter-c.log" 2>&1 &
   pids+=($!)

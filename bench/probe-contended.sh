@@ -15,26 +15,22 @@
 # used; no GPU setting is changed.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=bench/common.sh
+. "$here/common.sh"
+# shellcheck source=bench/gpu0.sh
+. "$here/gpu0.sh"
 out=${1:-$(mktemp -d)}
 mkdir -p "$out"
 bin=$here/gpulink_exporter
 addr=127.0.0.1:9849
 url=http://$addr/metrics
-[ -x "$here/promtool" ] || { gunzip -kf "$here/promtool.gz" && chmod +x "$here/promtool"; }
+unpack_tools promtool
 ngpu=$(nvidia-smi -L | grep -c '^GPU')
-# GPU 0's PCI address as the exporter writes it (sysfs form, lower case).
-bus0=$(nvidia-smi -i 0 --query-gpu=pci.bus_id --format=csv,noheader | tr 'A-F' 'a-f' | sed 's/^0000//')
-fail=0
-check() { # check DESCRIPTION CONDITION...
-  local what=$1; shift
-  if "$@"; then echo "PASS $what"; else echo "FAIL $what"; fail=1; fi
-}
+bus0=$(gpu0_bus)
 metric() { # metric REGEX: sum of matching series in the last scrape
   awk -v re="$1" '$0 ~ "^"re {s += $NF} END {print s + 0}' "$out/scrape.txt"
 }
 scrape() { curl -sf $url >"$out/scrape.txt"; }
-# shellcheck source=bench/gpu0.sh
-. "$here/gpu0.sh"
 # GPU 0's latest round start in seconds, all digits (metric prints six).
 last_round() {
   awk '$0 ~ /^gpulink_probe_last_round_timestamp_seconds\{gpu="0",/ {printf "%.3f\n", $NF}' "$out/scrape.txt"

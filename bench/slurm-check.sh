@@ -23,11 +23,13 @@
 # slurmstepd.scope that was there before is left).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=bench/common.sh
+. "$here/common.sh"
 out=${1:-$(mktemp -d)}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 exec > >(tee "$out/slurm-check.log") 2>&1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 CUDA_DEVICE_ORDER=PCI_BUS_ID
+export CUDA_DEVICE_ORDER=PCI_BUS_ID
 
 bin=$here/gpulink_exporter
 addr=127.0.0.1:9857
@@ -37,12 +39,6 @@ scope=$cg/system.slice/slurmstepd.scope
 sluid=s5K1KKYAYG5D00
 mapjob=7777
 
-fail=0
-check() { # check DESCRIPTION CONDITION...
-	local what=$1
-	shift
-	if "$@"; then echo "PASS $what"; else echo "FAIL $what"; fail=1; fi
-}
 die() { # the machine cannot run the check
 	echo "CANNOT RUN: $*"
 	exit 2
@@ -210,7 +206,7 @@ run() {
 run job_id "$scope/job_4242" 4242 ""
 run sluid "$scope/$sluid" 4343 "$sluid" SLURM_JOB_ID=4343 SLURM_JOB_SLUID="$sluid"
 
-[ -x "$here/promtool" ] || { [ -f "$here/promtool.gz" ] && gunzip -kf "$here/promtool.gz" && chmod +x "$here/promtool"; }
+[ -f "$here/promtool.gz" ] && unpack_tools promtool
 if [ -x "$here/promtool" ]; then
 	check "promtool check metrics on the SLUID run's scrape" "$here/promtool" check metrics <"$out/metrics-sluid.txt"
 fi
