@@ -244,9 +244,11 @@ type CollectiveRunner interface {
 // to higher (or only those o.SendRecvOffset apart). Every process of a
 // communicator runs it with the same options but its own GPUs, so all
 // make the same calls in the same order.
-// A send/recv is reported only by the process holding the sender: its
-// time is the one that counts (the receiver's side may start late or
-// wait on it), so two processes never report one pair twice.
+// A send/recv is reported by every process holding either of its ranks:
+// one holding both times both GPUs in one group, each sample the slower
+// GPU's; with the sender and the receiver in two processes (two nodes)
+// each reports its own side, and whoever joins the rounds takes the
+// slower (SlowerSide): the operation is done when both sides are.
 func MeasureCollectiveRound(ctx context.Context, m CollectiveMeasurer, o CollectiveOptions, ids chan<- string) *CollectiveRound {
 	round := &CollectiveRound{Version: CollectiveContractVersion, Started: time.Now().UTC(), PID: os.Getpid(),
 		NCCLVersion: m.NCCLVersion(), GPUs: slices.Clone(o.GPUs), Ranks: o.Ranks, FirstRank: o.FirstRank,
@@ -282,14 +284,46 @@ func MeasureCollectiveRound(ctx context.Context, m CollectiveMeasurer, o Collect
 				}
 				from, to := p[0], p[1]
 				t, err := comm.SendRecv(from, to, size)
-				if from < o.FirstRank || from >= o.FirstRank+len(o.GPUs) {
-					continue // the sender's process reports it
+				if !holds(o, from) && !holds(o, to) {
+					continue // both sides are in other processes
 				}
 				round.Results = append(round.Results, collectiveResult(CollectiveResult{Collective: c, SizeBytes: size, Ranks: 2, FromRank: &from, ToRank: &to}, t, err))
 			}
 		}
 	}
 	return round
+}
+
+// holds reports whether this process (o's GPUs) holds rank.
+func holds(o CollectiveOptions, rank int) bool {
+	return rank >= o.FirstRank && rank < o.FirstRank+len(o.GPUs)
+}
+
+// SlowerSide is the result of one operation that two processes (two
+// nodes) each timed over their own ranks, for the operation as a whole:
+// the slower side's, as a process holding every rank takes each sample's
+// slowest GPU (and as bench/ref/nccl_ref.py takes the slowest rank). Each
+// sample on both sides starts after a barrier both take part in, so the
+// samples are the same operations; the slower median is a lower bound of
+// the median of each sample's slower side, and close to it when the sides
+// move together. A side with an error is the result (the operation did
+// not complete there); a nil side, one the other process did not report
+// (an exporter from before both sides reported send/recv), leaves the
+// other.
+func SlowerSide(a, b *CollectiveResult) *CollectiveResult {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	case a.Error != "":
+		return a
+	case b.Error != "":
+		return b
+	case b.Seconds > a.Seconds:
+		return b
+	}
+	return a
 }
 
 // sendRecvPairs is every pair of ranks once, lower to higher, in order;

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -106,11 +107,12 @@ func TestMeasureCollectiveRound(t *testing.T) {
 	}
 }
 
-// Two processes of one communicator make the same send/recv calls, but
-// only the sender's reports the pair.
+// Two processes of one communicator make the same send/recv calls, and
+// each reports the pairs it holds a side of: the pair within the first
+// once, the pairs between them in both.
 func TestMeasureCollectiveRoundSendRecvAcrossProcesses(t *testing.T) {
 	o := CollectiveOptions{Ranks: 3, Collectives: []Collective{SendRecv}, SizeBytes: 1 << 20, SmallBytes: 8 << 10}
-	reported := map[string]bool{}
+	reported := map[string]map[int]bool{}
 	for _, part := range []struct {
 		gpus  []string
 		first int
@@ -122,18 +124,48 @@ func TestMeasureCollectiveRoundSendRecvAcrossProcesses(t *testing.T) {
 			t.Errorf("ranks from %d: %d calls, want every pair at both sizes: %q", part.first, len(comm.calls), comm.calls)
 		}
 		for _, res := range r.Results {
-			if *res.FromRank < part.first || *res.FromRank >= part.first+len(part.gpus) {
-				t.Errorf("ranks from %d reported %d->%d, whose sender is elsewhere", part.first, *res.FromRank, *res.ToRank)
-			}
 			k := fmt.Sprintf("%d->%d/%d", *res.FromRank, *res.ToRank, res.SizeBytes)
-			if reported[k] {
-				t.Errorf("%s reported twice", k)
+			if reported[k][part.first] {
+				t.Errorf("ranks from %d reported %s twice", part.first, k)
 			}
-			reported[k] = true
+			if reported[k] == nil {
+				reported[k] = map[int]bool{}
+			}
+			reported[k][part.first] = true
 		}
 	}
-	if len(reported) != 6 {
-		t.Errorf("reported %v, want each of the 3 pairs at 2 sizes once", reported)
+	want := map[string]map[int]bool{}
+	for _, size := range []int64{1 << 20, 8 << 10} {
+		want[fmt.Sprintf("0->1/%d", size)] = map[int]bool{0: true}
+		want[fmt.Sprintf("0->2/%d", size)] = map[int]bool{0: true, 2: true}
+		want[fmt.Sprintf("1->2/%d", size)] = map[int]bool{0: true, 2: true}
+	}
+	if !reflect.DeepEqual(reported, want) {
+		t.Errorf("reported by (pair: processes by first rank) %v, want %v", reported, want)
+	}
+}
+
+// The slower side of an operation timed by two processes is its result;
+// a side that failed fails it; a side not reported leaves the other.
+func TestSlowerSide(t *testing.T) {
+	fast := &CollectiveResult{Seconds: 1e-3, BusBytesPerSecond: 2e9}
+	slow := &CollectiveResult{Seconds: 2e-3, BusBytesPerSecond: 1e9}
+	failed := &CollectiveResult{Error: "ncclRemoteError"}
+	for _, tc := range []struct {
+		name       string
+		a, b, want *CollectiveResult
+	}{
+		{"second slower", fast, slow, slow},
+		{"first slower", slow, fast, slow},
+		{"first failed", failed, fast, failed},
+		{"second failed", slow, failed, failed},
+		{"second not reported", fast, nil, fast},
+		{"first not reported", nil, slow, slow},
+		{"neither", nil, nil, nil},
+	} {
+		if got := SlowerSide(tc.a, tc.b); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
 	}
 }
 

@@ -174,14 +174,10 @@ func (o *outcome) measured() (ms []measurement, missing string) {
 }
 
 // result is the result of c at size (from and to for send_recv) with a
-// value, from the round of the process that holds the sender (the prober
-// for a collective over every rank), or why there is none.
+// value, or why there is none: the slower of the two nodes' sides, each
+// timed over its own ranks (probes.SlowerSide).
 func (o *outcome) result(c probes.Collective, size int64, from, to *int) (*probes.CollectiveResult, string) {
-	round := o.local
-	if from != nil && o.remote != nil && *from >= o.remote.FirstRank {
-		round = o.remote
-	}
-	r := find(round, c, size, from, to)
+	r := probes.SlowerSide(find(o.local, c, size, from, to), find(o.remote, c, size, from, to))
 	switch {
 	case r == nil:
 		return nil, "no result"
@@ -338,7 +334,7 @@ func (o *outcome) check() {
 func (o *outcome) remoteMissing() string {
 	for _, c := range o.module.Collectives {
 		if c == probes.SendRecv {
-			continue // the prober's GPUs send: its round has them
+			continue // the prober's side stands alone where a target older than both sides reporting sends none
 		}
 		for _, size := range []int64{int64(o.module.Size), int64(o.module.SmallSize)} {
 			if find(o.remote, c, size, nil, nil) == nil {

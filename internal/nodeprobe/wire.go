@@ -194,8 +194,8 @@ func (r *JoinRequest) validate() error {
 
 // JoinResponse is a target's answer when it joined: its round, and what
 // the NIC nearest each of its GPUs carries, in rank order (0 unknown), for
-// the prober to set beside its own: its send/recv results are in the
-// prober's round alone (the sender's process reports them).
+// the prober to set beside its own: each of its results is its side of
+// an operation the prober's round times too.
 type JoinResponse struct {
 	Round             *probes.CollectiveRound `json:"round"`
 	NICBytesPerSecond []float64               `json:"nic_bytes_per_second"`

@@ -65,8 +65,8 @@ func transportDetails(r *probes.CollectiveRound) map[string]int {
 
 // A DGX H100 probes a p5: each side's part goes over the network at 0.8 of
 // its GPU's rail NICs (one 400 Gb/s ConnectX-7 on the DGX, four 100 Gb/s
-// EFAs on the p5: 50 GB/s either way), and only the sender's process
-// reports a send/recv.
+// EFAs on the p5: 50 GB/s either way), and each side reports its own
+// side of a send/recv.
 func TestNodeToNodeSession(t *testing.T) {
 	dgx, p5 := startNode(t, "dgx-h100", ""), startNode(t, "aws-p5", "")
 	p, q := session(t, dgx, p5, 1)
@@ -83,10 +83,8 @@ func TestNodeToNodeSession(t *testing.T) {
 	if lat := collResult(t, p, probes.SendRecv, o.SmallBytes, 0, 1); lat.Seconds < 20e-6 || lat.Seconds > 30e-6 {
 		t.Errorf("send_recv latency over the network %g s", lat.Seconds)
 	}
-	for _, r := range q.Results {
-		if r.Collective == probes.SendRecv {
-			t.Errorf("the target reports a send/recv it only received: %+v", r)
-		}
+	if sr := collResult(t, q, probes.SendRecv, o.SizeBytes, 0, 1); sr.Error != "" || !within(sr.BusBytesPerSecond, 40e9, 0.03) {
+		t.Errorf("send_recv 0->1 received on the p5: %+v, want about 40e9", sr)
 	}
 	// Two ranks: the bus factor is 1, each side at its own NICs' rate.
 	for name, r := range map[string]*probes.CollectiveRound{"DGX": p, "p5": q} {
@@ -144,9 +142,15 @@ func TestNodeToNodeTwoGPUs(t *testing.T) {
 	if ar := collResult(t, q, probes.AllReduce, o.SizeBytes); !within(ar.BusBytesPerSecond, 40e9, 0.05) {
 		t.Errorf("all_reduce on the target's side %.4g, want about 40e9", ar.BusBytesPerSecond)
 	}
-	// The target sends between its own GPUs only.
-	if sr := collResult(t, q, probes.SendRecv, o.SizeBytes, 2, 3); len(q.Results) != 4 || !within(sr.BusBytesPerSecond, 372e9, 0.05) {
-		t.Errorf("the target reports %+v: want its all_reduce and its send_recv 2->3, at two sizes each", q.Results)
+	// The target sends between its own GPUs and receives what the
+	// prober's send, each through its own healthy rail.
+	if sr := collResult(t, q, probes.SendRecv, o.SizeBytes, 2, 3); len(q.Results) != 12 || !within(sr.BusBytesPerSecond, 372e9, 0.05) {
+		t.Errorf("the target reports %+v: want its all_reduce, its send_recv 2->3 and its side of the 4 from the prober, at two sizes each", q.Results)
+	}
+	for _, c := range [][2]int{{0, 2}, {0, 3}, {1, 2}, {1, 3}} {
+		if sr := collResult(t, q, probes.SendRecv, o.SizeBytes, c[0], c[1]); !within(sr.BusBytesPerSecond, 40e9, 0.05) {
+			t.Errorf("send_recv %d->%d received on the target: %.4g, want about 40e9", c[0], c[1], sr.BusBytesPerSecond)
+		}
 	}
 	got := transportDetails(p)
 	if got[probes.TransportP2P+" P2P/CUMEM/read"] == 0 || got[probes.TransportNet+" NET/IB/0/GDRDMA"] == 0 || got[probes.TransportNet+" NET/IB/1/GDRDMA"] == 0 {

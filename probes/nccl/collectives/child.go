@@ -343,8 +343,8 @@ func (c *ncclComm) Collective(op probes.Collective, size int64) (probes.Measured
 // SendRecv times rank from sending size bytes (rounded down to whole
 // floats) to rank to. Only the local side is run: the send, the receive,
 // or both in one group when both ranks are here. With neither here it
-// returns at once, with no time: MeasureCollectiveRound keeps the result
-// of the process holding the sender.
+// returns at once, with no time: MeasureCollectiveRound reports a pair
+// from the processes holding its ranks.
 func (c *ncclComm) SendRecv(from, to int, size int64) (probes.Measured, error) {
 	src, dst := c.local(from), c.local(to)
 	if src == nil && dst == nil {

@@ -390,7 +390,7 @@ func TestTwoCollectiveChildrenMeetAsNodes(t *testing.T) {
 			t.Errorf("rank %d's round: %+v", i, round)
 		}
 	}
-	// The send/recv 0 -> 1 is rank 0's to report, at both sizes.
+	// Each rank reports its side of the send/recv 0 -> 1, at both sizes.
 	count := func(round *probes.CollectiveRound) (n int) {
 		for _, res := range round.Results {
 			if res.Collective == probes.SendRecv {
@@ -399,7 +399,7 @@ func TestTwoCollectiveChildrenMeetAsNodes(t *testing.T) {
 		}
 		return n
 	}
-	if count(res0.round) != 2 || count(round1) != 0 {
-		t.Errorf("send/recv results: %d from rank 0, %d from rank 1; want 2 and 0", count(res0.round), count(round1))
+	if count(res0.round) != 2 || count(round1) != 2 {
+		t.Errorf("send/recv results: %d from rank 0, %d from rank 1; want 2 and 2", count(res0.round), count(round1))
 	}
 }
