@@ -18,8 +18,12 @@ size: the all-reduce buffer, the gathered buffer of an all-gather, the
 scattered buffer of a reduce-scatter, each rank's whole send buffer of an
 all-to-all, one send of a send/recv): --warmup untimed operations, then
 --samples times: a CUDA event, --iters operations, an event; the time of one
-operation is the slowest rank's elapsed / iters (nccl-tests takes the
-slowest rank too), and the result is the median over samples. algbw =
+operation is the slowest rank's elapsed / iters, and the result is the
+median over samples. (nccl-tests times all of a process's GPUs together,
+the slowest of them; across processes it averages by default, -a 1, and
+-a 3 takes the slowest. This takes the slowest, as the exporter does
+within a process and across two nodes.) rank_seconds is each rank's own
+median, for telling a slow side from a slow operation. algbw =
 size / time, busbw = algbw x nccl-tests' factor: all-reduce 2(n-1)/n,
 all-gather, reduce-scatter and all-to-all (n-1)/n, send/recv 1. Send/recv
 runs for each pair of ranks once, lower to higher.
@@ -100,9 +104,12 @@ def timed(fn, a, dev):
         stop.record()
         stop.synchronize()
         t = torch.tensor([start.elapsed_time(stop) / 1e3 / a.iters if fn else 0.0], device=dev)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        samples.append(t.item())
-    return statistics.median(samples), min(samples), max(samples)
+        every = torch.zeros(a.world, device=dev)
+        dist.all_gather_into_tensor(every, t)
+        samples.append(every.tolist())
+    slowest = [max(s) for s in samples]
+    own = [statistics.median(s[r] for s in samples) for r in range(a.world)]
+    return statistics.median(slowest), min(slowest), max(slowest), own
 
 
 def worker(local, a, gpus, q):
@@ -116,13 +123,13 @@ def worker(local, a, gpus, q):
     for c in a.collectives:
         for size in (a.size, a.small_size):
             if c != "send_recv":
-                t, lo, hi = timed(op_for(c, size, n, rank, dev), a, dev)
-                results.append(result(c, size, n, t, lo, hi))
+                t, lo, hi, own = timed(op_for(c, size, n, rank, dev), a, dev)
+                results.append(result(c, size, n, t, lo, hi, own))
                 continue
             for src in range(n):
                 for dst in range(src + 1, n):
-                    t, lo, hi = timed(op_for(c, size, n, rank, dev, (src, dst)), a, dev)
-                    r = result(c, size, 2, t, lo, hi)
+                    t, lo, hi, own = timed(op_for(c, size, n, rank, dev, (src, dst)), a, dev)
+                    r = result(c, size, 2, t, lo, hi, own)
                     r.update(from_rank=src, to_rank=dst)
                     results.append(r)
     dist.destroy_process_group()
@@ -131,10 +138,10 @@ def worker(local, a, gpus, q):
                "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version()))})
 
 
-def result(c, size, n, t, lo, hi):
+def result(c, size, n, t, lo, hi, own):
     alg = size / t
     return {"collective": c, "size_bytes": size, "ranks": n, "seconds": t, "sample_min": lo, "sample_max": hi,
-            "alg_bytes_per_second": alg, "bus_bytes_per_second": alg * bus_factor(c, n)}
+            "alg_bytes_per_second": alg, "bus_bytes_per_second": alg * bus_factor(c, n), "rank_seconds": own}
 
 
 def main():
