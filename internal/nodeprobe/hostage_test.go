@@ -289,6 +289,7 @@ func TestErrorJoinGivesReservationBack(t *testing.T) {
 			}
 			toB := httputil.NewSingleHostReverseProxy(bu)
 			var proberHeld atomic.Bool
+			var agent atomic.Value
 			// A proxy in front of b that answers every join itself.
 			proxy := newHostile(t, func(_ *hostile, w http.ResponseWriter, r *http.Request) {
 				switch {
@@ -297,6 +298,7 @@ func TestErrorJoinGivesReservationBack(t *testing.T) {
 					http.Error(w, http.StatusText(tc.status), tc.status)
 				case r.Method == http.MethodDelete:
 					proberHeld.Store(a.gate.isHeld())
+					agent.Store(r.UserAgent())
 					toB.ServeHTTP(w, r)
 				default:
 					toB.ServeHTTP(w, r)
@@ -312,6 +314,9 @@ func TestErrorJoinGivesReservationBack(t *testing.T) {
 			}
 			if proberHeld.Load() {
 				t.Error("the prober gave the reservation back while it still held its own GPUs")
+			}
+			if ua, _ := agent.Load().(string); !strings.HasPrefix(ua, "gpulink_exporter/") {
+				t.Errorf("the give-back's User-Agent %q does not name the exporter", ua)
 			}
 			if got := metric(t, b.node, "gpulink_node_probe_reservations_ended_total", "how", "given_back"); got != 1 {
 				t.Errorf("give-backs counted %g, want 1", got)

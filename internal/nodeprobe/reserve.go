@@ -344,7 +344,7 @@ func (n *Node) giveBack(ctx context.Context, client *http.Client, base, token st
 		n.logger.Debug("no time left to give back a node-to-node reservation; it expires at the probe's deadline")
 		return
 	}
-	hr, err := http.NewRequestWithContext(ctx, http.MethodDelete, base+ReservePath+"?token="+url.QueryEscape(token), nil)
+	hr, err := newRequest(ctx, http.MethodDelete, base+ReservePath+"?token="+url.QueryEscape(token), nil)
 	if err != nil {
 		return
 	}
@@ -356,6 +356,16 @@ func (n *Node) giveBack(ctx context.Context, client *http.Client, base, token st
 	_ = resp.Body.Close()
 }
 
+// newRequest is a request of the prober's to a target, which names the
+// exporter and its version as every request of it does.
+func newRequest(ctx context.Context, method, u string, body io.Reader) (*http.Request, error) {
+	hr, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err == nil {
+		hr.Header.Set("User-Agent", "gpulink_exporter/"+version.Version)
+	}
+	return hr, err
+}
+
 // call sends v as JSON with method to u and reads the answer, up to
 // maxRoundBytes; reason is set when no answer came or it was too long.
 func call(ctx context.Context, client *http.Client, method, u string, v any) (resp *http.Response, b []byte, reason, detail string) {
@@ -363,12 +373,11 @@ func call(ctx context.Context, client *http.Client, method, u string, v any) (re
 	if err != nil {
 		return nil, nil, ReasonBadModule, err.Error()
 	}
-	hr, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
+	hr, err := newRequest(ctx, method, u, bytes.NewReader(body))
 	if err != nil {
 		return nil, nil, ReasonUnreachable, err.Error()
 	}
 	hr.Header.Set("Content-Type", "application/json")
-	hr.Header.Set("User-Agent", "gpulink_exporter/"+version.Version)
 	resp, err = client.Do(hr)
 	if err != nil {
 		return nil, nil, transportReason(ctx), err.Error()
