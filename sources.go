@@ -346,8 +346,9 @@ func (n named) Status() sampler.Status {
 	return st
 }
 
-// nvmlIDs gives the DCGM and pod series NVML's index and PCI address;
-// without NVML they carry DCGM's and the kubelet's alone.
+// nvmlIDs gives what joins other sources to NVML's GPUs (the DCGM and
+// pod series, the Slurm mapping files' indices) NVML's index and PCI
+// address; without NVML each carries its own source's alone.
 func (w *wiring) nvmlIDs() func() []nvml.Identity {
 	if w.reader == nil {
 		return nil
