@@ -381,6 +381,20 @@ func (cw *CommandWatch) named(c *Contention) *Contention {
 	return c
 }
 
+// Report writes headline to w, with why the results are marked (For
+// ""), then Describe's lines indented: what a command tells a person on
+// stderr when its run was shared. Nothing when it was not.
+func (c *Contention) Report(w io.Writer, headline string) {
+	lines := c.Describe()
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "%s (%s):\n", headline, strings.Join(c.For(""), ", "))
+	for _, l := range lines {
+		fmt.Fprintf(w, "  %s\n", l)
+	}
+}
+
 // Describe is the contention for a person, one line per shared GPU
 // ("GPU 0000:18:00.0: other compute processes: pid 4242 (python3)",
 // "GPU 0000:18:00.0: utilisation above the idle threshold right before the

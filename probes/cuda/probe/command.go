@@ -8,7 +8,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/alecthomas/kingpin/v2"
 
@@ -174,12 +173,7 @@ func (c *Command) judgeSharing(watch *probes.CommandWatch, round *probes.Round, 
 			}
 		}
 		gr.Contention = watch.Round(gr, peers, os.Getpid())
-		if lines := gr.Contention.Describe(); len(lines) > 0 {
-			fmt.Fprintf(stderr, "GPU %s was shared while it was measured; its results are marked contended (%s):\n", gr.PCIBusID, strings.Join(gr.Contention.For(""), ", "))
-			for _, l := range lines {
-				fmt.Fprintf(stderr, "  %s\n", l)
-			}
-		}
+		gr.Contention.Report(stderr, "GPU "+gr.PCIBusID+" was shared while it was measured; its results are marked contended")
 	}
 }
 

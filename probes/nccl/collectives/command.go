@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
@@ -210,12 +209,7 @@ func (c *CollectiveCommand) Run(ctx context.Context, stdout, stderr io.Writer) i
 	if watch != nil {
 		watch.Stop()
 		round.Contention = watch.Collective(o.GPUs, os.Getpid())
-		if lines := round.Contention.Describe(); len(lines) > 0 {
-			fmt.Fprintf(stderr, "the GPUs were shared while the collectives ran; every result is marked contended (%s):\n", strings.Join(round.Contention.For(""), ", "))
-			for _, l := range lines {
-				fmt.Fprintf(stderr, "  %s\n", l)
-			}
-		}
+		round.Contention.Report(stderr, "the GPUs were shared while the collectives ran; every result is marked contended")
 	}
 
 	status := probes.ExitOK
