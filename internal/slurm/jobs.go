@@ -40,7 +40,8 @@ func (j GPUJob) Source() string {
 // GPUJobs joins the jobs the processes' cgroups give with those the
 // mapping files give, one entry per GPU, GPU instance and job, sorted by
 // them. Either snapshot may be nil. A job found both ways is one entry,
-// marked with both.
+// marked with both: also where a prolog wrote the job's SLUID
+// (SLURM_JOB_SLUID) and the process's environment gave its number.
 func GPUJobs(procs *process.Snapshot, files *Mappings) []GPUJob {
 	type key struct {
 		gpu      int
@@ -58,6 +59,9 @@ func GPUJobs(procs *process.Snapshot, files *Mappings) []GPUJob {
 		out = append(out, j)
 		return &out[len(out)-1]
 	}
+	// bySLUID finds the entries of cgroup jobs known by number by their
+	// SLUID too.
+	bySLUID := map[key]int{}
 	if procs != nil {
 		for _, g := range procs.GPUs {
 			for _, p := range g.Procs {
@@ -68,6 +72,9 @@ func GPUJobs(procs *process.Snapshot, files *Mappings) []GPUJob {
 				j := add(GPUJob{GPU: g.GPU, UUID: g.UUID, PCIBusID: g.PCIBusID, JobID: s.Label()})
 				j.Cgroup = true
 				j.SLUID = cmp.Or(j.SLUID, s.SLUID)
+				if j.SLUID != "" && j.SLUID != j.JobID {
+					bySLUID[key{j.GPU, j.GPUInstance, j.SLUID}] = index[key{j.GPU, j.GPUInstance, j.JobID}]
+				}
 			}
 		}
 	}
@@ -78,7 +85,12 @@ func GPUJobs(procs *process.Snapshot, files *Mappings) []GPUJob {
 				instance = strconv.Itoa(f.GPUInstance)
 			}
 			for _, id := range f.Jobs {
-				j := add(GPUJob{GPU: f.GPU, UUID: f.UUID, PCIBusID: f.PCIBusID, GPUInstance: instance, JobID: id})
+				var j *GPUJob
+				if i, ok := bySLUID[key{f.GPU, instance, id}]; ok {
+					j = &out[i]
+				} else {
+					j = add(GPUJob{GPU: f.GPU, UUID: f.UUID, PCIBusID: f.PCIBusID, GPUInstance: instance, JobID: id})
+				}
 				j.MappingFile = true
 				// The process source knows the GPU when NVML did at
 				// its sample; keep what either knows.

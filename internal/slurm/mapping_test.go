@@ -190,6 +190,15 @@ func TestGPUJobs(t *testing.T) {
 	if got := GPUJobs(procs, files); !reflect.DeepEqual(got, want) {
 		t.Errorf("GPUJobs:\n got %+v\nwant %+v", got, want)
 	}
+	// A prolog that writes SLURM_JOB_SLUID names the job the process's
+	// environment numbers: one job, found both ways.
+	sluidFiles := &Mappings{Files: []Mapping{{GPU: 1, GPUInstance: -1, Jobs: []string{sluid}}}}
+	wantSLUID := []GPUJob{want[0],
+		{GPU: 1, UUID: "GPU-b", PCIBusID: "0000:2a:00.0", JobID: "4343", SLUID: sluid, Cgroup: true, MappingFile: true},
+		want[2]}
+	if got := GPUJobs(procs, sluidFiles); !reflect.DeepEqual(got, wantSLUID) {
+		t.Errorf("GPUJobs with the SLUID in the mapping file:\n got %+v\nwant %+v", got, wantSLUID)
+	}
 	if got := GPUJobs(nil, nil); len(got) != 0 {
 		t.Errorf("GPUJobs(nil, nil) = %+v", got)
 	}
