@@ -153,8 +153,8 @@ func (c *CollectiveCollector) renderRound(o *probeOut, st *schedule.CollectiveSt
 	// gpuOf is a rank's GPU labels; ok false for a rank another process
 	// held or a GPU the status does not know.
 	gpuOf := func(rank int) (idx, bus string, ok bool) {
-		i := rank - r.FirstRank
-		if i < 0 || i >= len(r.GPUs) {
+		i, held := r.Local(rank)
+		if !held {
 			return "", "", false
 		}
 		n, known := index[r.GPUs[i]]

@@ -284,7 +284,9 @@ func MeasureCollectiveRound(ctx context.Context, m CollectiveMeasurer, o Collect
 				}
 				from, to := p[0], p[1]
 				t, err := comm.SendRecv(from, to, size)
-				if !holds(o, from) && !holds(o, to) {
+				_, sends := o.Local(from)
+				_, receives := o.Local(to)
+				if !sends && !receives {
 					continue // both sides are in other processes
 				}
 				round.Results = append(round.Results, collectiveResult(CollectiveResult{Collective: c, SizeBytes: size, Ranks: 2, FromRank: &from, ToRank: &to}, t, err))
@@ -294,9 +296,18 @@ func MeasureCollectiveRound(ctx context.Context, m CollectiveMeasurer, o Collect
 	return round
 }
 
-// holds reports whether this process (o's GPUs) holds rank.
-func holds(o CollectiveOptions, rank int) bool {
-	return rank >= o.FirstRank && rank < o.FirstRank+len(o.GPUs)
+// Local is the index among o.GPUs of rank, and whether this process
+// holds it at all: with other processes (nodes) holding ranks, each
+// process of a communicator holds only its GPUs' ranks, FirstRank onwards.
+func (o CollectiveOptions) Local(rank int) (int, bool) { return local(o.FirstRank, len(o.GPUs), rank) }
+
+// Local is the index among r.GPUs of rank, and whether r's process held
+// it (CollectiveOptions.Local).
+func (r *CollectiveRound) Local(rank int) (int, bool) { return local(r.FirstRank, len(r.GPUs), rank) }
+
+func local(first, n, rank int) (int, bool) {
+	i := rank - first
+	return i, i >= 0 && i < n
 }
 
 // SlowerSide is the result of one operation that two processes (two

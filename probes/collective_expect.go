@@ -82,8 +82,8 @@ func CollectivePathFor(snap *nvml.Snapshot, topo *numa.Topology, gpus []string) 
 // rank is the index in GPUs of a rank of r, -1 when another process holds
 // it.
 func (p CollectivePath) rank(r *CollectiveRound, rank int) int {
-	i := rank - r.FirstRank
-	if i < 0 || i >= len(r.GPUs) || i >= len(p.GPUs) || r.GPUs[i] != p.GPUs[i] {
+	i, held := r.Local(rank)
+	if !held || i >= len(p.GPUs) || r.GPUs[i] != p.GPUs[i] {
 		return -1
 	}
 	return i

@@ -282,16 +282,9 @@ func (c *comm) nicRates() map[string]float64 {
 	return out
 }
 
-// local is the index among this process's GPUs of rank, if it is one of
-// theirs.
-func (c *comm) local(rank int) (int, bool) {
-	i := rank - c.o.FirstRank
-	return i, i >= 0 && i < len(c.gpus)
-}
-
 // linkFrom is the link from this process's GPU i to rank to.
 func (c *comm) linkFrom(i, to int) link {
-	if j, ok := c.local(to); ok {
+	if j, ok := c.o.Local(to); ok {
 		return c.links[i][j]
 	}
 	return c.net[i]
@@ -368,9 +361,9 @@ func (c *comm) SendRecv(from, to int, size int64) (probes.Measured, error) {
 		return probes.Measured{}, fmt.Errorf("ncclInvalidArgument: send/recv from rank %d to rank %d of %d", from, to, c.o.Ranks)
 	}
 	var l link
-	if i, ok := c.local(from); ok {
+	if i, ok := c.o.Local(from); ok {
 		l = c.linkFrom(i, to)
-	} else if j, ok := c.local(to); ok {
+	} else if j, ok := c.o.Local(to); ok {
 		l = c.net[j]
 	} else {
 		return probes.Measured{}, nil

@@ -377,8 +377,8 @@ func (c *ncclComm) SendRecv(from, to int, size int64) (probes.Measured, error) {
 }
 
 func (c *ncclComm) local(rank int) *commGPU {
-	if i := rank - c.o.FirstRank; i >= 0 && i < len(c.gpus) {
-		return c.gpus[i]
+	if i, ok := c.o.Local(rank); ok {
+		return c.gpus[i] // an open communicator has every GPU of o
 	}
 	return nil
 }
