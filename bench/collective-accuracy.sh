@@ -19,10 +19,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=bench/common.sh
 . "$here/common.sh"
-out=${1:-${OUT:+$OUT/collective-accuracy}}
-out=${out:-$(mktemp -d)}
-mkdir -p "$out"
-bin=${BIN:-$here/gpulink_exporter}
+bench_out "${1:-${OUT:+$OUT/collective-accuracy}}"
 RUNS=${RUNS:-3}
 SIZE=${SIZE:-$((256 << 20))}
 SMALL=${SMALL:-8192}

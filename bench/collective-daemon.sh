@@ -13,9 +13,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=bench/common.sh
 . "$here/common.sh"
-out=${1:-$(mktemp -d)}
-mkdir -p "$out"
-bin=${BIN:-$here/gpulink_exporter}
+bench_out "${1:-}"
 lib=$(nccl_wheel_lib)
 unpack_tools promtool
 addr=127.0.0.1:9849

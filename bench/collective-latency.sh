@@ -25,9 +25,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=bench/common.sh
 . "$here/common.sh"
-out=${1:-$(mktemp -d)}
-mkdir -p "$out"
-bin=${BIN:-$here/gpulink_exporter}
+bench_out "${1:-}"
 ROUNDS=${ROUNDS:-2}
 export CUDA_DEVICE_ORDER=PCI_BUS_ID
 : "${NCCLTESTS:?set NCCLTESTS to the directory of the nccl-tests binaries}"

@@ -27,9 +27,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=bench/common.sh
 . "$here/common.sh"
-out=${1:-$(mktemp -d)}
-mkdir -p "$out"
-bin=$here/gpulink_exporter
+bench_out "${1:-}"
 SIZE=${SIZE:-$((64 << 20))}
 MODULE_SAMPLES=${MODULE_SAMPLES:-10}
 ROUNDS=${ROUNDS:-4}

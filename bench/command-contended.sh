@@ -24,9 +24,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/common.sh"
 # shellcheck source=bench/gpu0.sh
 . "$here/gpu0.sh"
-out=${1:-$(mktemp -d)}
-mkdir -p "$out"
-bin=${BIN:-$here/gpulink_exporter}
+bench_out "${1:-}"
 export CUDA_DEVICE_ORDER=PCI_BUS_ID
 lib=${NCCL_LIBRARY:-$(nccl_wheel_lib)}
 ngpu=$(nvidia-smi -L | grep -c '^GPU')

@@ -19,9 +19,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/common.sh"
 # shellcheck source=bench/gpu0.sh
 . "$here/gpu0.sh"
-out=${1:-$(mktemp -d)}
-mkdir -p "$out"
-bin=$here/gpulink_exporter
+bench_out "${1:-}"
 addr=127.0.0.1:9849
 url=http://$addr/metrics
 unpack_tools promtool

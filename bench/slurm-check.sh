@@ -25,13 +25,11 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=bench/common.sh
 . "$here/common.sh"
-out=${1:-$(mktemp -d)}
-mkdir -p "$out"
+bench_out "${1:-}"
 out=$(cd "$out" && pwd)
 exec > >(tee "$out/slurm-check.log") 2>&1
 export CUDA_DEVICE_ORDER=PCI_BUS_ID
 
-bin=$here/gpulink_exporter
 addr=127.0.0.1:9857
 url=http://$addr/metrics
 cg=/sys/fs/cgroup
