@@ -6,15 +6,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/process"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
 	"github.com/gpulink/gpulink_exporter/probes/cuda/probe"
@@ -70,13 +68,8 @@ func commandNVML(c *config, fsys numa.FS, logger *slog.Logger, sample, sharing b
 		// The processes can still be listed; the utilisation is unknown.
 		logger.Warn("no NVML sample: sharing is judged from the processes alone", "err", err)
 	}
-	check = &probes.SharingCheck{Snapshot: snap, Processes: reader.ComputeProcesses, Threshold: c.probe.UtilizationThreshold, Comm: func(pid int) string {
-		b, err := os.ReadFile(filepath.Join(fsys.Proc, strconv.Itoa(pid), "comm"))
-		if err != nil {
-			return ""
-		}
-		return strings.TrimSpace(string(b))
-	}}
+	check = &probes.SharingCheck{Snapshot: snap, Processes: reader.ComputeProcesses, Threshold: c.probe.UtilizationThreshold,
+		Comm: func(pid int) string { return process.Comm(fsys.Proc, pid) }}
 	return snap, check, done, nil
 }
 

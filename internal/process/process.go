@@ -120,6 +120,25 @@ func procErr(t *sampler.Tally, pid int, dir string, err error) (gone error) {
 	return nil
 }
 
+// Comm is the command name of process pid under the proc root, as
+// readFiles reads it; "" when it cannot be read (gone, or not ours to
+// read). For the commands, which name what shared a GPU.
+func Comm(root string, pid int) string {
+	pfs, err := procfs.NewFS(root)
+	if err != nil {
+		return ""
+	}
+	proc, err := pfs.Proc(pid)
+	if err != nil {
+		return ""
+	}
+	comm, err := proc.Comm()
+	if err != nil {
+		return ""
+	}
+	return comm
+}
+
 // readFiles reads everything but numa_maps: comm and cgroup through
 // procfs, status and each thread's stat by hand, buf reused for each.
 func readFiles(root string, pid int, buf []byte) (Placement, error) {

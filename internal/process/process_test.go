@@ -315,3 +315,21 @@ func TestReadProcessSelf(t *testing.T) {
 		t.Fatalf("self: %+v", p)
 	}
 }
+
+// Comm reads a process's name as readFiles does, and is empty for a
+// process that is not there.
+func TestComm(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "4242"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "4242", "comm"), []byte("python3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := Comm(root, 4242); got != "python3" {
+		t.Errorf("Comm of 4242 = %q, want python3", got)
+	}
+	if got := Comm(root, 4343); got != "" {
+		t.Errorf("Comm of a process not there = %q, want empty", got)
+	}
+}
