@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -99,6 +100,9 @@ func checkFit(objs []object) []error {
 				if !instanceFromNodeName(ep) {
 					fail("%s %s: instance is not relabelled from __meta_kubernetes_pod_node_name: every restart would start new series", o.kind(), o.name())
 				}
+				if kept := keptPodLabels(ep); len(kept) > 0 {
+					fail("%s %s: keeps the target labels %s that prometheus-operator adds for the exporter's pod: every restart would start new series, and the workload's pod and namespace would read exported_*", o.kind(), o.name(), strings.Join(kept, ", "))
+				}
 			}
 		case "PrometheusRule":
 			for _, g := range asSlice(dig(o, "spec", "groups")) {
@@ -150,6 +154,34 @@ func instanceFromNodeName(ep any) bool {
 		}
 	}
 	return false
+}
+
+// operatorPodLabels are the target labels prometheus-operator adds to every
+// ServiceMonitor and PodMonitor target, ahead of the monitor's relabelings,
+// that name the exporter's pod rather than the node
+// (pkg/prometheus/promcfg.go, generateServiceMonitorConfig and
+// generatePodMonitorConfig).
+var operatorPodLabels = []string{"pod", "container", "endpoint", "namespace", "service"}
+
+// keptPodLabels is those of operatorPodLabels no labeldrop of ep drops.
+func keptPodLabels(ep any) []string {
+	var kept []string
+	for _, l := range operatorPodLabels {
+		dropped := false
+		for _, r := range asSlice(dig(ep, "relabelings")) {
+			if a, _ := dig(r, "action").(string); strings.ToLower(a) != "labeldrop" {
+				continue
+			}
+			re, err := regexp.Compile("^(?:" + fmt.Sprint(dig(r, "regex")) + ")$")
+			if err == nil && re.MatchString(l) {
+				dropped = true
+			}
+		}
+		if !dropped {
+			kept = append(kept, l)
+		}
+	}
+	return kept
 }
 
 // gpuNodeKeys is the label keys of each required node affinity term.

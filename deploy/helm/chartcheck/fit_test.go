@@ -51,6 +51,7 @@ spec:
       password: {name: gpulink-web, key: password}
     relabelings:
     - {sourceLabels: [__meta_kubernetes_pod_node_name], targetLabel: instance}
+    - {action: labeldrop, regex: pod|container|endpoint|namespace|service}
 ---
 apiVersion: monitoring.coreos.com/v1
 kind: PrometheusRule
@@ -109,6 +110,7 @@ func TestCheckFit(t *testing.T) {
 		{"pod-resources blocks", "type: DirectoryOrCreate", "type: Directory", "want DirectoryOrCreate", nil},
 		{"no health check", "livenessProbe: {tcpSocket: {port: metrics}}", "livenessProbe: {periodSeconds: 10}", "livenessProbe has no handler", nil},
 		{"pod IP instance", "targetLabel: instance", "targetLabel: node", "instance is not relabelled", nil},
+		{"exporter pod labels kept", "regex: pod|container|endpoint|namespace|service", "regex: pod|container|endpoint", "keeps the target labels namespace, service", nil},
 		{"runbook", "runbook_url:", "runbook:", "has a runbook annotation", nil},
 		{"GET with auth", "readinessProbe: {tcpSocket: {port: metrics}}", "readinessProbe: {httpGet: {path: /, port: metrics}}", "readinessProbe is httpGet", auth},
 		{"http scrape", "scheme: https", "scheme: http", "scheme http, want https", auth},

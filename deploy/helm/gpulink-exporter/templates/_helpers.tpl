@@ -215,6 +215,7 @@ series at every restart, resetting the rules' baselines.
     - action: replace
       sourceLabels: [__meta_kubernetes_pod_node_name]
       targetLabel: instance
+    {{- include "gpulink-exporter.dropTargetLabels" . | nindent 4 }}
     {{- with $sm.relabelings }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -222,6 +223,25 @@ series at every restart, resetting the rules' baselines.
   metricRelabelings:
     {{- toYaml . | nindent 4 }}
   {{- end }}
+{{- end }}
+
+{{/*
+The labels prometheus-operator puts on every target of a ServiceMonitor or
+PodMonitor ahead of the monitor's own relabelings (pkg/prometheus/promcfg.go,
+generateServiceMonitorConfig and generatePodMonitorConfig: namespace,
+service, pod and container from the pod's metadata, endpoint from the
+port) name the exporter's pod, not the node or the hardware: dropped
+(serviceMonitor.dropTargetLabels), a rollout or a crash-restart of the
+exporter continues the same series (the rules' for:, changes(), increase()
+and recorded state carry on), and the attribution series' own pod,
+namespace and container (gpulink_gpu_pod_info) keep their names instead of
+becoming exported_pod... beside the exporter's.
+*/}}
+{{- define "gpulink-exporter.dropTargetLabels" -}}
+{{- with .Values.serviceMonitor.dropTargetLabels }}
+- action: labeldrop
+  regex: {{ join "|" . }}
+{{- end }}
 {{- end }}
 
 {{/*
