@@ -29,6 +29,9 @@ const dashboardsDir = "../dashboards"
 var prometheusOwn = []string{
 	"up", "scrape_duration_seconds", "scrape_samples_scraped", "scrape_samples_post_metric_relabeling",
 	"scrape_series_added", "ALERTS", "ALERTS_FOR_STATE",
+	// kube-state-metrics' node capacity: which nodes have GPUs
+	// (GPULinkExporterMissing).
+	"kube_node_status_capacity",
 }
 
 func metricNames(t *testing.T) map[string]bool {

@@ -150,6 +150,12 @@ done
 	fail "a threshold from --set (a decimal string) was refused"
 grep -q 'ratio10m{reason=~"hw_slowdown|hw_.+_slowdown|sw_thermal_slowdown"} > 0.25$' "$tmp/set.yaml" ||
 	fail "--set prometheusRule.alerts.GPUThrottled.threshold=0.25 did not reach the rule"
+# GPULinkExporterMissing's GPU nodes from another series.
+"$HELM" template "$release" "$chart" --set prometheusRule.enabled=true \
+	--set-string 'prometheusRule.gpuNodeSeries=kube_node_labels{label_nvidia_com_gpu_present="true"}' >"$tmp/gpunodes.yaml" ||
+	fail "prometheusRule.gpuNodeSeries was refused"
+grep -q 'max by (node) ((kube_node_labels{label_nvidia_com_gpu_present="true"}))' "$tmp/gpunodes.yaml" ||
+	fail "prometheusRule.gpuNodeSeries did not reach GPULinkExporterMissing"
 
 echo "helm-check: rule thresholds and the schema's alerts match the rules"
 chartcheck thresholds || fail "$chart/files/rule-thresholds.yaml or values.schema.json disagree with the rules"
