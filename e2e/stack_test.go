@@ -54,8 +54,8 @@ func buildExporter(t *testing.T, dir string) string {
 
 // start runs a program for the rest of the test with its output in
 // dir/name.log; the cleanup stops it (TERM, then KILL) and prints the log's
-// tail when the test failed.
-func start(t *testing.T, dir, name, bin string, args ...string) {
+// tail when the test failed. The function it returns stops it sooner.
+func start(t *testing.T, dir, name, bin string, args ...string) (stop func()) {
 	logPath := filepath.Join(dir, name+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -69,14 +69,20 @@ func start(t *testing.T, dir, name, bin string, args ...string) {
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				<-done
+			}
+		})
+	}
 	t.Cleanup(func() {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
+		stop()
 		logFile.Close()
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
@@ -86,6 +92,7 @@ func start(t *testing.T, dir, name, bin string, args ...string) {
 			t.Logf("--- %s log (tail) ---\n%s", name, b)
 		}
 	})
+	return stop
 }
 
 // waitHTTP polls url until it answers 200 or the deadline passes.
@@ -171,30 +178,6 @@ const probeScrapeTimeout = 2 * time.Second
 // both still run. The exporters' --node-probe.min-interval must be
 // shorter than the interval.
 func startStack(t *testing.T, dir, prometheus, alertmanager, rules string, targets []string, ring []probePair, probeScrapeEvery time.Duration) *stack {
-	hook := &webhook{}
-	srv := httptest.NewServer(hook)
-	t.Cleanup(srv.Close)
-
-	amAddr, promAddr := freeAddr(t), freeAddr(t)
-	amConfig := fmt.Sprintf(`route:
-  receiver: test
-  group_by: ['...']
-  group_wait: 0s
-  group_interval: 1s
-  repeat_interval: 1h
-receivers:
-  - name: test
-    webhook_configs:
-      - url: %s/
-        send_resolved: true
-`, srv.URL)
-	writeFile(t, filepath.Join(dir, "alertmanager.yml"), amConfig)
-	start(t, dir, "alertmanager", alertmanager,
-		"--config.file="+filepath.Join(dir, "alertmanager.yml"),
-		"--storage.path="+filepath.Join(dir, "am-data"),
-		"--web.listen-address="+amAddr,
-		"--cluster.listen-address=")
-
 	quoted := make([]string, len(targets))
 	for i, tg := range targets {
 		quoted[i] = "'" + tg + "'"
@@ -222,6 +205,42 @@ receivers:
       - source_labels: [__prober__]
         target_label: __address__
 `, fmtDur(probeScrapeEvery), fmtDur(probeScrapeTimeout), ringTargets.String())
+	scrapeConfigs := fmt.Sprintf(`  - job_name: gpulink
+    static_configs:
+      - targets: [%s]
+%s`, strings.Join(quoted, ", "), probeJob)
+	return startStackWith(t, dir, prometheus, alertmanager, rules, scrapeConfigs)
+}
+
+// startStackWith starts Alertmanager, with the test's webhook as its
+// receiver, and Prometheus evaluating rules and scraping scrapeConfigs
+// (the items of its scrape_configs, indented as such). Its configuration
+// is dir/prometheus.yml; POST /-/reload reads it again.
+func startStackWith(t *testing.T, dir, prometheus, alertmanager, rules, scrapeConfigs string) *stack {
+	hook := &webhook{}
+	srv := httptest.NewServer(hook)
+	t.Cleanup(srv.Close)
+
+	amAddr, promAddr := freeAddr(t), freeAddr(t)
+	amConfig := fmt.Sprintf(`route:
+  receiver: test
+  group_by: ['...']
+  group_wait: 0s
+  group_interval: 1s
+  repeat_interval: 1h
+receivers:
+  - name: test
+    webhook_configs:
+      - url: %s/
+        send_resolved: true
+`, srv.URL)
+	writeFile(t, filepath.Join(dir, "alertmanager.yml"), amConfig)
+	start(t, dir, "alertmanager", alertmanager,
+		"--config.file="+filepath.Join(dir, "alertmanager.yml"),
+		"--storage.path="+filepath.Join(dir, "am-data"),
+		"--web.listen-address="+amAddr,
+		"--cluster.listen-address=")
+
 	promConfig := fmt.Sprintf(`global:
   scrape_interval: 1s
   evaluation_interval: 1s
@@ -231,16 +250,14 @@ alerting:
     - static_configs:
         - targets: ['%s']
 scrape_configs:
-  - job_name: gpulink
-    static_configs:
-      - targets: [%s]
-%s`, rules, amAddr, strings.Join(quoted, ", "), probeJob)
+%s`, rules, amAddr, scrapeConfigs)
 	writeFile(t, filepath.Join(dir, "prometheus.yml"), promConfig)
 	start(t, dir, "prometheus", prometheus,
 		"--config.file="+filepath.Join(dir, "prometheus.yml"),
 		"--storage.tsdb.path="+filepath.Join(dir, "prom-data"),
 		"--web.listen-address="+promAddr,
-		"--rules.alert.resend-delay=1s")
+		"--rules.alert.resend-delay=1s",
+		"--web.enable-lifecycle")
 	waitHTTP(t, "http://"+amAddr+"/-/ready", 30*time.Second)
 	waitHTTP(t, "http://"+promAddr+"/-/ready", 30*time.Second)
 	return &stack{prom: "http://" + promAddr, hook: hook}
