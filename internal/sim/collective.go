@@ -85,7 +85,7 @@ func (r *Runner) RunCollectives(ctx context.Context, o probes.CollectiveOptions,
 	if snap == nil {
 		return fail(probes.RunError, fmt.Errorf("simulated driver: %w", err))
 	}
-	topo, _ := r.n.fs.Topology() // a value it could not read is left out, as for the exporter
+	topo, _ := numa.ReadTopology(r.n.fs) // a value it could not read is left out, as for the exporter
 	round := probes.MeasureCollectiveRound(ctx, &collectiveMeasurer{r: r, snap: snap, topo: topo}, o, ids)
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return round, &probes.RunFailure{GPU: gpus, Collectives: true, Result: probes.RunTimeout, Err: errors.New("no round within the deadline; child killed")}

@@ -63,7 +63,7 @@ func (r *Runner) Run(ctx context.Context, o probes.Options) (*probes.Round, erro
 	if snap == nil {
 		return nil, &probes.RunFailure{GPU: o.GPU, Result: probes.RunError, Err: fmt.Errorf("simulated driver: %w", err)}
 	}
-	topo, _ := r.n.fs.Topology() // a value it could not read is left out, as for the exporter
+	topo, _ := numa.ReadTopology(r.n.fs) // a value it could not read is left out, as for the exporter
 	return probes.MeasureRound(ctx, &measurer{r: r, snap: snap, topo: topo}, []probes.Options{o}), nil
 }
 
@@ -371,7 +371,7 @@ func (r *Runner) noise() float64 {
 // linkUnderLoad reads the GPU's link from the simulated sysfs, as the
 // child does while its copy runs.
 func (r *Runner) linkUnderLoad(bus string) *probes.LinkUnderLoad {
-	l, err := r.n.fs.PCIeLinkOf(bus)
+	l, err := numa.ReadPCIeLink(r.n.fs, bus)
 	if err != nil || !l.Speed.Valid || !l.Width.Valid {
 		return nil
 	}

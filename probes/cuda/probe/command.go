@@ -11,6 +11,7 @@ import (
 
 	"github.com/alecthomas/kingpin/v2"
 
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
@@ -21,7 +22,7 @@ import (
 // daemon or as a table for a person.
 type Command struct {
 	Library string
-	FS      numa.FS
+	FS      hostfs.Root
 	// GPUs: "all", a PCI address, or an index in PCI address order (which
 	// is nvidia-smi's numbering).
 	GPUs []string
@@ -203,7 +204,7 @@ func (c *Command) options(drv *cuda.Driver, template probes.Options) ([]probes.O
 	// read leaves the buffers unbound.
 	topo := c.Topology
 	if topo == nil && !c.NoHostBinding && len(c.HostNodes) == 0 {
-		topo, _ = c.FS.Topology()
+		topo, _ = numa.ReadTopology(c.FS)
 	}
 	var out []probes.Options
 	for _, g := range gpus {
