@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gpulink/gpulink_exporter/internal/hostfs"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/sysfs"
 )
@@ -41,7 +42,7 @@ func ReadTopology(root hostfs.Root) (*Topology, error) {
 		return nil, fmt.Errorf("PCI devices: %w", err)
 	}
 	for _, e := range entries {
-		if !sysfs.IsPCIAddress(e.Name()) {
+		if !pciaddr.IsSysfs(e.Name()) {
 			continue
 		}
 		dir := filepath.Join(busDir, e.Name())

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gpulink/gpulink_exporter/internal/hostfs"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/internal/sysfs"
@@ -442,7 +443,7 @@ func TestNICRealSysfs(t *testing.T) {
 	}
 	snap, _ := nicSample(t, hostfs.Root{Sys: "/sys", Proc: "/proc"})
 	for _, n := range snap.Interfaces {
-		if n.Name == "lo" || !sysfs.IsPCIAddress(n.PCIAddress) {
+		if n.Name == "lo" || !pciaddr.IsSysfs(n.PCIAddress) {
 			t.Errorf("interface %s (%q) is not a physical one", n.Name, n.PCIAddress)
 		}
 		if n.NUMANode < -1 {
@@ -450,7 +451,7 @@ func TestNICRealSysfs(t *testing.T) {
 		}
 	}
 	for _, p := range snap.Ports {
-		if p.PCIAddress != "" && !sysfs.IsPCIAddress(p.PCIAddress) {
+		if p.PCIAddress != "" && !pciaddr.IsSysfs(p.PCIAddress) {
 			t.Errorf("port %s/%d: PCI address %q", p.Device, p.Port, p.PCIAddress)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/nccllog"
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
 	"github.com/gpulink/gpulink_exporter/probes/nccl"
@@ -59,7 +60,7 @@ func (c *comm) netLinks() []link {
 		case ports == nil:
 			out[i] = link{kind: probes.TransportNet, why: fmt.Sprintf("the NIC ports cannot be read: %v", err)}
 		default:
-			out[i] = c.railLink(nvml.NormalizeBusID(g.PCIBusID), nics, ports)
+			out[i] = c.railLink(pciaddr.Normalize(g.PCIBusID), nics, ports)
 		}
 	}
 	return out
@@ -71,7 +72,7 @@ func (c *comm) railNICs(g *nvml.GPUState) []*numa.PCIDevice {
 	if c.topo == nil {
 		return nil
 	}
-	d := c.topo.Device(nvml.NormalizeBusID(g.PCIBusID))
+	d := c.topo.Device(pciaddr.Normalize(g.PCIBusID))
 	if d == nil {
 		return nil
 	}

@@ -9,7 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/gpulink/gpulink_exporter/internal/hostfs"
-	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/probes"
 	"github.com/gpulink/gpulink_exporter/probes/cuda"
 )
@@ -43,7 +43,7 @@ func RunRound(ctx context.Context, cfg ChildConfig, opts []probes.Options) *prob
 func failedRound(gpus []string, err error) *probes.Round {
 	round := &probes.Round{Version: probes.ContractVersion, Started: time.Now().UTC(), GPUs: []probes.GPURound{}}
 	for _, g := range gpus {
-		round.GPUs = append(round.GPUs, probes.GPURound{PCIBusID: nvml.NormalizeBusID(g), CUDADevice: -1, Results: []probes.Result{}, Error: err.Error()})
+		round.GPUs = append(round.GPUs, probes.GPURound{PCIBusID: pciaddr.Normalize(g), CUDADevice: -1, Results: []probes.Result{}, Error: err.Error()})
 	}
 	return round
 }
@@ -98,7 +98,7 @@ type gpuProbe struct {
 // Open finds the GPU, starts its worker and loads the kernels.
 func (m cudaMeasurer) Open(ctx context.Context, o probes.Options) (probes.GPU, probes.Device, error) {
 	found := probes.Device{CUDADevice: -1}
-	addr := nvml.NormalizeBusID(o.GPU)
+	addr := pciaddr.Normalize(o.GPU)
 	dev, err := m.drv.DeviceByPCIBusID(o.GPU)
 	if err != nil {
 		return nil, found, err

@@ -12,7 +12,7 @@ import (
 	"github.com/alecthomas/kingpin/v2"
 
 	"github.com/gpulink/gpulink_exporter/internal/hostfs"
-	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
 	"github.com/gpulink/gpulink_exporter/probes/cuda"
@@ -169,7 +169,7 @@ func (c *Command) judgeSharing(watch *probes.CommandWatch, round *probes.Round, 
 		gr := &round.GPUs[i]
 		var peers []string
 		for _, o := range opts {
-			if nvml.NormalizeBusID(o.GPU) == nvml.NormalizeBusID(gr.PCIBusID) {
+			if pciaddr.Normalize(o.GPU) == pciaddr.Normalize(gr.PCIBusID) {
 				peers = o.Peers
 			}
 		}

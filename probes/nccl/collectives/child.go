@@ -7,7 +7,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/probes"
 	"github.com/gpulink/gpulink_exporter/probes/cuda"
 	"github.com/gpulink/gpulink_exporter/probes/nccl"
@@ -159,7 +159,7 @@ func (c *ncclComm) openGPUs(drv *cuda.Driver) error {
 		if c.since.IsZero() {
 			c.since = time.Now()
 		}
-		g := &commGPU{addr: nvml.NormalizeBusID(addr), rank: c.o.FirstRank + i, ctx: cc}
+		g := &commGPU{addr: pciaddr.Normalize(addr), rank: c.o.FirstRank + i, ctx: cc}
 		c.gpus = append(c.gpus, g)
 		if err := g.open(c.bufBytes); err != nil {
 			return fmt.Errorf("GPU %s: %w", g.addr, err)
