@@ -12,7 +12,6 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
-	"github.com/gpulink/gpulink_exporter/probes/nccl"
 )
 
 // This node's part of a node-to-node session: a communicator whose other
@@ -30,13 +29,13 @@ import (
 // on ids before initialising, any other is given it.
 func openPeers(ctx context.Context, o probes.CollectiveOptions, ids chan<- string) error {
 	if o.UniqueID != "" {
-		_, err := nccl.ParseUniqueID(o.UniqueID) // checked by Validate too; the child parses it again
+		_, err := probes.ParseUniqueID(o.UniqueID) // checked by Validate too; the child parses it again
 		return err
 	}
 	if ids == nil {
 		return fmt.Errorf("%d of %d ranks are in other processes, and there is no one to hand them the unique id", o.Ranks-len(o.GPUs), o.Ranks)
 	}
-	var id nccl.UniqueID
+	var id probes.UniqueID
 	_, _ = rand.Read(id[:]) // never fails: crypto/rand aborts the program instead
 	select {
 	case ids <- id.String():
