@@ -181,7 +181,7 @@ func (c *CollectiveCommand) Run(ctx context.Context, stdout, stderr io.Writer) i
 	if m == nil {
 		lib, err := nccl.Open(c.Library)
 		if err != nil {
-			m = unavailable{err}
+			m = unavailable{probes.NoLibrary(err)}
 		} else {
 			defer lib.Close()
 			m = &ncclMeasurer{drv: drv, lib: lib, log: log}
