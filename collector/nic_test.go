@@ -15,6 +15,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/collector"
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/internal/scrape/scrapetest"
 	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/numa"
 )
@@ -98,7 +99,7 @@ func nicRegistry(t *testing.T, fs numa.FS) (*prometheus.Registry, *collector.NIC
 		t.Fatal("no NIC snapshot")
 	}
 	c := collector.NewNICCollector(s)
-	collector.CheckText(t, c)
+	scrapetest.CheckText(t, c)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
 	return reg, c
