@@ -11,10 +11,11 @@
 # --collector-test: add the collector test binary (21 MB) for gpu-check.sh's
 # Go scrape benchmark; left out by default, since with it the tree passes
 # the 64 MiB a device call carries.
-# --dashboards: for .device/dashboards-gpu.sh, add Prometheus itself (14 MB
-# gzipped) and leave out the two test binaries, which that run does not
-# need: with everything the tree would pass the 64 MiB a device call
-# carries.
+# --dashboards: for .device/dashboards-gpu.sh and .device/rule-cost.sh, add
+# Prometheus itself (14 MB gzipped), and for rule-cost.sh bench/rulehistory
+# and 5531cf1's rules, and leave out the test binaries, scrapebench and
+# rssfloor, which those runs do not need: with everything the tree would
+# pass the 64 MiB a device call carries.
 #
 # promtool goes in gzipped (48 MB -> 13 MB) to keep the tree under that
 # limit; unpack it there with `gunzip -k .device/promtool.gz`. The build
@@ -48,10 +49,12 @@ mkdir -p "$DEVICE"
 # The Makefile's build, so the binary is version-stamped as `make build`
 # stamps it; stripped, to carry less.
 "$MAKE" --no-print-directory build GO="$GO" BINARY="$DEVICE/gpulink_exporter" EXTRA_LDFLAGS='-s -w'
-CGO_ENABLED=0 "$GO" build -ldflags '-s -w' -o "$DEVICE/scrapebench" ./bench/scrapebench
-# The reference of rss.sh: the smallest NVML exporter the same libraries make.
-"$GO" build -ldflags '-s -w' -o "$DEVICE/rssfloor" ./bench/rssfloor
-rm -f "$DEVICE/gpu.test" "$DEVICE/collector.test"
+rm -f "$DEVICE/gpu.test" "$DEVICE/collector.test" "$DEVICE/scrapebench" "$DEVICE/rssfloor"
+if ! $dashboards; then
+	CGO_ENABLED=0 "$GO" build -ldflags '-s -w' -o "$DEVICE/scrapebench" ./bench/scrapebench
+	# The reference of rss.sh: the smallest NVML exporter the same libraries make.
+	"$GO" build -ldflags '-s -w' -o "$DEVICE/rssfloor" ./bench/rssfloor
+fi
 if ! $dashboards; then
 	"$GO" test -c -tags gpu -ldflags '-s -w' -o "$DEVICE/gpu.test" ./internal/nvml
 fi
@@ -68,8 +71,11 @@ cp deploy/prometheus/gpulink.rules.yml "$DEVICE/rules/"
 gzip -9 -c "$tools/promtool" >"$DEVICE/promtool.gz"
 if $dashboards; then
 	gzip -9 -c "$tools/prometheus" >"$DEVICE/prometheus.gz"
+	# rule-cost.sh: the history writer and the rules it compares with.
+	CGO_ENABLED=0 "$GO" build -ldflags '-s -w' -o "$DEVICE/rulehistory" ./bench/rulehistory
+	git show 5531cf1:deploy/prometheus/gpulink.rules.yml >"$DEVICE/rules/gpulink.rules.5531cf1.yml"
 else
-	rm -f "$DEVICE/prometheus.gz"
+	rm -f "$DEVICE/prometheus.gz" "$DEVICE/rulehistory" "$DEVICE/rules/gpulink.rules.5531cf1.yml"
 fi
 
 du -sh "$DEVICE"
