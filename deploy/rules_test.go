@@ -304,6 +304,26 @@ func TestEveryRuleTested(t *testing.T) {
 	}
 }
 
+// upAlerts read only what Prometheus writes itself (up), which an exporter
+// restart leaves no gap in.
+var upAlerts = map[string]bool{"GPULinkExporterDown": true, "GPULinkExporterMissing": true}
+
+// TestAlertsKeepFiring: an exporter restart leaves a gap in its series
+// (missed scrapes, a staleness marker) in which an alert's expression finds
+// nothing; keep_firing_for carries a firing alert through it instead of
+// resolving it and waiting its for: again (tests/restart_test.yml).
+func TestAlertsKeepFiring(t *testing.T) {
+	for _, r := range loadRules(t) {
+		if r.Alert == "" || upAlerts[r.Alert] {
+			continue
+		}
+		d, err := time.ParseDuration(r.KeepFiringFor)
+		if err != nil || d < 5*time.Minute {
+			t.Errorf("%s: keep_firing_for %q, want 5m or more: an exporter restart would resolve it and restart its for:", r, r.KeepFiringFor)
+		}
+	}
+}
+
 // TestDurationsScale holds the rules to what the e2e test's time scaling
 // needs: durations only in for:, range selectors, subqueries and offsets
 // (no time() against literal seconds outside the one stale alert), none so
