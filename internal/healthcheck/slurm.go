@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"strings"
 )
 
@@ -30,15 +31,37 @@ type NodeState struct {
 // Drained says whether the node is drained or draining.
 func (s NodeState) Drained() bool { return strings.Contains(s.State, "DRAIN") }
 
+// scontrolDirs are where scontrol is looked for when PATH does not have
+// it: slurmd runs HealthCheckProgram with an empty environment, PATH
+// included.
+var scontrolDirs = []string{"/usr/bin", "/usr/local/bin", "/opt/slurm/bin", "/usr/local/slurm/bin"}
+
+// scontrol is the scontrol to run: Scontrol where it is a path or PATH
+// finds it, else the first of scontrolDirs that has it.
+func (s *Slurm) scontrol() string {
+	if strings.Contains(s.Scontrol, "/") {
+		return s.Scontrol
+	}
+	if p, err := exec.LookPath(s.Scontrol); err == nil {
+		return p
+	}
+	for _, d := range scontrolDirs {
+		if p, err := exec.LookPath(filepath.Join(d, s.Scontrol)); err == nil {
+			return p
+		}
+	}
+	return s.Scontrol
+}
+
 func (s *Slurm) run(ctx context.Context, args ...string) (string, error) {
 	if s.Run != nil {
 		return s.Run(ctx, args...)
 	}
-	out, err := exec.CommandContext(ctx, s.Scontrol, args...).Output()
+	out, err := exec.CommandContext(ctx, s.scontrol(), args...).Output()
 	if ee, ok := err.(*exec.ExitError); ok {
 		err = fmt.Errorf("%s %s: %w: %s", s.Scontrol, strings.Join(args, " "), err, strings.TrimSpace(string(ee.Stderr)))
 	} else if err != nil {
-		err = fmt.Errorf("%s: %w", s.Scontrol, err)
+		err = fmt.Errorf("--slurm.scontrol %s: %w (looked in PATH and %s)", s.Scontrol, err, strings.Join(scontrolDirs, ", "))
 	}
 	return string(out), err
 }
