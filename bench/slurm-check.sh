@@ -11,6 +11,10 @@
 #      SLUID folder) with SLURM_JOB_ID=4343 in the process's environment:
 #      job 4343, job_sluid s5K1KKYAYG5D00, step 0.
 # After each run the process exits and its job must leave GPU 0's info.
+# While each process runs, the health check (issue 35) must pass
+# (gpulink_exporter healthcheck: exit 0, "OK: links fit for jobs") over
+# the exporter's scrape; once the exporter is stopped it must say unknown
+# (exit 2).
 #
 # Needs root (it writes /sys/fs/cgroup, a cgroup v2 hierarchy), python3
 # with torch, and two GPUs (with one, GPU 1's mapping check is skipped and
@@ -185,6 +189,13 @@ run() {
 	fi
 	echo "-- errors counted: $(grep -E '^gpulink_source_errors_total\{source="(process|slurm)"\}' "$file" | tr '\n' ' ')"
 
+	# The health check, as slurmd would run it, over this exporter while
+	# the job runs: the node's links judged by the shipped rules.
+	local hc=$out/healthcheck-$name.txt rc=0
+	"$bin" healthcheck --exporter.url="$url" --state.file="$out/healthcheck.state" >"$hc" 2>&1 || rc=$?
+	cat "$hc"
+	check "$name: healthcheck exits 0 (OK) with the job running (exit $rc)" [ "$rc" = 0 ]
+
 	kill "$pid"
 	wait "$pid" 2>/dev/null
 	local gone=false after=$out/metrics-$name-after.txt
@@ -203,6 +214,13 @@ run() {
 
 run job_id "$scope/job_4242" 4242 ""
 run sluid "$scope/$sluid" 4343 "$sluid" SLURM_JOB_ID=4343 SLURM_JOB_SLUID="$sluid"
+
+# The exporter stopped: the check cannot tell, and says so.
+exporter_stop
+rc=0
+"$bin" healthcheck --exporter.url="$url" --state.file="$out/healthcheck.state" >"$out/healthcheck-stopped.txt" 2>&1 || rc=$?
+cat "$out/healthcheck-stopped.txt"
+check "healthcheck with the exporter stopped exits 2 (unknown), not 0 (exit $rc)" [ "$rc" = 2 ]
 
 [ -f "$here/promtool.gz" ] && unpack_tools promtool
 if [ -x "$here/promtool" ]; then
