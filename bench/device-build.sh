@@ -6,11 +6,15 @@
 # and promtool. There, run .device/scrape.sh, .device/gpu-check.sh OUTDIR
 # and the others (see each script's header).
 #
-# Usage: bench/device-build.sh [--dashboards | --collector-test]
+# Usage: bench/device-build.sh [--dashboards | --collector-test | --no-tests]
 #
 # --collector-test: add the collector test binary (21 MB) for gpu-check.sh's
 # Go scrape benchmark; left out by default, since with it the tree passes
 # the 64 MiB a device call carries.
+# --no-tests: leave out the GPU test binary, for the scripts that run only
+# the exporter (slurm-check.sh, scrape.sh, rss.sh...): since the exporter
+# links Prometheus' PromQL engine (its healthcheck command, +6.5 MB), the
+# default tree is over the limit.
 # --dashboards: for .device/dashboards-gpu.sh, add Prometheus itself (14 MB
 # gzipped) and leave out the two test binaries, which that run does not
 # need: with everything the tree would pass the 64 MiB a device call
@@ -30,12 +34,14 @@ limit=$((64 << 20))
 
 dashboards=false
 collector_test=false
+no_tests=false
 case "${1:-}" in
 "") ;;
 --dashboards) dashboards=true ;;
 --collector-test) collector_test=true ;;
+--no-tests) no_tests=true ;;
 *)
-	echo "usage: $0 [--dashboards | --collector-test]" >&2
+	echo "usage: $0 [--dashboards | --collector-test | --no-tests]" >&2
 	exit 2
 	;;
 esac
@@ -52,7 +58,7 @@ CGO_ENABLED=0 "$GO" build -ldflags '-s -w' -o "$DEVICE/scrapebench" ./bench/scra
 # The reference of rss.sh: the smallest NVML exporter the same libraries make.
 "$GO" build -ldflags '-s -w' -o "$DEVICE/rssfloor" ./bench/rssfloor
 rm -f "$DEVICE/gpu.test" "$DEVICE/collector.test"
-if ! $dashboards; then
+if ! $dashboards && ! $no_tests; then
 	"$GO" test -c -tags gpu -ldflags '-s -w' -o "$DEVICE/gpu.test" ./internal/nvml
 fi
 if $collector_test; then
@@ -75,6 +81,6 @@ fi
 du -sh "$DEVICE"
 size=$(du -sb "$DEVICE" | cut -f1)
 if [ "$size" -gt "$limit" ]; then
-	echo "$DEVICE is over the 64 MiB a device call carries ($size bytes): remove what the run does not need (collector.test, scrapebench)" >&2
+	echo "$DEVICE is over the 64 MiB a device call carries ($size bytes): remove what the run does not need (collector.test, scrapebench; --no-tests)" >&2
 	exit 1
 fi
