@@ -3,6 +3,9 @@
 GO        ?= go
 GOFMT     ?= gofmt
 BINARY    := gpulink_exporter
+# The health check for Slurm, NHC and node-problem-detector, a binary of
+# its own (cmd/gpulink_healthcheck says why).
+HEALTHCHECK := gpulink_healthcheck
 TOOLS_BIN := $(CURDIR)/.tools/bin
 PROMTOOL  := $(TOOLS_BIN)/promtool
 PROMETHEUS   := $(TOOLS_BIN)/prometheus
@@ -40,6 +43,7 @@ all: build
 EXTRA_LDFLAGS ?=
 build:
 	$(GO) build -ldflags '$(LDFLAGS) $(EXTRA_LDFLAGS)' -o $(BINARY) .
+	$(GO) build -ldflags '$(LDFLAGS) $(EXTRA_LDFLAGS)' -o $(HEALTHCHECK) ./cmd/gpulink_healthcheck
 
 run: build
 	./$(BINARY) $(ARGS)
@@ -145,5 +149,5 @@ ptx-check:
 	$(PTXAS) -arch=sm_90 probes/cuda/kernels.ptx -o /dev/null
 
 clean:
-	rm -rf $(BINARY) .device dist
+	rm -rf $(BINARY) $(HEALTHCHECK) .device dist
 	rm -f $(TOOLS_BIN)/scrapebench

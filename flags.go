@@ -108,9 +108,6 @@ type cli struct {
 	// ncclCheck is collectives --check: say what a session between nodes
 	// would use and lack instead of running one (ncclcheck.go).
 	ncclCheck bool
-	// healthCheck is the healthcheck command (healthcheck.go).
-	healthCheckCmd *kingpin.CmdClause
-	healthCheck    healthCheck
 }
 
 // newCLI registers every flag and command; main and the tests parse it.
@@ -139,7 +136,6 @@ func newCLI() *cli {
 	l.probeCmd = probe.AddCommand(app, l.probe)
 	l.collectivesCmd = collectives.AddCollectiveCommand(app, l.collectives)
 	l.collectivesCmd.Flag("check", "Say what NCCL between nodes would use and lack.").BoolVar(&l.ncclCheck)
-	l.healthCheckCmd = addHealthCheckCommand(app, &l.healthCheck)
 	flag.AddFlags(app, &c.log)
 	app.Version(version.Print("gpulink_exporter"))
 	app.HelpFlag.Short('h')

@@ -37,9 +37,6 @@ var commandGlobals = map[string][]string{
 	// The matrix is read from sysfs and one NVML sample, of this machine
 	// or of a simulated one.
 	"topology": {"path.sysfs", "path.procfs", "nvml.library", "sim", "sim.faults"},
-	// The health check reads the running exporter over HTTP, nothing of
-	// this machine.
-	"healthcheck": {},
 }
 
 // ownFlagsMarker is where the usage template lists the flags.

@@ -66,8 +66,6 @@ func run(l *cli, command string, logger *slog.Logger) int {
 		fsys, newNVML = node.FS(), node.NVML
 	}
 	switch command {
-	case l.healthCheckCmd.FullCommand():
-		return runHealthCheck(&l.healthCheck, logger, os.Stdout, os.Stderr)
 	case l.topology.FullCommand():
 		if err := printTopology(fsys, newNVML(), logger); err != nil {
 			fmt.Fprintln(os.Stderr, err)

@@ -13,11 +13,21 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/sim"
 )
 
-// runCheck runs the healthcheck command and returns its line and exit
-// status.
+// buildHealthCheck builds gpulink_healthcheck into dir.
+func buildHealthCheck(t *testing.T, dir string) string {
+	bin := filepath.Join(dir, "gpulink_healthcheck")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/gpulink_healthcheck")
+	cmd.Dir = repoRoot(t)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// runCheck runs gpulink_healthcheck and returns its line and exit status.
 func runCheck(t *testing.T, bin string, args ...string) (string, int) {
 	t.Helper()
-	out, err := exec.Command(bin, append([]string{"healthcheck"}, args...)...).Output()
+	out, err := exec.Command(bin, args...).Output()
 	code := 0
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
@@ -69,7 +79,7 @@ const otherFaults = `- {kind: nccl_transport, transport: shm, gpus: [7]}
 // faults it says OK, and after they are cleared OK again.
 func TestHealthCheckAgreesWithAlerts(t *testing.T) {
 	dir := t.TempDir()
-	bin := buildExporter(t, dir)
+	bin, hc := buildExporter(t, dir), buildHealthCheck(t, dir)
 	addr, faults, state := freeAddr(t), filepath.Join(dir, "faults.yml"), filepath.Join(dir, "hc.state")
 	writeFile(t, faults, "faults: []\n")
 	start(t, dir, "exporter", bin, "--sim=dgx-h100", "--sim.faults="+faults, "--web.listen-address="+addr,
@@ -77,7 +87,7 @@ func TestHealthCheckAgreesWithAlerts(t *testing.T) {
 		"--nvml.interval=1s", "--nvml.slow-interval=1s", "--nic.interval=1s", "--topology.interval=1s", "--process.interval=1s")
 	waitHTTP(t, "http://"+addr+"/metrics", 30*time.Second)
 	check := func() (string, int) {
-		return runCheck(t, bin, "--exporter.url=http://"+addr+"/metrics", "--state.file="+state)
+		return runCheck(t, hc, "--exporter.url=http://"+addr+"/metrics", "--state.file="+state)
 	}
 
 	var text strings.Builder

@@ -32,7 +32,7 @@ import (
 //
 // The prolog and epilog are deploy/slurm/job-map.sh as shipped, run by
 // the real slurmd; the health check is the healthcheck command as
-// deploy/slurm/README.md installs it, run by slurmd every
+// deploy/slurm/README.md installs it (gpulink_healthcheck), run by slurmd every
 // HealthCheckInterval.
 
 // slurmNeeds are the programs the test runs.
@@ -127,7 +127,7 @@ func (s *slurmCluster) waitRuns(from, n int) []string {
 // slurmCheckInterval is HealthCheckInterval.
 const slurmCheckInterval = 5 * time.Second
 
-func startSlurm(t *testing.T, dir, bin, exporterURL string) *slurmCluster {
+func startSlurm(t *testing.T, dir, healthCheck, exporterURL string) *slurmCluster {
 	root := repoRoot(t)
 	s := &slurmCluster{t: t, dir: dir, node: fmt.Sprintf("gltest%d", os.Getpid()%100000), checkLog: filepath.Join(dir, "healthcheck.log")}
 	for _, d := range []string{"etc", "state", "spool", "run", "dev", "jobs"} {
@@ -157,8 +157,8 @@ func startSlurm(t *testing.T, dir, bin, exporterURL string) *slurmCluster {
 		return p
 	}
 	jobMap := script("job-map", fmt.Sprintf("GPULINK_JOB_MAPPING_DIR=%s exec %s \"$@\"\n", filepath.Join(dir, "jobs"), filepath.Join(root, "deploy/slurm/job-map.sh")))
-	check := script("healthcheck", fmt.Sprintf("export SLURM_CONF=%s\necho '--- run' >>%s\nexec %s healthcheck --exporter.url=%s --state.file=%s --slurm.drain --slurm.node=%s >>%s 2>&1\n",
-		conf, s.checkLog, bin, exporterURL, filepath.Join(dir, "state", "healthcheck.state"), s.node, s.checkLog))
+	check := script("healthcheck", fmt.Sprintf("export SLURM_CONF=%s\necho '--- run' >>%s\nexec %s --exporter.url=%s --state.file=%s --slurm.drain --slurm.node=%s >>%s 2>&1\n",
+		conf, s.checkLog, healthCheck, exporterURL, filepath.Join(dir, "state", "healthcheck.state"), s.node, s.checkLog))
 	port := func() string { _, p, _ := strings.Cut(freeAddr(t), ":"); return p }
 	writeFile(t, conf, fmt.Sprintf(`ClusterName=gltest
 SlurmctldHost=localhost(127.0.0.1)
@@ -316,7 +316,7 @@ func TestSlurmEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	bin := buildExporter(t, dir)
+	bin, hc := buildExporter(t, dir), buildHealthCheck(t, dir)
 	addr, faults := freeAddr(t), filepath.Join(dir, "faults.yml")
 	url := "http://" + addr + "/metrics"
 	writeFile(t, faults, "faults: []\n")
@@ -325,7 +325,7 @@ func TestSlurmEndToEnd(t *testing.T) {
 		"--nvml.interval=1s", "--process.interval=1s", "--topology.interval=1s"}
 	stopExporter := start(t, dir, "exporter", bin, exporterArgs...)
 	waitHTTP(t, url, 30*time.Second)
-	s := startSlurm(t, dir, bin, url)
+	s := startSlurm(t, dir, hc, url)
 
 	t.Run("JobsAttributed", func(t *testing.T) { slurmJobs(t, s, url) })
 	if t.Failed() {
@@ -334,7 +334,7 @@ func TestSlurmEndToEnd(t *testing.T) {
 	t.Run("DrainAndResume", func(t *testing.T) { slurmDrain(t, s, faults) })
 	t.Run("ExporterDown", func(t *testing.T) {
 		stopExporter()
-		if line, code := runCheck(t, bin, "--exporter.url="+url, "--state.file="); code != 2 || !strings.HasPrefix(line, "UNKNOWN: exporter:") {
+		if line, code := runCheck(t, hc, "--exporter.url="+url, "--state.file="); code != 2 || !strings.HasPrefix(line, "UNKNOWN: exporter:") {
 			t.Errorf("exporter stopped: %d %q, want 2 UNKNOWN: exporter: ...", code, line)
 		}
 		for _, run := range s.waitRuns(len(s.checkRuns()), 2) {
