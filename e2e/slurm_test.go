@@ -214,7 +214,7 @@ PartitionName=p Nodes=%[7]s Default=YES MaxTime=INFINITE OverSubscribe=FORCE:8 S
 	start(t, dir, "slurmd", "slurmd", "-D", "-N", s.node, "-f", conf)
 	// Jobs end before the daemons stop.
 	t.Cleanup(func() {
-		s.cmd("scancel", "--full", "--partition=p")
+		_, _ = s.cmd("scancel", "--full", "--partition=p")
 		waitUntil(30*time.Second, func() bool { out, err := s.cmd("squeue", "-h"); return err == nil && out == "" })
 	})
 	waitFor(t, 60*time.Second, "node idle in sinfo", func() (bool, error) {
@@ -361,7 +361,7 @@ func slurmJobs(t *testing.T, s *slurmCluster, url string) {
 	if err := srun.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { srun.Process.Kill(); srun.Wait() })
+	t.Cleanup(func() { _ = srun.Process.Kill(); _ = srun.Wait() })
 
 	// Each job's ID (an array's tasks have their own) and what it runs.
 	type job struct {

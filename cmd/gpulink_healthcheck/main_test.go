@@ -20,7 +20,7 @@ gpulink_gpu_pcie_link_width{gpu="0",pci_bus_id="0000:18:00.0",uuid="GPU-0"} ` + 
 gpulink_gpu_pcie_link_max_width{gpu="0",pci_bus_id="0000:18:00.0",uuid="GPU-0"} 16
 # TYPE gpulink_source_up gauge
 gpulink_source_up{source="nvml"} ` + nvmlUp + "\n"
-	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(body)) }))
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(body)) }))
 	t.Cleanup(s.Close)
 	return s.URL + "/metrics"
 }

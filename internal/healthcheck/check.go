@@ -151,7 +151,7 @@ func (c *Checker) Check(ctx context.Context, h *History, families map[string]*dt
 				continue
 			}
 			b := labels.NewBuilder(labels.EmptyLabels())
-			b.Set(labels.MetricName, name)
+			b.Set(model.MetricNameLabel, name)
 			for _, lp := range m.GetLabel() {
 				b.Set(lp.GetName(), lp.GetValue())
 			}
@@ -211,7 +211,7 @@ func (c *Checker) Check(ctx context.Context, h *History, families map[string]*dt
 		}
 		for _, s := range vec {
 			b := labels.NewBuilder(s.Metric)
-			b.Set(labels.MetricName, r.name)
+			b.Set(model.MetricNameLabel, r.name)
 			r.labels.Range(func(l labels.Label) { b.Set(l.Name, l.Value) })
 			ls := b.Labels()
 			h.add(ls, ms, s.F)
@@ -227,7 +227,7 @@ func (c *Checker) Check(ctx context.Context, h *History, families map[string]*dt
 			return Result{Status: Unknown, Why: fmt.Sprintf("alert %s: %v", a.name, err)}
 		}
 		for _, s := range vec {
-			f := Finding{Alert: a.name, Labels: s.Metric.DropMetricName(), Value: s.F,
+			f := Finding{Alert: a.name, Labels: withoutName(s.Metric), Value: s.F,
 				Expected: expected(ctx, query, a.expr, s, now), Where: where(ctx, query, a.expr, s, now)}
 			f.Description = c.expand(ctx, a, s, query, now)
 			res.Findings = append(res.Findings, f)
@@ -244,7 +244,7 @@ func (c *Checker) Check(ctx context.Context, h *History, families map[string]*dt
 // older than they look back.
 func (c *Checker) forget(h *History, needed, recorded map[string]bool, ms int64) {
 	for k, s := range h.series {
-		n := s.labels.Get(labels.MetricName)
+		n := s.labels.Get(model.MetricNameLabel)
 		if !needed[n] && !recorded[n] {
 			delete(h.series, k)
 		}
@@ -298,23 +298,17 @@ func expected(ctx context.Context, query template.QueryFunc, e parser.Expr, s pr
 			be.LHS.Type() != parser.ValueTypeVector || be.RHS.Type() != parser.ValueTypeVector {
 			return nil
 		}
-		lhs, err := query(ctx, be.LHS.String(), now)
-		if err != nil {
-			return nil
-		}
-		i := slices.IndexFunc(lhs, func(l promql.Sample) bool { return l.F == s.F && within(l.Metric.DropMetricName(), s.Metric) })
+		lhs := answer(ctx, query, be.LHS.String(), now)
+		i := slices.IndexFunc(lhs, func(l promql.Sample) bool { return l.F == s.F && within(withoutName(l.Metric), s.Metric) })
 		if i < 0 {
 			return nil
 		}
-		rhs, err := query(ctx, be.RHS.String(), now)
-		if err != nil {
-			return nil
-		}
+		rhs := answer(ctx, query, be.RHS.String(), now)
 		key := func(ls labels.Labels) string {
 			if be.VectorMatching.On {
 				return ls.WithoutEmpty().MatchLabels(true, be.VectorMatching.MatchingLabels...).String()
 			}
-			return ls.MatchLabels(false, append([]string{labels.MetricName}, be.VectorMatching.MatchingLabels...)...).String()
+			return ls.MatchLabels(false, append([]string{model.MetricNameLabel}, be.VectorMatching.MatchingLabels...)...).String()
 		}
 		want := key(lhs[i].Metric)
 		for _, r := range rhs {
@@ -347,7 +341,7 @@ func within(a, b labels.Labels) bool {
 // asked: they hold for parts that are fine now.
 func where(ctx context.Context, query template.QueryFunc, e parser.Expr, s promql.Sample, now time.Time) []string {
 	var out []string
-	own := s.Metric.DropMetricName()
+	own := withoutName(s.Metric)
 	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
 		be, ok := n.(*parser.BinaryExpr)
 		if !ok || !be.Op.IsComparisonOperator() || be.ReturnBool {
@@ -356,12 +350,8 @@ func where(ctx context.Context, query template.QueryFunc, e parser.Expr, s promq
 		if _, ok := be.LHS.(*parser.VectorSelector); !ok {
 			return nil
 		}
-		vec, err := query(ctx, be.String(), now)
-		if err != nil {
-			return nil
-		}
-		for _, v := range vec {
-			ls := v.Metric.DropMetricName()
+		for _, v := range answer(ctx, query, be.String(), now) {
+			ls := withoutName(v.Metric)
 			if !within(ls.MatchLabels(true, labelNames(own)...), own) || !within(own.MatchLabels(true, labelNames(ls)...), ls) {
 				continue
 			}
@@ -382,4 +372,20 @@ func labelNames(ls labels.Labels) []string {
 	var out []string
 	ls.Range(func(l labels.Label) { out = append(out, l.Name) })
 	return out
+}
+
+// answer is the result of q, none where it cannot be evaluated: the parts
+// of an expression asked for the words of a finding (expected, where)
+// only add to a verdict the whole expression already gave.
+func answer(ctx context.Context, query template.QueryFunc, q string, now time.Time) promql.Vector {
+	v, err := query(ctx, q, now)
+	if err != nil {
+		return nil
+	}
+	return v
+}
+
+// withoutName is ls without its metric name.
+func withoutName(ls labels.Labels) labels.Labels {
+	return labels.NewBuilder(ls).Del(model.MetricNameLabel).Labels()
 }

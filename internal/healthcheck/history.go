@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/value"
 )
@@ -56,7 +57,7 @@ func (h *History) add(ls labels.Labels, t int64, f float64) {
 // at t, unless their latest sample is one already.
 func (h *History) markStale(t int64, ended func(key string, name string) bool) {
 	for k, s := range h.series {
-		if !ended(k, s.labels.Get(labels.MetricName)) || value.IsStaleNaN(s.f[len(s.f)-1]) {
+		if !ended(k, s.labels.Get(model.MetricNameLabel)) || value.IsStaleNaN(s.f[len(s.f)-1]) {
 			continue
 		}
 		h.add(s.labels, t, math.Float64frombits(value.StaleNaN))

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 	"go.yaml.in/yaml/v3"
@@ -155,7 +156,7 @@ func metricNames(e parser.Expr) []string {
 	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
 		if vs, ok := n.(*parser.VectorSelector); ok {
 			for _, m := range vs.LabelMatchers {
-				if m.Name == labels.MetricName && m.Type == labels.MatchEqual && !slices.Contains(out, m.Value) {
+				if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual && !slices.Contains(out, m.Value) {
 					out = append(out, m.Value)
 				}
 			}
