@@ -47,10 +47,12 @@ func ReadToken(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return checkToken(string(b))
+	return ParseToken(string(b))
 }
 
-func checkToken(s string) (string, error) {
+// ParseToken is the token a token file's text s holds, as ReadToken
+// takes it.
+func ParseToken(s string) (string, error) {
 	tok := strings.TrimSpace(s)
 	if len(tok) < MinTokenLength {
 		return "", fmt.Errorf("the token is %d characters: want at least %d (e.g. head -c 32 /dev/urandom | xxd -p -c 64)", len(tok), MinTokenLength)
