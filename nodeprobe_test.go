@@ -23,18 +23,25 @@ import (
 	"github.com/gpulink/gpulink_exporter/probes"
 )
 
-// The modules file is read at start: a bad one stops start-up with the
-// flag, the module and the field named; a good one is what the node
-// serves.
-func TestNodeProbeModulesFile(t *testing.T) {
+// tempWriter writes files into a directory of the test's: write(name,
+// body) returns the file's path.
+func tempWriter(t *testing.T) func(name, body string) string {
 	dir := t.TempDir()
-	write := func(name, body string) string {
+	return func(name, body string) string {
+		t.Helper()
 		path := filepath.Join(dir, name)
 		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		return path
 	}
+}
+
+// The modules file is read at start: a bad one stops start-up with the
+// flag, the module and the field named; a good one is what the node
+// serves.
+func TestNodeProbeModulesFile(t *testing.T) {
+	write := tempWriter(t)
 	bad := write("bad.yml", "modules:\n  ring:\n    gpus_per_node: 0\n")
 	err := check(t, "--node-probe.config.file="+bad)
 	if err == nil || !strings.Contains(err.Error(), "--node-probe.config.file="+bad+`: module "ring": gpus_per_node: 0: want 1 to 64`) {
@@ -324,14 +331,7 @@ func TestServeCoversNodeProbe(t *testing.T) {
 // node's token, and a web config with basic-auth users lets /probe take
 // those instead.
 func TestNodeProbeTokenFile(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, body string) string {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
+	write := tempWriter(t)
 	short := write("short", "secret\n")
 	for _, tc := range []struct {
 		args []string
