@@ -15,13 +15,7 @@ import (
 
 // buildHealthCheck builds gpulink_healthcheck into dir.
 func buildHealthCheck(t *testing.T, dir string) string {
-	bin := filepath.Join(dir, "gpulink_healthcheck")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/gpulink_healthcheck")
-	cmd.Dir = repoRoot(t)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	return build(t, dir, "gpulink_healthcheck", "./cmd/gpulink_healthcheck")
 }
 
 // runCheck runs gpulink_healthcheck and returns its line and exit status.

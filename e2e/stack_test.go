@@ -41,9 +41,12 @@ func freeAddr(t *testing.T) string {
 }
 
 // buildExporter builds this module's binary into dir.
-func buildExporter(t *testing.T, dir string) string {
-	bin := filepath.Join(dir, "gpulink_exporter")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
+func buildExporter(t *testing.T, dir string) string { return build(t, dir, "gpulink_exporter", ".") }
+
+// build builds the module's package pkg into dir/name.
+func build(t *testing.T, dir, name, pkg string) string {
+	bin := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
 	cmd.Dir = repoRoot(t)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 	if out, err := cmd.CombinedOutput(); err != nil {
