@@ -16,6 +16,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/internal/scrape/scrapetest"
 	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 )
 
@@ -98,7 +99,7 @@ func nicRegistry(t *testing.T, fs hostfs.Root) (*prometheus.Registry, *collector
 		t.Fatal("no NIC snapshot")
 	}
 	c := collector.NewNICCollector(s)
-	collector.CheckText(t, c)
+	scrapetest.CheckText(t, c)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
 	return reg, c

@@ -15,6 +15,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/process"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/internal/scrape/scrapetest"
 	"github.com/gpulink/gpulink_exporter/internal/sim"
 	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/internal/sim/nvmlmodel"
@@ -122,7 +123,7 @@ var placementPerProcessNames = []string{"gpulink_process_allowed_cpus", "gpulink
 
 func TestProcessMetrics(t *testing.T) {
 	c := collector.NewProcessCollector(fixed(placementSnapshot()), true)
-	collector.CheckText(t, c)
+	scrapetest.CheckText(t, c)
 	want := placementPerGPUText + placementPerProcessText
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
 		t.Error(err)
