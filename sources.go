@@ -140,8 +140,8 @@ var sources = [numSources]source{
 	},
 	probeSource: {
 		name:     "probe",
-		interval: durationFlag{"10m", "How often to probe each GPU (with jitter); stretched when a round costs more than --probe.max-duty allows."},
-		timeout:  durationFlag{"60s", "Deadline of one GPU's probe child; past it the child is killed."},
+		interval: durationFlag{formatDuration(schedule.DefaultInterval), "How often to probe each GPU (with jitter); stretched when a round costs more than --probe.max-duty allows."},
+		timeout:  durationFlag{formatDuration(schedule.DefaultTimeout), "Deadline of one GPU's probe child; past it the child is killed."},
 		flags:    probeFlags,
 		ownTimer: true,
 		check:    checkProbes,
