@@ -44,15 +44,16 @@ func TestNoTestDoublesLinked(t *testing.T) {
 }
 
 // layers are the floors of the module, from the bottom up, as DESIGN.md's
-// Layout draws them: a package may import its own floor and the ones
+// Layers draw them: a package may import its own floor and the ones
 // below, never one above. A package is on the floor of the longest path
 // here that is it or holds it ("" is the module root, main). A new
 // package on no floor fails TestLayers until it is given one.
 //
-// The serving package (internal/scrape: the text encoder, the cache and
-// the handler) is the library the collectors render into, as client_golang
-// is under node_exporter's collectors, so it sits below collector; main
-// wires it to HTTP.
+// One floor differs from DESIGN.md's order: the serving package
+// (internal/scrape: the text encoder, the cache and the handler) is the
+// library the collectors render into, as client_golang is under
+// node_exporter's collectors, so it sits below collector, not above; main
+// wires it to HTTP. Nothing under internal/ imports collector either way.
 var layers = []struct {
 	name     string
 	packages []string
