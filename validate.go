@@ -11,6 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/exporter-toolkit/web"
+	"go.yaml.in/yaml/v3"
+
 	"github.com/gpulink/gpulink_exporter/internal/nodeprobe"
 	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
@@ -176,6 +179,16 @@ func checkNodeProbe(c *config, st setting, _ func(string, ...any)) error {
 			return fmt.Errorf("--%s.gpu=%s: want a PCI address such as 0000:18:00.0", st.name, g)
 		}
 	}
+	if np.tokenFile != "" {
+		tok, err := nodeprobe.ReadToken(np.tokenFile)
+		if err != nil {
+			return fmt.Errorf("--%s.token-file=%s: %w", st.name, np.tokenFile, err)
+		}
+		np.token = tok
+		if np.webBasicAuth, err = webChecksBasicAuth(c.web); err != nil {
+			return err
+		}
+	}
 	if np.configFile == "" {
 		return nil
 	}
@@ -192,4 +205,24 @@ func checkNodeProbe(c *config, st setting, _ func(string, ...any)) error {
 func checkCollectives(c *config, warn func(string, ...any)) error {
 	checkLibrary(c, "nccl.library", c.ncclLib, warn)
 	return nil
+}
+
+// webChecksBasicAuth reports whether the web config names basic-auth
+// users: then exporter-toolkit refuses a request whose credentials are
+// wrong before any handler, and one that carries them passed.
+func webChecksBasicAuth(fc *web.FlagConfig) (bool, error) {
+	if fc == nil || fc.WebConfigFile == nil || *fc.WebConfigFile == "" {
+		return false, nil
+	}
+	b, err := os.ReadFile(*fc.WebConfigFile)
+	if err != nil {
+		return false, fmt.Errorf("--web.config.file=%s: %w", *fc.WebConfigFile, err)
+	}
+	var wc struct {
+		Users map[string]any `yaml:"basic_auth_users"`
+	}
+	if err := yaml.Unmarshal(b, &wc); err != nil {
+		return false, fmt.Errorf("--web.config.file=%s: %w", *fc.WebConfigFile, err)
+	}
+	return len(wc.Users) > 0, nil
 }
