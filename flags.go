@@ -190,6 +190,18 @@ func probeFlags(f flagFunc, c *config) {
 // formatFloat writes a flag's default as the flag would be given.
 func formatFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 
+// formatDuration writes a flag's default duration as a person would give
+// it: 10m, not time.Duration's 10m0s.
+func formatDuration(d time.Duration) string {
+	switch {
+	case d > 0 && d%time.Hour == 0:
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	case d > 0 && d%time.Minute == 0:
+		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
+	}
+	return d.String()
+}
+
 // nodeProbeFlags are the node-to-node probes' flags.
 func nodeProbeFlags(f flagFunc, c *config) {
 	f("config.file", "Modules file of the node-to-node probes (/probe?target=&module=): what each module runs and how the prober calls the target (http_client: TLS, basic auth). Checked at start, re-read on SIGHUP. Without it the one module is "+nodeprobe.DefaultModuleName+".").PlaceHolder("FILE").StringVar(&c.nodeProbe.configFile)
