@@ -41,9 +41,12 @@ func freeAddr(t *testing.T) string {
 }
 
 // buildExporter builds this module's binary into dir.
-func buildExporter(t *testing.T, dir string) string {
-	bin := filepath.Join(dir, "gpulink_exporter")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
+func buildExporter(t *testing.T, dir string) string { return build(t, dir, "gpulink_exporter", ".") }
+
+// build builds the module's package pkg into dir/name.
+func build(t *testing.T, dir, name, pkg string) string {
+	bin := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
 	cmd.Dir = repoRoot(t)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -54,7 +57,7 @@ func buildExporter(t *testing.T, dir string) string {
 
 // start runs a program for the rest of the test with its output in
 // dir/name.log; the cleanup stops it (TERM, then KILL) and prints the log's
-// tail when the test failed. The function it returns stops it sooner.
+// tail when the test failed. stop stops it earlier.
 func start(t *testing.T, dir, name, bin string, args ...string) (stop func()) {
 	logPath := filepath.Join(dir, name+".log")
 	logFile, err := os.Create(logPath)
@@ -69,18 +72,15 @@ func start(t *testing.T, dir, name, bin string, args ...string) (stop func()) {
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-				<-done
-			}
-		})
-	}
+	stop = sync.OnceFunc(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+	})
 	t.Cleanup(func() {
 		stop()
 		logFile.Close()
@@ -176,8 +176,11 @@ const probeScrapeTimeout = 2 * time.Second
 // target, so two probes of the ring may fall at the same moment at every
 // scrape; a prober declined_session tries again (internal/nodeprobe), so
 // both still run. The exporters' --node-probe.min-interval must be
-// shorter than the interval.
-func startStack(t *testing.T, dir, prometheus, alertmanager, rules string, targets []string, ring []probePair, probeScrapeEvery time.Duration) *stack {
+// shorter than the interval. tokenFile, where set, is the ring's token
+// (--node-probe.token-file), which Prometheus sends to /probe as the
+// shipped example does (authorization.credentials_file).
+func startStack(t *testing.T, dir, prometheus, alertmanager, rules string, targets []string, ring []probePair, probeScrapeEvery time.Duration,
+	tokenFile string) *stack {
 	quoted := make([]string, len(targets))
 	for i, tg := range targets {
 		quoted[i] = "'" + tg + "'"
@@ -188,13 +191,17 @@ func startStack(t *testing.T, dir, prometheus, alertmanager, rules string, targe
         labels: {__prober__: '%s'}
 `, p.target, p.prober)
 	}
+	auth := ""
+	if tokenFile != "" {
+		auth = fmt.Sprintf("    authorization:\n      credentials_file: %s\n", tokenFile)
+	}
 	probeJob := fmt.Sprintf(`  - job_name: gpulink-node-probe
     metrics_path: /probe
     params:
       module: [nccl_ring]
     scrape_interval: %s
     scrape_timeout: %s
-    static_configs:
+%s    static_configs:
 %s    relabel_configs:
       - source_labels: [__address__]
         target_label: __param_target
@@ -204,7 +211,7 @@ func startStack(t *testing.T, dir, prometheus, alertmanager, rules string, targe
         target_label: prober
       - source_labels: [__prober__]
         target_label: __address__
-`, fmtDur(probeScrapeEvery), fmtDur(probeScrapeTimeout), ringTargets.String())
+`, fmtDur(probeScrapeEvery), fmtDur(probeScrapeTimeout), auth, ringTargets.String())
 	scrapeConfigs := fmt.Sprintf(`  - job_name: gpulink
     static_configs:
       - targets: [%s]
