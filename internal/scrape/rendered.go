@@ -142,6 +142,10 @@ func (s *Rendered[T]) prepare() {
 	for f := range s.asked {
 		for z := range s.asked[f] {
 			if s.asked[f][z].regular(now) && s.update() {
+				// Render and encode apart: see pause. No scrape
+				// waits on s.mu (the handler builds when this
+				// is done), so holding it while parked costs none.
+				pause()
 				s.encode(f, z)
 			}
 		}
