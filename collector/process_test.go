@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpulink/gpulink_exporter/collector"
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/process"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
@@ -172,7 +173,7 @@ func lintClean(t *testing.T, c prometheus.Collector) {
 // placementNode is the daemon's wiring of the placement source over a
 // fixture tree and a fake NVML whose GPUs carry the tree's processes.
 type placementNode struct {
-	fs     numa.FS
+	fs     hostfs.Root
 	m      *nvmlmodel.Library
 	reader *nvml.Reader
 	topo   *sampler.Sampler[*numa.Topology]
@@ -182,7 +183,7 @@ type placementNode struct {
 func newPlacementNode(t *testing.T, profile string) *placementNode {
 	t.Helper()
 	root := machine.Load(t, profile)
-	n := &placementNode{fs: numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}, m: nvmlmodel.NewDGXH100()}
+	n := &placementNode{fs: hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}, m: nvmlmodel.NewDGXH100()}
 	model := sim.Fixtures()[profile]()
 	for i, g := range n.m.GPUs {
 		var pids []int
