@@ -44,9 +44,12 @@ build:
 run: build
 	./$(BINARY) $(ARGS)
 
-# Real promtool/prometheus/alertmanager from Debian packages (idempotent).
+# Real promtool/prometheus/alertmanager from Debian packages, with
+# Prometheus's web UI; Debian's chromium, qemu-user-static and arm64 cross
+# compiler where missing (idempotent).
 tools:
 	scripts/fetch-prom-tools.sh $(TOOLS_BIN)
+	scripts/install-test-packages.sh
 
 vet:
 	$(GO) vet ./...
@@ -80,7 +83,9 @@ lint: fmt-check vet $(GOLANGCI_LINT_STAMP)
 # under a real Prometheus and Alertmanager. -race makes the tests slow: go
 # test runs GOMAXPROCS packages at once, which on a small CI machine is
 # about right.
-TEST_ENV := PROMTOOL=$(PROMTOOL) PROMETHEUS=$(PROMETHEUS) ALERTMANAGER=$(ALERTMANAGER)
+# e2e's TestDemo loads the demo's Prometheus UI in $CHROMIUM.
+CHROMIUM ?= chromium
+TEST_ENV := PROMTOOL=$(PROMTOOL) PROMETHEUS=$(PROMETHEUS) ALERTMANAGER=$(ALERTMANAGER) CHROMIUM=$$(command -v $(CHROMIUM))
 test: tools lint helm-check
 	$(TEST_ENV) $(GO) test -count=1 -race -timeout 20m ./...
 	$(MAKE) fuzz
@@ -100,9 +105,11 @@ helm-check:
 chart-sync:
 	scripts/helm-check.sh --sync
 
-# A simulated DGX H100 (FAULTS=file to inject faults) and AWS p5 (Slurm
-# jobs; P5_FAULTS=file) scraped by Prometheus with the shipped rules,
-# alerting to Alertmanager: see scripts/demo.sh.
+# A simulated DGX H100 (FAULTS=file to inject faults: FAULTS=scripts/demo-
+# faults.yml is the example) and AWS p5 (Slurm jobs; P5_FAULTS=file)
+# probing each other node to node, scraped by Prometheus with the shipped
+# rules, alerting to Alertmanager. Ports: EXPORTER, EXPORTER_P5,
+# PROMETHEUS_PORT, ALERTMANAGER_PORT. See scripts/demo.sh.
 demo: build tools
 	scripts/demo.sh
 
