@@ -32,7 +32,7 @@ export CGO_ENABLED := 1
 # this every cgo compile of it prints screens of warnings.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build run tools test e2e fuzz vet fmt-check lint bench scrapebench ptx-check helm-check chart-sync demo clean
+.PHONY: all build run tools test e2e fuzz vet fmt-check lint bench scrapebench ptx-check helm-check chart-sync demo release arm64-test clean
 
 all: build
 
@@ -132,6 +132,20 @@ scrapebench:
 # WAIT_METRIC and BENCH_OUT (output directory) are passed through.
 bench: build scrapebench
 	bench/scrape.sh -b ./$(BINARY) -s $(TOOLS_BIN)/scrapebench $(if $(BENCH_OUT),-o $(BENCH_OUT)) -- $(ARGS)
+
+# Release tarballs for linux/amd64 and linux/arm64 (cgo; arm64 with
+# Debian's aarch64-linux-gnu-gcc) and their sha256sums.txt in dist/, laid
+# out as promu lays out the Prometheus projects': scripts/release.sh.
+# PLATFORMS="linux/amd64" for one.
+release:
+	LDFLAGS='$(LDFLAGS)' scripts/release.sh
+
+# The linux/arm64 build under qemu-user: the parsers' and the simulated
+# node's tests compiled for arm64 and run under qemu-aarch64-static, and
+# the arm64 exporter serving /metrics with --sim. .ci/run runs it after
+# make test. See scripts/arm64-test.sh.
+arm64-test: tools
+	scripts/arm64-test.sh
 
 # What is carried to a GPU machine (which has no Go) is built by
 # bench/device-build.sh, outside this Makefile.
