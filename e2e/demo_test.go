@@ -102,14 +102,10 @@ func TestDemo(t *testing.T) {
 		t.Skip("about two minutes of real time")
 	}
 	root := repoRoot(t)
-	// Healthy first: the banner says how to see alerts.
-	healthy := startDemo(t, "")
-	if out := healthy.read(healthy.stdout); !strings.Contains(out, "make demo FAULTS=scripts/demo-faults.yml") {
+	d := startDemo(t, filepath.Join(root, "scripts/demo-faults.yml"))
+	if out := d.read(d.stdout); !strings.Contains(out, "make demo FAULTS=scripts/demo-faults.yml") {
 		t.Errorf("the banner does not name the example fault file:\n%s", out)
 	}
-	healthy.stop()
-
-	d := startDemo(t, filepath.Join(root, "scripts/demo-faults.yml"))
 	s := &stack{prom: d.prom}
 	ctx := context.Background()
 
@@ -117,11 +113,13 @@ func TestDemo(t *testing.T) {
 	// The slowest to fill are the ring's probes (every 30 s) and the
 	// rates over them.
 	var gaps []string
+	var queries int
 	waitFor(t, 3*time.Minute, "data in every dashboard query", func() (bool, error) {
 		var err error
-		gaps, _, err = dashboardGaps(ctx, s, d.dgx)
+		gaps, queries, err = dashboardGaps(ctx, s, d.dgx)
 		return err == nil && len(gaps) == 0, fmt.Errorf("%d empty, first %v (%v)", len(gaps), first(gaps), err)
 	})
+	t.Logf("all %d dashboard queries returned data", queries)
 	if v, err := s.query(ctx, `probe_success{job="gpulink-node-probe"} == 1`); err != nil || len(v) != 2 {
 		t.Errorf("node-to-node probes that succeeded: %v (err %v); want both nodes of the ring", v, err)
 	}
@@ -205,6 +203,42 @@ func TestDemoPortTaken(t *testing.T) {
 	if strings.Contains(string(out), "Ctrl-C") {
 		t.Errorf("demo with port %s taken printed its banner:\n%s", port, out)
 	}
+}
+
+// TestDemoNamesAFailedProcess: a process that ends before it listens
+// stops the demo with a non-zero status, naming the process, its status
+// and its log, whose tail it prints and which it keeps.
+func TestDemoNamesAFailedProcess(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "share/web/templates"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "share/web/templates/alerts.html"), "")
+	failing := filepath.Join(dir, "exporter")
+	writeFile(t, failing, "#!/bin/sh\necho 'cannot start: a reason' >&2\nexit 3\n")
+	idle := filepath.Join(dir, "idle")
+	writeFile(t, idle, "#!/bin/sh\nexec sleep 30\n")
+	for _, f := range []string{failing, idle} {
+		if err := os.Chmod(f, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("bash", filepath.Join(repoRoot(t), "scripts/demo.sh"))
+	cmd.Env = append(os.Environ(), "BIN="+failing, "PROMETHEUS="+idle, "ALERTMANAGER="+idle,
+		"PROMETHEUS_WEB="+filepath.Join(dir, "share"), "FAULTS=", "P5_FAULTS=",
+		"EXPORTER="+portOf(t), "EXPORTER_P5="+portOf(t), "PROMETHEUS_PORT="+portOf(t), "ALERTMANAGER_PORT="+portOf(t))
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("demo with an exporter that cannot start exited 0:\n%s", out)
+	}
+	m := regexp.MustCompile(`demo: exporter exited with status 3 before listening on 127\.0\.0\.1:\d+; its log, (\S+):\n.*cannot start: a reason`).FindStringSubmatch(string(out))
+	if m == nil {
+		t.Fatalf("demo with an exporter that cannot start said:\n%s\nwant the process, its status and its log named", out)
+	}
+	if _, err := os.Stat(m[1]); err != nil {
+		t.Errorf("the named log is not kept: %v", err)
+	}
+	os.RemoveAll(filepath.Dir(m[1]))
 }
 
 func portOf(t *testing.T) string {

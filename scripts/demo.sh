@@ -189,11 +189,7 @@ node-to-node ring:   each node probes the other (job gpulink-node-probe): http:/
 Prometheus:          http://127.0.0.1:$prom_port/classic/alerts (/classic/graph, /classic/rules, /classic/targets)
 Alertmanager:        http://127.0.0.1:$am_port
 fault files:         DGX ${faults:-none}, p5 ${p5_faults:-none}
-TXT
-if [[ -z $faults ]]; then
-	echo "                     to see alerts fire: make demo FAULTS=$example (edit it while the demo runs)"
-fi
-cat <<TXT
+example faults:      make demo FAULTS=$example (edit it while the demo runs: alerts fire and resolve)
 logs:                $work/*.log
 Grafana: add http://127.0.0.1:$prom_port as a Prometheus data source and import dashboards/*.json.
 Ports: EXPORTER, EXPORTER_P5, PROMETHEUS_PORT, ALERTMANAGER_PORT (make demo PROMETHEUS_PORT=19090).
