@@ -85,7 +85,10 @@ done
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null || echo $((20000 + RANDOM % 20000)))
 echo ">> gpulink_exporter (arm64) --sim=dgx-h100 under $qemu on 127.0.0.1:$port"
 unset GOOS GOARCH CC
-"$qemu" -L "$sysroot" "$out/gpulink_exporter" --sim=dgx-h100 --web.listen-address="127.0.0.1:$port" >"$out/exporter.log" 2>&1 &
+# Every source each second: a process's CPU and memory ratios need two
+# samples of the process source (15 s apart by default).
+"$qemu" -L "$sysroot" "$out/gpulink_exporter" --sim=dgx-h100 --web.listen-address="127.0.0.1:$port" \
+	--nvml.interval=1s --topology.interval=1s --nic.interval=1s --process.interval=1s >"$out/exporter.log" 2>&1 &
 pid=$!
 # get PATH: the body of an HTTP/1.0 GET on the exporter, by bash alone.
 get() {
@@ -104,6 +107,15 @@ for ((i = 0; i < 600; i++)); do
 		break
 	fi
 	sleep 0.5
+done
+# The sources publish one after another: count once three scrapes, 2 s
+# apart, agree (an amd64 build serves 2395 on dgx-h100).
+same=0
+for ((i = 0; series > 0 && same < 2 && i < 30; i++)); do
+	sleep 2
+	body=$(get /metrics 2>/dev/null) || break
+	n=$(grep -c '^gpulink_' <<<"$body" || true)
+	if ((n == series)); then same=$((same + 1)); else same=0 series=$n; fi
 done
 if ((series == 0)); then
 	echo "   FAILED: the arm64 exporter served no gpulink_gpu_info within 5 minutes; its log:"
