@@ -113,6 +113,12 @@ absolute() { # a fault file's absolute path, made empty if missing
 [[ -z $faults ]] || faults=$(absolute "$faults")
 [[ -z $p5_faults ]] || p5_faults=$(absolute "$p5_faults")
 
+# The ring's shared token (--node-probe.token-file), as the README's
+# example wants it: the exporters refuse /probe, reserve and join without
+# it, and Prometheus sends it to /probe. A new one every run.
+token=$work/node-probe-token
+(umask 077 && od -An -N24 -tx1 /dev/urandom | tr -d ' \n' >"$token")
+
 # simulate NAME PROFILE PORT FAULTS: one simulated node. Probes and
 # collective rounds every 30 s with no bound on their duty; each node
 # takes part in node-to-node sessions as target (--node-probe.enabled),
@@ -121,7 +127,7 @@ simulate() {
 	local args=(--sim="$2" --web.listen-address="127.0.0.1:$3"
 		--probe.policy=always --probe.interval=30s --probe.first-delay=0 --probe.max-duty=1
 		--collective.interval=30s --collective.warmup=1 --collective.iterations=5 --collective.samples=1
-		--node-probe.enabled --node-probe.min-interval=15s)
+		--node-probe.enabled --node-probe.min-interval=15s --node-probe.token-file="$token")
 	if [[ -n $4 ]]; then
 		args+=(--sim.faults="$4")
 	fi
@@ -160,6 +166,8 @@ scrape_configs:
       module: [nccl_ring]
     scrape_interval: 30s
     scrape_timeout: 25s
+    authorization:
+      credentials_file: '$token'
     file_sd_configs:
       - files: ['$work/gpulink-node-probe-ring.yml']
     relabel_configs:
@@ -185,7 +193,7 @@ example=scripts/demo-faults.yml
 cat <<TXT
 simulated DGX H100:  http://127.0.0.1:$exp_port/metrics
 simulated AWS p5:    http://127.0.0.1:$p5_port/metrics (Slurm jobs: gpulink_gpu_job_info)
-node-to-node ring:   each node probes the other (job gpulink-node-probe): http://127.0.0.1:$exp_port/probe?target=127.0.0.1:$p5_port&module=nccl_ring
+node-to-node ring:   each node probes the other (job gpulink-node-probe; the ring's token: $token)
 Prometheus:          http://127.0.0.1:$prom_port/classic/alerts (/classic/graph, /classic/rules, /classic/targets)
 Alertmanager:        http://127.0.0.1:$am_port
 fault files:         DGX ${faults:-none}, p5 ${p5_faults:-none}
