@@ -32,7 +32,7 @@ export CGO_ENABLED := 1
 # this every cgo compile of it prints screens of warnings.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build run tools test e2e fuzz vet fmt-check lint bench scrapebench ptx-check helm-check chart-sync demo release arm64-test clean
+.PHONY: all build run tools test-packages test e2e fuzz vet fmt-check lint bench scrapebench ptx-check helm-check chart-sync demo release arm64-test clean
 
 all: build
 
@@ -45,10 +45,14 @@ run: build
 	./$(BINARY) $(ARGS)
 
 # Real promtool/prometheus/alertmanager from Debian packages, with
-# Prometheus's web UI; Debian's chromium, qemu-user-static and arm64 cross
-# compiler where missing (idempotent).
+# Prometheus's web UI (idempotent).
 tools:
 	scripts/fetch-prom-tools.sh $(TOOLS_BIN)
+
+# Debian's chromium (e2e TestDemo), qemu-user-static and the arm64 cross
+# compiler (make arm64-test, make release), installed where missing: root
+# or sudo. make demo needs none of them.
+test-packages:
 	scripts/install-test-packages.sh
 
 vet:
@@ -86,12 +90,12 @@ lint: fmt-check vet $(GOLANGCI_LINT_STAMP)
 # e2e's TestDemo loads the demo's Prometheus UI in $CHROMIUM.
 CHROMIUM ?= chromium
 TEST_ENV := PROMTOOL=$(PROMTOOL) PROMETHEUS=$(PROMETHEUS) ALERTMANAGER=$(ALERTMANAGER) CHROMIUM=$$(command -v $(CHROMIUM))
-test: tools lint helm-check
+test: tools test-packages lint helm-check
 	$(TEST_ENV) $(GO) test -count=1 -race -timeout 20m ./...
 	$(MAKE) fuzz
 
 # Only the end-to-end test, verbose: alert latencies and dashboard queries.
-e2e: tools
+e2e: tools test-packages
 	$(TEST_ENV) $(GO) test -count=1 -v -timeout 10m ./e2e
 
 # Helm chart: copies of rules and dashboards current, lint, renders checked
@@ -137,14 +141,14 @@ bench: build scrapebench
 # Debian's aarch64-linux-gnu-gcc) and their sha256sums.txt in dist/, laid
 # out as promu lays out the Prometheus projects': scripts/release.sh.
 # PLATFORMS="linux/amd64" for one.
-release:
+release: test-packages
 	LDFLAGS='$(LDFLAGS)' scripts/release.sh
 
 # The linux/arm64 build under qemu-user: the parsers' and the simulated
 # node's tests compiled for arm64 and run under qemu-aarch64-static, and
 # the arm64 exporter serving /metrics with --sim. .ci/run runs it after
 # make test. See scripts/arm64-test.sh.
-arm64-test: tools
+arm64-test: test-packages
 	scripts/arm64-test.sh
 
 # What is carried to a GPU machine (which has no Go) is built by

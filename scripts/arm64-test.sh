@@ -13,7 +13,7 @@
 #  3. the arm64 exporter itself started under qemu with --sim=dgx-h100,
 #     its /metrics read over HTTP and its gpulink_* series counted.
 #
-# make tools installs the Debian packages (scripts/install-test-packages.sh).
+# make test-packages installs the Debian packages (scripts/install-test-packages.sh).
 # Environment: ARM64_PACKAGES (the packages of step 2), KEEP=1 (keep the
 # binaries, in the folder printed).
 set -euo pipefail
@@ -23,7 +23,7 @@ qemu=qemu-aarch64-static
 sysroot=/usr/aarch64-linux-gnu
 for cmd in aarch64-linux-gnu-gcc "$qemu"; do
 	command -v "$cmd" >/dev/null || {
-		echo "arm64-test: $cmd missing: make tools installs it (scripts/install-test-packages.sh)" >&2
+		echo "arm64-test: $cmd missing: make test-packages installs it (scripts/install-test-packages.sh)" >&2
 		exit 1
 	}
 done

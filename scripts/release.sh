@@ -11,7 +11,7 @@
 #
 # Each binary is built with cgo (go-nvml) for its platform: gcc for the
 # machine's own, Debian's aarch64-linux-gnu-gcc (gcc-aarch64-linux-gnu,
-# libc6-dev-arm64-cross: make tools installs them) for linux/arm64 from
+# libc6-dev-arm64-cross: make test-packages installs them) for linux/arm64 from
 # amd64. glibc is linked dynamically, so a binary runs on the glibc it was
 # built against (Debian 12's 2.36 here) or newer; the image (Dockerfile)
 # builds against Ubuntu 24.04's instead.
@@ -55,7 +55,7 @@ for platform in $platforms; do
 	os=${platform%/*} arch=${platform#*/}
 	cc=$(compiler "$os" "$arch")
 	command -v "$cc" >/dev/null || {
-		echo "release: $cc (the C compiler for $platform) is missing: make tools installs it" >&2
+		echo "release: $cc (the C compiler for $platform) is missing: make test-packages installs it" >&2
 		exit 1
 	}
 	name=gpulink_exporter-$version.$os-$arch
