@@ -40,6 +40,7 @@ type config struct {
 	sysfs, procfs     string
 	cudaLib           string
 	sim, simFaults    string
+	simHostProcesses  bool
 	web               *web.FlagConfig
 	log               promslog.Config
 
@@ -119,6 +120,9 @@ type cli struct {
 func newCLI() *cli {
 	app := kingpin.New("gpulink_exporter", "Prometheus exporter for GPU links: PCIe, NVLink, NICs and NUMA placement.")
 	c := &config{}
+	// The help lists flags as they are registered: the web server's
+	// together (exporter-toolkit's first), then each source's.
+	c.web = kingpinflag.AddFlags(app, defaultAddress)
 	app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&c.metricsPath)
 	app.Flag("web.max-requests", "Maximum number of parallel scrape requests; 0 disables the limit.").Default("10").IntVar(&c.maxRequests)
 	app.Flag("web.disable-exporter-metrics", "Exclude the exporter's own go_* and process_* metrics.").BoolVar(&c.noExporterMetrics)
@@ -129,11 +133,11 @@ func newCLI() *cli {
 	app.Flag("runtime.gomaxprocs", "The target number of CPUs Go will run on (GOMAXPROCS).").Envar("GOMAXPROCS").Default("1").IntVar(&c.maxProcs)
 	app.Flag("sim", "Serve a simulated node instead of this machine: NVML, sysfs/procfs and the probe runner are modelled, everything else is the real exporter. One of: "+strings.Join(sim.ProfileNames(), ", ")+".").PlaceHolder("PROFILE").EnumVar(&c.sim, sim.ProfileNames()...)
 	app.Flag("sim.faults", "YAML file of faults to inject into the simulated node (with --sim); re-read when it changes. Missing or empty: a healthy node.").PlaceHolder("FILE").StringVar(&c.simFaults)
+	app.Flag("sim.host-processes", "With --sim: this machine's processes whose CUDA_VISIBLE_DEVICES names simulated GPUs (by index or UUID) are those GPUs' compute processes, read through --path.procfs: real jobs of a real scheduler (Slurm) in front of the simulated node.").BoolVar(&c.simHostProcesses)
 	for id := range sources {
 		sources[id].register(app, c, sourceID(id))
 	}
 	collectiveFlags(app, c)
-	c.web = kingpinflag.AddFlags(app, defaultAddress)
 	app.Command("serve", "Run the exporter (the default).").Default()
 	l := &cli{app: app, cfg: c, probe: &probe.Command{}, collectives: &collectives.CollectiveCommand{}}
 	l.topology = app.Command("topology", "Print the GPU and NIC topology matrix as nvidia-smi topo -m does, and exit.")
@@ -188,6 +192,18 @@ func probeFlags(f flagFunc, c *config) {
 // formatFloat writes a flag's default as the flag would be given.
 func formatFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 
+// formatDuration writes a flag's default duration as a person would give
+// it: 10m, not time.Duration's 10m0s.
+func formatDuration(d time.Duration) string {
+	switch {
+	case d > 0 && d%time.Hour == 0:
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	case d > 0 && d%time.Minute == 0:
+		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
+	}
+	return d.String()
+}
+
 // nodeProbeFlags are the node-to-node probes' flags.
 func nodeProbeFlags(f flagFunc, c *config) {
 	f("config.file", "Modules file of the node-to-node probes (/probe?target=&module=): what each module runs and how the prober calls the target (http_client: TLS, basic auth). Checked at start, re-read on SIGHUP. Without it the one module is "+nodeprobe.DefaultModuleName+".").PlaceHolder("FILE").StringVar(&c.nodeProbe.configFile)
@@ -200,6 +216,11 @@ func nodeProbeFlags(f flagFunc, c *config) {
 // collectiveFlags are the flags of the node's collective round, which the
 // probe scheduler runs after a pass, and of the NCCL library it loads.
 func collectiveFlags(app *kingpin.Application, c *config) {
+	// The NCCL library's first, beside the nccl source's (the last row
+	// of the table), so that the help keeps the --nccl.* flags together.
+	app.Flag("nccl.library", "Path or name of the NCCL library the collective child loads (the image with NCCL sets it through GPULINK_NCCL_LIBRARY).").Envar(collectives.LibraryEnv).Default(nccl.DefaultLibrary).StringVar(&c.ncclLib)
+	app.Flag("nccl.nvls", "Let NCCL use NVLink SHARP (multicast) in the collective child. Off, the child runs with NCCL_NVLS_ENABLE=0: on shared machines a multicast program can put the host's GPUs out of service.").
+		Default("false").BoolVar(&c.ncclNVLS)
 	p := &c.probe
 	app.Flag("collective.interval", "Least time between the node's NCCL collective rounds over every usable GPU (with jitter); a round runs after a probe pass, only when every GPU it uses is idle under --probe.policy, and is stretched when it costs more than --probe.max-duty allows.").
 		Default(schedule.DefaultCollectiveInterval.String()).DurationVar(&p.CollectiveInterval)
@@ -213,9 +234,6 @@ func collectiveFlags(app *kingpin.Application, c *config) {
 	app.Flag("collective.samples", "Timed samples of the iterations per result; the median is exported.").Default(strconv.Itoa(probes.DefaultCollectiveSamples)).IntVar(&p.CollectiveOptions.Samples)
 	app.Flag("collective.kind", "Collective to run (repeatable); default all: "+strings.Join(probes.CollectiveNames(), ", ")+".").
 		EnumsVar(&c.collectiveKinds, probes.CollectiveNames()...)
-	app.Flag("nccl.library", "Path or name of the NCCL library the collective child loads (the image with NCCL sets it through GPULINK_NCCL_LIBRARY).").Envar(collectives.LibraryEnv).Default(nccl.DefaultLibrary).StringVar(&c.ncclLib)
-	app.Flag("nccl.nvls", "Let NCCL use NVLink SHARP (multicast) in the collective child. Off, the child runs with NCCL_NVLS_ENABLE=0: on shared machines a multicast program can put the host's GPUs out of service.").
-		Default("false").BoolVar(&c.ncclNVLS)
 }
 
 // typed is names, which flags checked against the known values, as the

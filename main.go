@@ -25,6 +25,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/scrape"
 	"github.com/gpulink/gpulink_exporter/internal/sim"
+	"github.com/gpulink/gpulink_exporter/probes"
 )
 
 // selfMetricsInterval is how often the exporter's own go_* and process_*
@@ -52,9 +53,13 @@ func run(l *cli, command string, logger *slog.Logger) int {
 	// With --sim the three hardware seams are the simulated node's.
 	var node *sim.Node
 	if c.sim != "" {
-		n, err := sim.Start(sim.Config{Profile: c.sim, FaultsFile: c.simFaults, Logger: logger})
+		cfg := sim.Config{Profile: c.sim, FaultsFile: c.simFaults, Logger: logger}
+		if c.simHostProcesses {
+			cfg.HostProcesses = c.procfs
+		}
+		n, err := sim.Start(cfg)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "simulated node:", err)
+			probes.PrintError(os.Stderr, fmt.Errorf("simulated node: %w", err))
 			return 1
 		}
 		node = n
@@ -64,7 +69,7 @@ func run(l *cli, command string, logger *slog.Logger) int {
 	switch command {
 	case l.topology.FullCommand():
 		if err := printTopology(fsys, newNVML(), logger); err != nil {
-			fmt.Fprintln(os.Stderr, err)
+			probes.PrintError(os.Stderr, err)
 			return 1
 		}
 		return 0

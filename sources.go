@@ -140,8 +140,8 @@ var sources = [numSources]source{
 	},
 	probeSource: {
 		name:     "probe",
-		interval: durationFlag{"10m", "How often to probe each GPU (with jitter); stretched when a round costs more than --probe.max-duty allows."},
-		timeout:  durationFlag{"60s", "Deadline of one GPU's probe child; past it the child is killed."},
+		interval: durationFlag{formatDuration(schedule.DefaultInterval), "How often to probe each GPU (with jitter); stretched when a round costs more than --probe.max-duty allows."},
+		timeout:  durationFlag{formatDuration(schedule.DefaultTimeout), "Deadline of one GPU's probe child; past it the child is killed."},
 		flags:    probeFlags,
 		ownTimer: true,
 		check:    checkProbes,
@@ -179,11 +179,12 @@ var sources = [numSources]source{
 			w.reg.MustRegister(collector.NewPodCollector(sample(w, s, r)))
 		},
 	},
-	// No switch: the jobs of the GPU processes' cgroups come with the
-	// process source, and the mapping files are read only where
-	// --slurm.job-mapping-dir names them.
+	// The jobs of the GPU processes' cgroups come with the process
+	// source, and the mapping files are read only where
+	// --slurm.job-mapping-dir names them; the switch turns both off.
 	slurmSource: {
-		name:     "slurm",
+		name: "slurm", on: true,
+		help:     "Which Slurm job holds each GPU (gpulink_gpu_job_info), from the GPU processes' cgroups (with the process collector) and the job-mapping files of --slurm.job-mapping-dir.",
 		interval: durationFlag{"15s", "How often to read --slurm.job-mapping-dir."},
 		flags: func(f flagFunc, c *config) {
 			f("job-mapping-dir", "Directory of Slurm job-mapping files in dcgm-exporter's format (its --hpc-job-mapping-dir), which a prolog writes and an epilog removes: one file per GPU named by its index (or <gpu>.<gpu_instance> for a MIG instance) holding a job ID a line. Its jobs join those of the GPU processes' cgroups on gpulink_gpu_job_info. Empty: not read.").
@@ -417,11 +418,9 @@ func startProbes(w *wiring, s setting) {
 		return time.Time{}
 	}
 	c.HostNodes = func(addr string) []int { return topo().HostNodes(addr) }
-	c.Annotate = func(g *probes.GPURound) { probes.PathFor(w.nvml.LatestData(), topo(), g.PCIBusID).Annotate(g) }
+	expect := probes.Expectations{GPUs: w.nvml.LatestData, Topology: topo}
+	c.Annotate, c.CollectiveAnnotate = expect.Annotate, expect.AnnotateCollective
 	c.CollectiveOptions.Collectives = typed[probes.Collective](w.cfg.collectiveKinds)
-	c.CollectiveAnnotate = func(r *probes.CollectiveRound) []probes.PairTransport {
-		return probes.CollectivePathFor(w.nvml.LatestData(), topo(), r.GPUs).Annotate(r)
-	}
 	sched, err := schedule.NewScheduler(c)
 	if err != nil {
 		w.err = fmt.Errorf("invalid probe settings: %w", err)

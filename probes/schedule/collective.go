@@ -67,33 +67,6 @@ func (c *collectiveState) status() *CollectiveStatus {
 	return &st
 }
 
-// checkCollectiveConfig fills in the collective schedule's defaults and
-// refuses what cannot be right: with a runner, the options' template too
-// (naming the daemon's --collective.* flags).
-func checkCollectiveConfig(cfg *SchedulerConfig) error {
-	if cfg.CollectiveRunner != nil {
-		if err := cfg.CollectiveOptions.Validate(); err != nil {
-			return err
-		}
-	}
-	for _, d := range []struct {
-		name string
-		v    *time.Duration
-		def  time.Duration
-	}{
-		{"interval", &cfg.CollectiveInterval, DefaultCollectiveInterval},
-		{"timeout", &cfg.CollectiveTimeout, DefaultCollectiveTimeout},
-	} {
-		if *d.v < 0 {
-			return fmt.Errorf("collective %s must be positive, got %s", d.name, *d.v)
-		}
-		if *d.v == 0 {
-			*d.v = d.def
-		}
-	}
-	return nil
-}
-
 // RunCollectiveRound runs the node's collective round now, as RunRound
 // runs a pass now: under the round lock, over the GPUs the policy allows
 // at this moment, whatever CollectiveInterval says; it is counted, and
@@ -163,7 +136,7 @@ func (s *Scheduler) collectiveRound(ctx context.Context, snap *nvml.Snapshot) (f
 	if r != nil {
 		r.Contention = probes.JudgeSharing(o.GPUs, nil, watch, r.PID, busyUtil)
 		if c := r.Contention; c.Contended() {
-			s.logger.Info("collective round shared its GPUs with other work; its results are marked contended",
+			s.logger.Debug("collective round shared its GPUs with other work; its results are marked contended",
 				"gpus", len(gpus), "reasons", c.Reasons, "processes", c.Processes)
 		}
 	}
@@ -177,7 +150,12 @@ func (s *Scheduler) collectiveRound(ctx context.Context, snap *nvml.Snapshot) (f
 	case noLibrary:
 		s.logger.Warn("no collective probes: the NCCL library cannot be loaded", "err", r.Error)
 	case result == probes.RunSuccess:
-		s.logger.Debug("collective round", "gpus", len(gpus), "took", took)
+		// The round's one line at INFO, as a probe pass's.
+		args := []any{"gpus", len(gpus), "took", took.Round(time.Millisecond)}
+		if r != nil && r.Contention.Contended() {
+			args = append(args, "contended", r.Contention.Reasons)
+		}
+		s.logger.Info("collective round", args...)
 	default:
 		s.logger.Warn("collective round failed", "gpus", len(gpus), "result", result, "err", why)
 	}

@@ -169,47 +169,12 @@ type gpuEntry struct {
 	down bool
 }
 
-// NewScheduler checks cfg and fills in its defaults. An error names what
-// is wrong: for the probe options, the daemon's flag and what it takes.
+// NewScheduler fills in cfg's defaults and checks it (Validate, then the
+// wiring). An error names what is wrong: for a value, the daemon's flag
+// and what it takes.
 func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
-	if cfg.Policy == "" {
-		cfg.Policy = PolicyIdle
-	}
-	if !slices.Contains(Policies, cfg.Policy) {
-		return nil, fmt.Errorf("unknown probe policy %q: want one of %s", cfg.Policy, strings.Join(Policies, ", "))
-	}
-	for _, d := range []struct {
-		name string
-		v    *time.Duration
-		def  time.Duration
-	}{
-		{"interval", &cfg.Interval, 10 * time.Minute},
-		{"timeout", &cfg.Timeout, time.Minute},
-	} {
-		if *d.v < 0 {
-			return nil, fmt.Errorf("probe %s must be positive, got %s", d.name, *d.v)
-		}
-		if *d.v == 0 {
-			*d.v = d.def
-		}
-	}
-	if cfg.FirstDelay < 0 {
-		return nil, fmt.Errorf("probe first delay must be positive or zero, got %s", cfg.FirstDelay)
-	}
-	// No defaults for these three: a zero MaxDuty (the next round never)
-	// is refused, a zero jitter or threshold is taken as asked.
-	if !(cfg.MaxDuty > 0 && cfg.MaxDuty <= 1) {
-		return nil, fmt.Errorf("probe max duty %g outside (0, 1]", cfg.MaxDuty)
-	}
-	if !(cfg.Jitter >= 0 && cfg.Jitter <= 0.5) {
-		return nil, fmt.Errorf("probe jitter %g outside [0, 0.5]", cfg.Jitter)
-	}
-	if !(cfg.UtilizationThreshold >= 0 && cfg.UtilizationThreshold <= 1) {
-		return nil, fmt.Errorf("probe utilization threshold %g outside [0, 1]", cfg.UtilizationThreshold)
-	}
-	// Checked whatever the policy: a flag that is wrong is wrong before
-	// the policy turns the probes on.
-	if err := cfg.Options.Validate(); err != nil {
+	cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.Policy != PolicyOff {
@@ -221,9 +186,6 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		case cfg.Policy == PolicyIdle && cfg.Processes == nil:
 			return nil, errors.New("probe policy idle needs the GPU process list")
 		}
-	}
-	if err := checkCollectiveConfig(&cfg); err != nil {
-		return nil, err
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -349,6 +311,29 @@ type roundPass struct {
 	// round's own probes as utilization.
 	snap   *nvml.Snapshot
 	failed bool // a run timed out, crashed or errored
+	// What the pass's one INFO line says (per GPU detail is at DEBUG):
+	// GPUs probed, skipped by reason, and those whose results shared the
+	// GPU with other work or whose run failed, by index.
+	probed          int
+	skipped         map[string]int
+	contended, fail []int
+}
+
+// logSummary is the pass's one line at INFO: a node probed every 10
+// minutes with jobs on its GPUs would otherwise log a line per GPU per
+// pass (issue 38). A failed run is also logged on its own, at WARN.
+func (s *Scheduler) logSummary(rd *roundPass, took time.Duration) {
+	args := []any{"gpus", len(rd.snap.GPUs), "probed", rd.probed, "took", took.Round(time.Millisecond)}
+	if len(rd.skipped) > 0 {
+		args = append(args, "skipped", rd.skipped)
+	}
+	if len(rd.contended) > 0 {
+		args = append(args, "contended_gpus", rd.contended)
+	}
+	if len(rd.fail) > 0 {
+		args = append(args, "failed_gpus", rd.fail)
+	}
+	s.logger.Info("probe round", args...)
 }
 
 // RunRound runs one pass: every GPU in the NVML sample's order, one at a
@@ -366,7 +351,7 @@ func (s *Scheduler) RunRound(ctx context.Context) {
 		return
 	}
 	start := s.now()
-	rd := &roundPass{snap: snap, load: map[string]float64{}}
+	rd := &roundPass{snap: snap, load: map[string]float64{}, skipped: map[string]int{}}
 	s.skipMissing(snap)
 	for i := range snap.GPUs {
 		if ctx.Err() != nil {
@@ -375,6 +360,7 @@ func (s *Scheduler) RunRound(ctx context.Context) {
 		s.visit(ctx, rd, &snap.GPUs[i])
 		s.publish()
 	}
+	s.logSummary(rd, s.now().Sub(start))
 	// The collective round, when due, follows the pass under the same
 	// lock: no probe child runs beside it.
 	if s.coll != nil && ctx.Err() == nil && s.collectiveDue() && s.collectiveRound(ctx, snap) {
@@ -413,6 +399,7 @@ func (s *Scheduler) skipMissing(snap *nvml.Snapshot) {
 // visit probes one GPU or records why not.
 func (s *Scheduler) visit(ctx context.Context, rd *roundPass, g *nvml.GPUState) {
 	if reason := staticSkip(g); reason != "" {
+		rd.skipped[reason]++
 		s.skip(g, reason)
 		return
 	}
@@ -430,6 +417,7 @@ func (s *Scheduler) visit(ctx context.Context, rd *roundPass, g *nvml.GPUState) 
 	}
 	procsOK := procsErr == nil
 	if reason := s.busy(g, procs, procsOK); reason != "" {
+		rd.skipped[reason]++
 		s.skip(g, reason)
 		return
 	}
@@ -487,14 +475,17 @@ func (s *Scheduler) visit(ctx context.Context, rd *roundPass, g *nvml.GPUState) 
 		}
 		gr.Contention = probes.JudgeRound(gr, o.Peers, watch, own, busyUtil)
 		if c := gr.Contention; c.Contended() {
-			s.logger.Info("probe round shared the GPU with other work; its results are marked contended",
+			rd.contended = append(rd.contended, g.Index)
+			s.logger.Debug("probe round shared the GPU with other work; its results are marked contended",
 				"gpu", g.Index, "pci_bus_id", g.PCIBusID, "reasons", c.Reasons, "peers", c.Peers, "processes", c.Processes)
 		}
 	}
+	rd.probed++
 	switch result {
 	case probes.RunSuccess:
 		s.logger.Debug("probed GPU", "gpu", g.Index, "peers", len(o.Peers), "took", took)
 	default:
+		rd.fail = append(rd.fail, g.Index)
 		s.logger.Warn("probe run failed", "gpu", g.Index, "pci_bus_id", g.PCIBusID, "result", result, "err", why)
 	}
 
