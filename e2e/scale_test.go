@@ -140,8 +140,9 @@ func scaleCode(expr string) (string, time.Duration, error) {
 
 // scaleRules reads a rules file, writes its time-compressed copy to dst and
 // returns each alert's timing. A recording rule's look-back counts toward
-// the alerts that read it (by name, one level deep is enough here: the
-// shipped recording rules read raw series only).
+// the alerts that read it (by name, one level deep: a recording rule that
+// reads another, as p90_1d reads :uncontended, counts its own ranges only,
+// which holds while the rule it reads has none).
 func scaleRules(t *testing.T, src, dst string) map[string]alertTiming {
 	f := readRules(t, src)
 	recorded := map[string]time.Duration{}
