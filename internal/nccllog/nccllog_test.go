@@ -10,11 +10,7 @@ import (
 // Each case is lines as they were posted in a public NCCL, nccl-tests,
 // aws-ofi-nccl or nv_peer_memory issue (source), unchanged, and what each
 // connection of them should come to: "channel from->to kind network gdr".
-var postedLogs = []struct {
-	name, source string
-	lines        []string
-	want         []string
-}{
+var postedLogs = []logCase{
 	{
 		name:   "InfiniBand with GPUDirect RDMA (NCCL 2.x, bus ids)",
 		source: "https://github.com/NVIDIA/nccl/issues/707",
@@ -171,8 +167,17 @@ func describe(l *Log) []string {
 	return out
 }
 
-func TestParsePostedLogs(t *testing.T) {
-	for _, tc := range postedLogs {
+// logCase is a log's lines, where they come from, and what its
+// connections come to as a describe function puts them.
+type logCase struct {
+	name, source string
+	lines        []string
+	want         []string
+}
+
+func checkLogs(t *testing.T, cases []logCase, describe func(*Log) []string) {
+	t.Helper()
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			l := Parse(strings.NewReader(strings.Join(tc.lines, "\n")))
 			if got := describe(l); !reflect.DeepEqual(got, tc.want) {
@@ -181,6 +186,8 @@ func TestParsePostedLogs(t *testing.T) {
 		})
 	}
 }
+
+func TestParsePostedLogs(t *testing.T) { checkLogs(t, postedLogs, describe) }
 
 // The device list and the provider line, read apart.
 func TestParseNetworkLines(t *testing.T) {
@@ -315,11 +322,7 @@ func TestParseStopsAtAnOverlongLine(t *testing.T) {
 // 2.20-2.23 a merged device prints its outer number but a plain one its
 // physical device's, so only the position in the list says which is
 // which.
-var versionLogs = []struct {
-	name, source string
-	lines        []string
-	want         []string
-}{
+var versionLogs = []logCase{
 	{
 		name: "2.18: one device per port",
 		source: "v2.18.3-1 src/transport/net_ib.cc:259 (\" [%d]%s:%d/%s\") and :264 (\"NET/IB : Using%s %s; OOB %s:%s\"); " +
@@ -452,16 +455,7 @@ func describePlugins(l *Log) []string {
 	return out
 }
 
-func TestParseEveryVersionsDeviceList(t *testing.T) {
-	for _, tc := range versionLogs {
-		t.Run(tc.name, func(t *testing.T) {
-			l := Parse(strings.NewReader(strings.Join(tc.lines, "\n")))
-			if got := describePlugins(l); !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("%s\n got %q\nwant %q", tc.source, got, tc.want)
-			}
-		})
-	}
-}
+func TestParseEveryVersionsDeviceList(t *testing.T) { checkLogs(t, versionLogs, describePlugins) }
 
 // The plugin label is NCCL's name for the network where it is a plain
 // name, and "other" where it is not: a plugin names itself, and a label
