@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/collector"
 	"github.com/gpulink/gpulink_exporter/internal/dcgm"
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/kubelet"
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
@@ -199,14 +200,13 @@ var sources = [numSources]source{
 			w.nic = sample(w, s, &nic.Reader{FS: w.fsys})
 			w.reg.MustRegister(collector.NewNICCollector(w.nic))
 			// Each GPU's nearest usable NIC: the ports joined with the
-			// PCIe tree, where a source that reads it is on.
-			if w.topology != nil {
-				var ids interface{ Identities() []nvml.Identity }
-				if w.reader != nil {
-					ids = w.reader
-				}
-				w.reg.MustRegister(collector.NewNearestNICCollector(w.nic, w.topology.LatestData, ids))
+			// PCIe tree, where a source that reads it is on (w.topology
+			// nil: nothing rendered).
+			var ids interface{ Identities() []nvml.Identity }
+			if w.reader != nil {
+				ids = w.reader
 			}
+			w.reg.MustRegister(collector.NewNearestNICCollector(w.nic, w.topology, ids))
 		},
 	},
 	// Not sampled: node-to-node probes run when Prometheus asks /probe
@@ -234,7 +234,7 @@ type wiring struct {
 	cfg     *config
 	logger  *slog.Logger
 	reg     *scrape.Registry
-	fsys    numa.FS
+	fsys    hostfs.Root
 	newNVML func() gonvml.Interface
 	sim     *sim.Node // nil unless --sim
 
@@ -256,7 +256,7 @@ type wiring struct {
 
 // newWiring returns the wiring of the sources c switches on, to run until
 // ctx ends or close is called; sim is nil unless --sim.
-func newWiring(ctx context.Context, c *config, logger *slog.Logger, reg *scrape.Registry, fsys numa.FS,
+func newWiring(ctx context.Context, c *config, logger *slog.Logger, reg *scrape.Registry, fsys hostfs.Root,
 	newNVML func() gonvml.Interface, sim *sim.Node) *wiring {
 	ctx, cancel := context.WithCancel(ctx)
 	return &wiring{ctx: ctx, cancel: cancel, cfg: c, logger: logger, reg: reg, fsys: fsys, newNVML: newNVML, sim: sim}

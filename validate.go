@@ -12,9 +12,8 @@ import (
 	"time"
 
 	"github.com/gpulink/gpulink_exporter/internal/nodeprobe"
-	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
-	"github.com/gpulink/gpulink_exporter/internal/sysfs"
 	"github.com/gpulink/gpulink_exporter/probes"
 )
 
@@ -185,7 +184,7 @@ func checkNodeProbe(c *config, st setting, _ func(string, ...any)) error {
 		return badDuration(st.name+".min-interval", np.minInterval, "0 (no limit) or more")
 	}
 	for _, g := range np.gpus {
-		if !sysfs.IsPCIAddress(strings.ToLower(nvml.NormalizeBusID(g))) {
+		if !pciaddr.IsSysfs(strings.ToLower(pciaddr.Normalize(g))) {
 			return fmt.Errorf("--%s.gpu=%s: want a PCI address such as 0000:18:00.0", st.name, g)
 		}
 	}

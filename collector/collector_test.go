@@ -323,7 +323,7 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 	n.reg = prometheus.NewRegistry()
 	n.reg.MustRegister(collector.NewNVMLCollector(n.nvml), collector.NewXIDCollector(n.xid, n.reader),
 		collector.NewTopologyCollector(pn.topo, n.reader), collector.NewNICCollector(nic),
-		collector.NewNearestNICCollector(nic, pn.topo.LatestData, n.reader),
+		collector.NewNearestNICCollector(nic, pn.topo, n.reader),
 		collector.NewProcessCollector(pn.place, true),
 		collector.NewExporterCollector(n.nvml, n.xid, pn.topo, nic, pn.place))
 	n.m.SendXID(0, 48)

@@ -5,31 +5,36 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/scrape"
 	"github.com/gpulink/gpulink_exporter/numa"
 )
 
 // NearestNICCollector renders each GPU's nearest usable NIC: the
 // topology's path classes joined with the NIC source's port states (a
 // port up, the PCIe link neither down nor narrow: nic's Usable). It
-// renders on every NIC sample, which comes more often than the topology's
-// and carries what changes: a port that goes down shows within one NIC
-// interval. gpulink_topology_gpu_nearest_nic_info keeps the machine as it
-// is built; the two differ where a GPU's nearest NICs cannot be used and
-// its traffic leaves through one farther away, across the sockets where
-// none on its side can (GPUUsableNICAcrossSockets).
+// renders whenever either source publishes, so a port that goes down
+// shows within one NIC interval. gpulink_topology_gpu_nearest_nic_info
+// keeps the machine as it is built; the two differ where a GPU's nearest
+// NICs cannot be used and its traffic leaves through one farther away,
+// across the sockets where none on its side can
+// (GPUUsableNICAcrossSockets).
 type NearestNICCollector struct {
-	snapshotMetrics[*nic.Snapshot]
-	topology   func() *numa.Topology
+	scrape.Rendered[nearestNICSources]
 	ids        interface{ Identities() []nvml.Identity }
 	info, path *prometheus.Desc
 }
 
+// nearestNICSources are the latest snapshots of the two sources; either
+// nil.
+type nearestNICSources = pair[*nic.Snapshot, *numa.Topology]
+
 // NewNearestNICCollector renders the snapshots of nics joined with the
-// latest topology (nil: nothing is rendered); ids (may be nil) names GPUs
-// by NVML index and UUID.
-func NewNearestNICCollector(nics latester[*nic.Snapshot], topology func() *numa.Topology,
+// topology's (without a topology nothing is rendered; without NIC
+// snapshots every NIC counts as usable by its ports); ids (may be nil)
+// names GPUs by NVML index and UUID.
+func NewNearestNICCollector(nics scrape.Source[*nic.Snapshot], topology scrape.Source[*numa.Topology],
 	ids interface{ Identities() []nvml.Identity }) *NearestNICCollector {
-	c := &NearestNICCollector{topology: topology, ids: ids,
+	c := &NearestNICCollector{ids: ids,
 		info: gpuDesc("topology", "gpu_nearest_usable_nic_info",
 			"The closest NICs to the GPU (all that tie) that can carry traffic: a port up (an RDMA port, or for a NIC without one a "+
 				"network interface), the PCIe link neither down nor narrower than both ends support; a NIC whose port state is unknown "+
@@ -39,7 +44,7 @@ func NewNearestNICCollector(nics latester[*nic.Snapshot], topology func() *numa.
 				"socket interconnect, absent that none is. Above gpulink_topology_gpu_nearest_nic_path where the nearest NICs cannot be used.",
 			"path"),
 	}
-	c.init(nics, c.render)
+	c.Init(join(nics, topology), rendering(c.render))
 	return c
 }
 
@@ -49,22 +54,19 @@ func (c *NearestNICCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.path
 }
 
-// Collect implements prometheus.Collector.
-func (c *NearestNICCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
-
-func (c *NearestNICCollector) render(o *out, s *nic.Snapshot) {
-	t := c.topology()
+func (c *NearestNICCollector) render(o *out, s nearestNICSources) {
+	nics, t := s.A, s.B
 	if t == nil {
 		return
 	}
 	labelsOf := gpuLabelsOf(c.ids)
-	usable := func(n *numa.PCIDevice) bool { return s.Usable(t, n) }
+	usable := func(n *numa.PCIDevice) bool { return nics.Usable(t, n) }
 	for _, g := range t.GPUs {
 		nearest, p := t.NearestNICsAmong(g, usable)
 		if len(nearest) == 0 {
 			continue
 		}
-		o.labels = labelsOf(g)
+		o.Labels = labelsOf(g)
 		for _, n := range nearest {
 			o.gauge(c.info, 1, deviceName(n), n.Address, p.String())
 		}

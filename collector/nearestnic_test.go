@@ -81,7 +81,7 @@ func nearestNICCollectors(t *testing.T, profile string) []prometheus.Collector {
 	if topo.Latest() == nil || nics.Latest() == nil {
 		t.Fatalf("%s: no topology or NIC sample", profile)
 	}
-	near := collector.NewNearestNICCollector(nics, topo.LatestData, dgxIdentities())
+	near := collector.NewNearestNICCollector(nics, topo, dgxIdentities())
 	lintClean(t, near)
 	return []prometheus.Collector{collector.NewTopologyCollector(topo, dgxIdentities()), near}
 }
@@ -133,7 +133,7 @@ func TestNearestUsableNICWithoutTopology(t *testing.T) {
 	fs := fixtureFS(t, "dgx-h100")
 	nics := sampler.New[*nic.Snapshot]("nic", &nic.Reader{FS: fs}, sampler.Options{Interval: time.Hour})
 	nics.SampleOnce(context.Background())
-	c := collector.NewNearestNICCollector(nics, func() *numa.Topology { return nil }, nil)
+	c := collector.NewNearestNICCollector(nics, (*sampler.Sampler[*numa.Topology])(nil), nil)
 	if got := nearestNICs(t, []prometheus.Collector{c}, true); len(got) != 0 {
 		t.Errorf("without a topology: %v", got)
 	}

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/sysfs"
 )
@@ -24,12 +26,13 @@ type Topology struct {
 	GPUDirect GPUDirect
 }
 
-// Topology reads NUMA nodes and the PCIe tree. Values that cannot be read
-// are dropped and counted in a *sampler.PartialError; a missing PCI bus
-// directory is an error.
-func (f FS) Topology() (*Topology, error) {
+// ReadTopology reads NUMA nodes and the PCIe tree under root. Values that
+// cannot be read are dropped and counted in a *sampler.PartialError; a
+// missing PCI bus directory is an error.
+func ReadTopology(root hostfs.Root) (*Topology, error) {
+	f := reader{root}
 	var t sampler.Tally
-	nodes, err := f.NUMANodes()
+	nodes, err := ReadNUMANodes(root)
 	t.Merge(err)
 	topo := &Topology{Nodes: nodes, Devices: map[string]*PCIDevice{}}
 
@@ -39,7 +42,7 @@ func (f FS) Topology() (*Topology, error) {
 		return nil, fmt.Errorf("PCI devices: %w", err)
 	}
 	for _, e := range entries {
-		if !sysfs.IsPCIAddress(e.Name()) {
+		if !pciaddr.IsSysfs(e.Name()) {
 			continue
 		}
 		dir := filepath.Join(busDir, e.Name())

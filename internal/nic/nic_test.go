@@ -8,10 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/internal/sysfs"
-	"github.com/gpulink/gpulink_exporter/numa"
 )
 
 // nicTree writes a small sysfs tree under a temporary root.
@@ -31,8 +32,8 @@ func newNICTree(t *testing.T) *nicTree {
 	return &nicTree{t: t, root: root}
 }
 
-func (s *nicTree) fs() numa.FS {
-	return numa.FS{Sys: filepath.Join(s.root, "sys"), Proc: filepath.Join(s.root, "proc")}
+func (s *nicTree) fs() hostfs.Root {
+	return hostfs.Root{Sys: filepath.Join(s.root, "sys"), Proc: filepath.Join(s.root, "proc")}
 }
 
 func (s *nicTree) path(rel string) string { return filepath.Join(s.root, "sys", rel) }
@@ -156,7 +157,7 @@ func nicDGXTree(t *testing.T) *nicTree {
 	return s
 }
 
-func nicSample(t *testing.T, f numa.FS) (*Snapshot, *sampler.PartialError) {
+func nicSample(t *testing.T, f hostfs.Root) (*Snapshot, *sampler.PartialError) {
 	t.Helper()
 	r := &Reader{FS: f}
 	snap, err := r.Sample(context.Background())
@@ -440,9 +441,9 @@ func TestNICRealSysfs(t *testing.T) {
 	if _, err := os.Stat("/sys/class/net/lo"); err != nil {
 		t.Skip("no /sys/class/net here")
 	}
-	snap, _ := nicSample(t, numa.FS{Sys: "/sys", Proc: "/proc"})
+	snap, _ := nicSample(t, hostfs.Root{Sys: "/sys", Proc: "/proc"})
 	for _, n := range snap.Interfaces {
-		if n.Name == "lo" || !sysfs.IsPCIAddress(n.PCIAddress) {
+		if n.Name == "lo" || !pciaddr.IsSysfs(n.PCIAddress) {
 			t.Errorf("interface %s (%q) is not a physical one", n.Name, n.PCIAddress)
 		}
 		if n.NUMANode < -1 {
@@ -450,7 +451,7 @@ func TestNICRealSysfs(t *testing.T) {
 		}
 	}
 	for _, p := range snap.Ports {
-		if p.PCIAddress != "" && !sysfs.IsPCIAddress(p.PCIAddress) {
+		if p.PCIAddress != "" && !pciaddr.IsSysfs(p.PCIAddress) {
 			t.Errorf("port %s/%d: PCI address %q", p.Device, p.Port, p.PCIAddress)
 		}
 	}
@@ -537,10 +538,10 @@ func TestParseIBRate(t *testing.T) {
 }
 
 // nicProfile samples a committed fixture tree.
-func nicProfile(t *testing.T, profile string) (*Snapshot, *sampler.PartialError, numa.FS) {
+func nicProfile(t *testing.T, profile string) (*Snapshot, *sampler.PartialError, hostfs.Root) {
 	t.Helper()
 	root := machine.Load(t, profile)
-	f := numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
+	f := hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
 	snap, perr := nicSample(t, f)
 	return snap, perr, f
 }

@@ -11,7 +11,8 @@ import (
 
 	"github.com/alecthomas/kingpin/v2"
 
-	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
 	"github.com/gpulink/gpulink_exporter/probes/cuda"
@@ -21,7 +22,7 @@ import (
 // daemon or as a table for a person.
 type Command struct {
 	Library string
-	FS      numa.FS
+	FS      hostfs.Root
 	// GPUs: "all", a PCI address, or an index in PCI address order (which
 	// is nvidia-smi's numbering).
 	GPUs []string
@@ -168,7 +169,7 @@ func (c *Command) judgeSharing(watch *probes.CommandWatch, round *probes.Round, 
 		gr := &round.GPUs[i]
 		var peers []string
 		for _, o := range opts {
-			if nvml.NormalizeBusID(o.GPU) == nvml.NormalizeBusID(gr.PCIBusID) {
+			if pciaddr.Normalize(o.GPU) == pciaddr.Normalize(gr.PCIBusID) {
 				peers = o.Peers
 			}
 		}
@@ -203,7 +204,7 @@ func (c *Command) options(drv *cuda.Driver, template probes.Options) ([]probes.O
 	// read leaves the buffers unbound.
 	topo := c.Topology
 	if topo == nil && !c.NoHostBinding && len(c.HostNodes) == 0 {
-		topo, _ = c.FS.Topology()
+		topo, _ = numa.ReadTopology(c.FS)
 	}
 	var out []probes.Options
 	for _, g := range gpus {
