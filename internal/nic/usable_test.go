@@ -19,7 +19,9 @@ func TestUsable(t *testing.T) {
 		return RDMAPort{Device: "mlx5_0", Port: 1, PCIAddress: addr, StateID: sampler.Some(state), PhysStateID: sampler.Some(phys)}
 	}
 	active, down := port(IBStateActive, IBPhysStateLinkUp), port(1, 3)
-	iface := func(oper string) NetInterface { return NetInterface{Name: "ibp25s0", PCIAddress: addr, OperState: oper} }
+	iface := func(oper string) NetInterface {
+		return NetInterface{Name: "ibp25s0", PCIAddress: addr, OperState: oper}
+	}
 	other := RDMAPort{Device: "mlx5_1", Port: 1, PCIAddress: "0000:29:00.0", StateID: sampler.Some(IBStateActive), PhysStateID: sampler.Some(IBPhysStateLinkUp)}
 	for _, tc := range []struct {
 		name string
