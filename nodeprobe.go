@@ -44,7 +44,10 @@ func startNodeProbe(w *wiring, _ setting) {
 		w.logger.Warn("no host name to give node-to-node targets", "err", err)
 	}
 	n := nodeprobe.New(nodeprobe.Config{Modules: modules, Runner: runner, Gate: gate, GPUs: c.gpus, MinInterval: c.minInterval,
-		Name: name, NICRate: w.nicRate(), Logger: w.logger})
+		Name: name, NICRate: w.nicRate(), Token: c.token, WebBasicAuth: c.webBasicAuth, Logger: w.logger})
+	if c.token == "" && c.enabled {
+		w.logger.Warn("node-to-node probes without --node-probe.token-file: any host that reaches this port may reserve this node's GPUs and run sessions on them")
+	}
 	w.reg.MustRegister(n)
 	w.routes = append(w.routes, route{nodeprobe.ProbePath, n.ProbeHandler()})
 	if c.enabled {
@@ -77,9 +80,7 @@ func (w *wiring) nicRate() func(string) float64 {
 	if w.topology == nil || w.nic == nil {
 		return nil
 	}
-	return func(gpu string) float64 {
-		return nodeprobe.NearestNICRate(w.topology.LatestData(), w.nic.LatestData(), gpu)
-	}
+	return probes.Expectations{Topology: w.topology.LatestData, NICs: w.nic.LatestData}.NearestNICRate
 }
 
 // reloadOnHangup re-reads the modules file on every SIGHUP, as

@@ -759,3 +759,31 @@ func TestNICProfileH200VM(t *testing.T) {
 	wantNone(t, "eth0 speed", n.SpeedBytes)
 	wantCount(t, "eth0 carrier changes", n.CarrierChanges, 2)
 }
+
+// The NIC source on a tree captured from a real machine (the development
+// and CI VM, numa/testdata/captured/dev-vm): the kernel's own files, speed
+// -1 on virtio included, read without an error.
+func TestNICCapturedDevVM(t *testing.T) {
+	t.Parallel()
+	root := machine.LoadCaptured(t, "dev-vm")
+	snap, perr := nicSample(t, hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")})
+	if perr != nil {
+		t.Fatal(perr)
+	}
+	if len(snap.Ports) != 0 {
+		t.Errorf("ports %+v, want none", snap.Ports)
+	}
+	if len(snap.Interfaces) != 1 {
+		t.Fatalf("interfaces %+v, want eth0 alone (lo, ifb0, ifb1 are virtual)", snap.Interfaces)
+	}
+	n := snap.Interfaces[0]
+	if n.Name != "eth0" || n.PCIAddress != "0000:00:03.0" || n.NUMANode != -1 || n.Up() != sampler.Some(true) ||
+		n.MTU != sampler.Some(int64(1400)) || n.Driver != "virtio-pci" {
+		t.Errorf("eth0 = %+v", n)
+	}
+	wantNone(t, "eth0 speed (virtio writes -1)", n.SpeedBytes)
+	wantCount(t, "eth0 carrier changes", n.CarrierChanges, 2)
+	if s := n.Stats; !s.ReceiveBytes.Valid || s.ReceiveBytes.V == 0 || !s.TransmitPackets.Valid || s.TransmitPackets.V == 0 {
+		t.Errorf("eth0 stats %+v, want the counters the kernel wrote", s)
+	}
+}
