@@ -67,7 +67,7 @@ var layers = []struct {
 		"internal/ncclcheck", "internal/nodeprobe", "internal/sim"}},
 	{"serving", []string{"internal/scrape"}},
 	{"collector", []string{"collector"}},
-	{"main", []string{"", "bench", "dashboards", "deploy", "e2e"}},
+	{"main", []string{"", "bench", "cmd", "dashboards", "deploy", "e2e", "internal/healthcheck"}},
 }
 
 const module = "github.com/gpulink/gpulink_exporter"

@@ -40,6 +40,7 @@ type config struct {
 	sysfs, procfs     string
 	cudaLib           string
 	sim, simFaults    string
+	simHostProcesses  bool
 	web               *web.FlagConfig
 	log               promslog.Config
 
@@ -129,6 +130,7 @@ func newCLI() *cli {
 	app.Flag("runtime.gomaxprocs", "The target number of CPUs Go will run on (GOMAXPROCS).").Envar("GOMAXPROCS").Default("1").IntVar(&c.maxProcs)
 	app.Flag("sim", "Serve a simulated node instead of this machine: NVML, sysfs/procfs and the probe runner are modelled, everything else is the real exporter. One of: "+strings.Join(sim.ProfileNames(), ", ")+".").PlaceHolder("PROFILE").EnumVar(&c.sim, sim.ProfileNames()...)
 	app.Flag("sim.faults", "YAML file of faults to inject into the simulated node (with --sim); re-read when it changes. Missing or empty: a healthy node.").PlaceHolder("FILE").StringVar(&c.simFaults)
+	app.Flag("sim.host-processes", "With --sim: this machine's processes whose CUDA_VISIBLE_DEVICES names simulated GPUs (by index or UUID) are those GPUs' compute processes, read through --path.procfs: real jobs of a real scheduler (Slurm) in front of the simulated node.").BoolVar(&c.simHostProcesses)
 	for id := range sources {
 		sources[id].register(app, c, sourceID(id))
 	}

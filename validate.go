@@ -46,6 +46,8 @@ func (l *cli) validate(command string, logger *slog.Logger) error {
 		return errors.New("--sim serves a simulated node; the collectives command needs real GPUs")
 	case c.sim == "" && c.simFaults != "":
 		return errors.New("--sim.faults needs --sim")
+	case c.sim == "" && c.simHostProcesses:
+		return errors.New("--sim.host-processes needs --sim")
 	case c.maxRequests < 0:
 		return &flagError{"web.max-requests", strconv.Itoa(c.maxRequests), "0 (no limit) or more"}
 	case c.maxProcs < 1:
