@@ -3,13 +3,13 @@ package probe
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
 	"slices"
 	"strconv"
 
 	"github.com/alecthomas/kingpin/v2"
+	"github.com/alecthomas/units"
 
 	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
@@ -57,12 +57,12 @@ func AddCommand(app *kingpin.Application, c *Command) *kingpin.CmdClause {
 	cmd.Flag("gpu", "GPU to probe: all, a PCI address, or an index in PCI address order (nvidia-smi's). Repeatable.").Default("all").StringsVar(&c.GPUs)
 	cmd.Flag("peer", "Peer GPU for the peer probes: a PCI address, or all. Repeatable. Default: all when --gpu=all, else none.").StringsVar(&c.Peers)
 	cmd.Flag("host-node", "NUMA node to bind the pinned host buffer to; each is probed in turn. Repeatable. Default: every node with memory, the GPU's own first.").IntsVar(&c.HostNodes)
-	cmd.Flag("no-host-node-binding", "Leave host buffers unbound (a kernel without NUMA support).").BoolVar(&c.NoHostBinding)
+	cmd.Flag("host-node-binding", "Bind host buffers to --host-node (--no-host-node-binding: leave them unbound, for a kernel without NUMA support).").Default("true").SetValue(probes.Negated{P: &c.NoHostBinding})
 	cmd.Flag("probe", "Probe to run: "+probes.KindList()+". Repeatable. Default: all.").StringsVar(&c.Probes)
-	cmd.Flag("size", "Size of one transfer for the bandwidth probes (bytes, or with a unit: 64MiB).").Default(strconv.Itoa(probes.DefaultSizeBytes)).StringVar(&c.Size)
+	cmd.Flag("size", "Size of one transfer for the bandwidth probes (bytes, or with a unit: 64MiB).").Default(units.Base2Bytes(probes.DefaultSizeBytes).String()).StringVar(&c.Size)
 	cmd.Flag("samples", "Timed samples per result; the median is reported.").Default(strconv.Itoa(probes.DefaultSamples)).IntVar(&c.Samples)
 	cmd.Flag("output", "table or json.").Default("table").EnumVar(&c.Output, "table", "json")
-	cmd.Flag("no-sharing-check", "Do not list the GPUs' other processes.").BoolVar(&c.NoSharingCheck)
+	cmd.Flag("sharing-check", "List the GPUs' other processes (--no-sharing-check: do not).").Default("true").SetValue(probes.Negated{P: &c.NoSharingCheck})
 	return cmd
 }
 
@@ -89,7 +89,7 @@ func (c *Command) usageError(err error) error {
 func (c *Command) Run(ctx context.Context, stdout, stderr io.Writer) int {
 	size, err := probes.ParseSize("--size", c.Size)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
+		probes.PrintError(stderr, err)
 		return probes.ExitUsage
 	}
 	var kinds []probes.Kind
@@ -99,7 +99,7 @@ func (c *Command) Run(ctx context.Context, stdout, stderr io.Writer) int {
 	// Every GPU's options share these; the rest are addresses and nodes.
 	template := probes.Options{Probes: kinds, SizeBytes: size, Samples: c.Samples}
 	if err := template.Validate(); err != nil {
-		fmt.Fprintln(stderr, c.usageError(err))
+		probes.PrintError(stderr, c.usageError(err))
 		return probes.ExitUsage
 	}
 	var round *probes.Round
@@ -109,7 +109,7 @@ func (c *Command) Run(ctx context.Context, stdout, stderr io.Writer) int {
 		defer drv.Close()
 		opts, err := c.options(drv, template)
 		if err != nil {
-			fmt.Fprintln(stderr, err)
+			probes.PrintError(stderr, err)
 			return probes.ExitUsage
 		}
 		watch := c.startSharingCheck(opts, stderr)
@@ -120,7 +120,7 @@ func (c *Command) Run(ctx context.Context, stdout, stderr io.Writer) int {
 		// each could not be probed, not a bare failure.
 		round = failedRound(c.GPUs, err)
 	default:
-		fmt.Fprintln(stderr, err)
+		probes.PrintError(stderr, err)
 		return probes.ExitUsage
 	}
 	status := probes.ExitOK
@@ -136,7 +136,7 @@ func (c *Command) Run(ctx context.Context, stdout, stderr io.Writer) int {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", " ")
 		if err := enc.Encode(round); err != nil {
-			fmt.Fprintln(stderr, err)
+			probes.PrintError(stderr, err)
 			return probes.ExitUsage
 		}
 	} else {
