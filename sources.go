@@ -200,6 +200,14 @@ var sources = [numSources]source{
 		start: func(w *wiring, s setting) {
 			w.nic = sample(w, s, &nic.Reader{FS: w.fsys})
 			w.reg.MustRegister(collector.NewNICCollector(w.nic))
+			// Each GPU's nearest usable NIC: the ports joined with the
+			// PCIe tree, where a source that reads it is on (w.topology
+			// nil: nothing rendered).
+			var ids interface{ Identities() []nvml.Identity }
+			if w.reader != nil {
+				ids = w.reader
+			}
+			w.reg.MustRegister(collector.NewNearestNICCollector(w.nic, w.topology, ids))
 		},
 	},
 	// Not sampled: node-to-node probes run when Prometheus asks /probe

@@ -62,7 +62,8 @@ func NewTopologyCollector(src scrape.Source[*numa.Topology], ids interface{ Iden
 			"PCIe path class from the GPU to a NIC, as nvidia-smi topo -m names it (label path); the value is NVML's level: 10 PIX, 20 PXB, 30 PHB, 40 NODE, 50 SYS.",
 			"device", "nic_pci_bus_id", "path"),
 		gpuNearestNIC: gpuDesc("topology", "gpu_nearest_nic_info",
-			"The NICs closest to the GPU (all that tie); value 1.", "device", "nic_pci_bus_id", "path"),
+			"The NICs closest to the GPU (all that tie), whatever their state; value 1. gpulink_topology_gpu_nearest_usable_nic_info "+
+				"names those that can carry traffic.", "device", "nic_pci_bus_id", "path"),
 		gpuNearestLevel: gpuDesc("topology", "gpu_nearest_nic_path",
 			"Path class to the GPU's nearest NIC as NVML's level (10 PIX ... 50 SYS); 50 means every NIC is across the socket interconnect.", "path"),
 		gpuPair: newDesc("topology", "gpu_pair_pcie_path",
@@ -205,19 +206,26 @@ func (c *TopologyCollector) renderLinks(o *out, t *numa.Topology) {
 	}
 }
 
-func (c *TopologyCollector) renderGPUs(o *out, t *numa.Topology) {
+// gpuLabelsOf gives a GPU of the topology its GPU labels (gpu, uuid,
+// pci_bus_id): its NVML index and UUID where ids (may be nil) knows its
+// address, else empty, the GPU known by its address alone.
+func gpuLabelsOf(ids interface{ Identities() []nvml.Identity }) func(*numa.PCIDevice) []string {
 	byAddr := map[string]nvml.Identity{}
-	if c.ids != nil {
-		for _, id := range c.ids.Identities() {
+	if ids != nil {
+		for _, id := range ids.Identities() {
 			byAddr[id.PCIBusID] = id
 		}
 	}
-	labelsOf := func(d *numa.PCIDevice) []string {
+	return func(d *numa.PCIDevice) []string {
 		if id, ok := byAddr[d.Address]; ok {
 			return []string{strconv.Itoa(id.Index), id.UUID, d.Address}
 		}
 		return []string{"", "", d.Address}
 	}
+}
+
+func (c *TopologyCollector) renderGPUs(o *out, t *numa.Topology) {
+	labelsOf := gpuLabelsOf(c.ids)
 	uplinkGPUs := map[string]int{}
 	for _, g := range t.GPUs {
 		o.Labels = labelsOf(g)

@@ -71,6 +71,15 @@ var injected = []struct {
 	{`{kind: nic_down, device: mlx5_0}`, []string{"NICPortDown device=mlx5_0", "NodeProbeFailing", "NodeProbeStarved"},
 		[]string{"NodeProbeFailing", "NodeProbeStarved"}, 0},
 	{`{kind: nic_flapping, device: mlx5_2, period: 3s}`, []string{"NICPortFlapping device=mlx5_2"}, nil, 0},
+	// Every NIC on socket 1 (mlx5_4 and mlx5_5 under switch C, mlx5_6
+	// and mlx5_7 under switch D, the Ethernet port mlx5_9) down: GPUs 4-7
+	// have no usable NIC on their side of the machine. Socket 0 keeps
+	// mlx5_1 and mlx5_3 up beside its faults.
+	{`{kind: nic_down, device: mlx5_4}`, []string{"NICPortDown device=mlx5_4", "GPUUsableNICAcrossSockets gpu=4"}, nil, 0},
+	{`{kind: nic_down, device: mlx5_5}`, []string{"NICPortDown device=mlx5_5", "GPUUsableNICAcrossSockets gpu=5"}, nil, 0},
+	{`{kind: nic_down, device: mlx5_6}`, []string{"NICPortDown device=mlx5_6", "GPUUsableNICAcrossSockets gpu=6"}, nil, 0},
+	{`{kind: nic_down, device: mlx5_7}`, []string{"NICPortDown device=mlx5_7", "GPUUsableNICAcrossSockets gpu=7"}, nil, 0},
+	{`{kind: nic_down, device: mlx5_9}`, []string{"NICPortDown device=mlx5_9"}, nil, 0},
 	{`{kind: nic_symbol_errors, device: mlx5_3, per_second: 5}`, []string{"NICPortErrors device=mlx5_3"}, nil, 0},
 	// NCCL's transports and collective bandwidth are
 	// TestNCCLNetworkAlertsEndToEnd's (nccl_transport there): here the

@@ -169,6 +169,25 @@ func DGXH100FarNICs() *Machine {
 	return m
 }
 
+// DGXH100TwoNICs is a DGX H100 tree fitted with one compute NIC per
+// socket, as a server built for fewer rails is: mlx5_2 (3b:00.0, under
+// switch B beside GPUs 2 and 3) on node 0 and mlx5_6 (bb:00.0, under
+// switch D beside GPUs 6 and 7) on node 1. The other ConnectX-7 and both
+// Ethernet ports are not fitted (their downstream and root ports go with
+// them). GPUs 2, 3 and 6, 7 are PIX to their socket's NIC, GPUs 0, 1 and
+// 4, 5 NODE, every GPU SYS to the other socket's: mlx5_6 is the only NIC
+// on GPUs 4-7's side of the machine.
+func DGXH100TwoNICs() *Machine {
+	m := DGXH100()
+	m.Name = "dgx-h100-two-nics"
+	for _, nic := range []string{"0000:19:00.0", "0000:29:00.0", "0000:5c:00.0", "0000:9b:00.0", "0000:aa:00.0", "0000:da:00.0"} {
+		m.RemoveDevice(m.Parent(nic).Addr)
+	}
+	m.RemoveDevice("0000:6b:01.0")
+	m.RemoveDevice("0000:e3:01.0")
+	return m
+}
+
 // EPYC 7R13 CPU lists of a p5.48xlarge.
 const (
 	p5Node0CPUs = "0-47,96-143"
