@@ -4,6 +4,7 @@ GO        ?= go
 GOFMT     ?= gofmt
 BINARY    := gpulink_exporter
 TOOLS_BIN := $(CURDIR)/.tools/bin
+TOOLS_LIB := $(CURDIR)/.tools/lib
 PROMTOOL  := $(TOOLS_BIN)/promtool
 PROMETHEUS   := $(TOOLS_BIN)/prometheus
 ALERTMANAGER := $(TOOLS_BIN)/alertmanager
@@ -32,7 +33,7 @@ export CGO_ENABLED := 1
 # this every cgo compile of it prints screens of warnings.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build run tools test e2e fuzz vet fmt-check lint bench scrapebench ptx-check helm-check chart-sync demo clean
+.PHONY: all build run tools cufile test e2e fuzz vet fmt-check lint bench scrapebench ptx-check helm-check chart-sync demo clean
 
 all: build
 
@@ -47,6 +48,11 @@ run: build
 # Real promtool/prometheus/alertmanager from Debian packages (idempotent).
 tools:
 	scripts/fetch-prom-tools.sh $(TOOLS_BIN)
+
+# Debian's real libcufile.so.0 (non-free) for the cuFile binding's test
+# (idempotent; adds the non-free component to apt's sources where missing).
+cufile:
+	scripts/fetch-cufile.sh $(TOOLS_LIB)
 
 vet:
 	$(GO) vet ./...
@@ -80,8 +86,9 @@ lint: fmt-check vet $(GOLANGCI_LINT_STAMP)
 # under a real Prometheus and Alertmanager. -race makes the tests slow: go
 # test runs GOMAXPROCS packages at once, which on a small CI machine is
 # about right.
-TEST_ENV := PROMTOOL=$(PROMTOOL) PROMETHEUS=$(PROMETHEUS) ALERTMANAGER=$(ALERTMANAGER)
-test: tools lint helm-check
+TEST_ENV := PROMTOOL=$(PROMTOOL) PROMETHEUS=$(PROMETHEUS) ALERTMANAGER=$(ALERTMANAGER) \
+            GPULINK_REAL_LIBCUFILE=$(TOOLS_LIB)/libcufile.so.0
+test: tools cufile lint helm-check
 	$(TEST_ENV) $(GO) test -count=1 -race -timeout 20m ./...
 	$(MAKE) fuzz
 
