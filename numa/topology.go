@@ -22,6 +22,10 @@ type Topology struct {
 	GPUs, NICs, NVMe []*PCIDevice
 	// GPUDirect is ACS on the GPUs' paths, peermem and IOMMU mode.
 	GPUDirect GPUDirect
+	// Mounts are the filesystems on NVMe drives; GDS is GPUDirect
+	// Storage's state (storage.go, gds.go).
+	Mounts []DriveMount
+	GDS    GDS
 }
 
 // Topology reads NUMA nodes and the PCIe tree. Values that cannot be read
@@ -86,6 +90,8 @@ func (f FS) Topology() (*Topology, error) {
 	slices.SortFunc(topo.NICs, byAddr)
 	slices.SortFunc(topo.NVMe, byAddr)
 	topo.GPUDirect = f.readGPUDirect(&t, topo)
+	topo.Mounts = f.DriveMounts(&t, topo.NVMe)
+	topo.GDS = f.readGDS(&t)
 	return topo, t.Err()
 }
 
@@ -210,9 +216,15 @@ func (p PathClass) String() string {
 // NearestNICs are the NICs with the closest path class to d, in address
 // order, and that class. None when the machine has no NIC.
 func (t *Topology) NearestNICs(d *PCIDevice) ([]*PCIDevice, PathClass) {
+	return t.nearest(d, t.NICs)
+}
+
+// nearest are the devices of among with the closest path class to d, in
+// among's order, and that class.
+func (t *Topology) nearest(d *PCIDevice, among []*PCIDevice) ([]*PCIDevice, PathClass) {
 	var best PathClass
 	var out []*PCIDevice
-	for _, n := range t.NICs {
+	for _, n := range among {
 		p := t.Path(d, n)
 		switch {
 		case len(out) == 0 || p < best:
