@@ -107,7 +107,7 @@ func printTopology(fsys numa.FS, lib gonvml.Interface, logger *slog.Logger) erro
 // path should give: one NVML sample and the PCIe tree, as the daemon uses
 // them (without NVML only the PCIe part is known).
 func runProbe(p *probe.Command, c *config, fsys numa.FS, logger *slog.Logger) int {
-	p.Library, p.FS = c.cudaLib, fsys
+	p.Library, p.CuFileLibrary, p.FS = c.cudaLib, c.cufileLib, fsys
 	snap, check, done, unavailable := commandNVML(c, fsys, logger, p.Output == "table", !p.NoSharingCheck)
 	defer done()
 	p.Sharing, p.SharingUnavailable = check, unavailable

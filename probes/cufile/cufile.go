@@ -36,6 +36,15 @@ const DefaultLibrary = "libcufile.so.0"
 // LibraryEnv names the library to load instead of DefaultLibrary.
 const LibraryEnv = "GPULINK_CUFILE_LIBRARY"
 
+// LibraryPath is the library to load: $GPULINK_CUFILE_LIBRARY, else the
+// soname.
+func LibraryPath(getenv func(string) string) string {
+	if p := getenv(LibraryEnv); p != "" {
+		return p
+	}
+	return DefaultLibrary
+}
+
 // Status codes from cufile.h (CUfileOpError) that callers act on.
 const (
 	Success              = 0
@@ -179,6 +188,28 @@ func (p Properties) NVFS() bool { return p.NVFSMajor > 0 || p.NVFSMinor > 0 }
 // CompatAllowed reports whether cuFile falls back to compatibility mode
 // (POSIX reads through a host bounce buffer) where it cannot go direct.
 func (p Properties) CompatAllowed() bool { return p.ControlFlags&controlCompat != 0 }
+
+// Serves reports whether nvidia-fs serves a filesystem type directly, by
+// the storage its status flags name: local filesystems on NVMe (or
+// NVMe-oF, SCSI), and the distributed ones by their own flags.
+func (p Properties) Serves(fstype string) bool {
+	var want uint32
+	switch fstype {
+	case "ext4", "xfs":
+		want = SupportsNVMe | SupportsNVMeOF | SupportsSCSI
+	case "nfs", "nfs4":
+		want = SupportsNFS
+	case "lustre":
+		want = SupportsLustre
+	case "wekafs":
+		want = SupportsWekaFS
+	case "gpfs":
+		want = SupportsGPFS
+	case "beegfs":
+		want = SupportsBeeGFS
+	}
+	return p.StatusFlags&want != 0
+}
 
 // Properties reads the driver's properties; the driver must be open.
 func (l *Library) Properties() (Properties, error) {
