@@ -19,6 +19,7 @@ type TopologyCollector struct {
 	snapshotMetrics[*numa.Topology]
 	ids interface{ Identities() []nvml.Identity }
 	d   topologyDescs
+	s   storageDescs
 }
 
 type topologyDescs struct {
@@ -90,6 +91,7 @@ func NewTopologyCollector(src latester[*numa.Topology], ids interface{ Identitie
 		iommuTranslated: gpuDesc("iommu", "translated",
 			"1 if the GPU's IOMMU group translates DMA (type DMA or DMA-FQ), 0 if it passes it through (identity) or the GPU has no IOMMU group."),
 	}}
+	c.s = newStorageDescs()
 	for _, name := range numa.NUMAStatCounters {
 		c.d.nodeStat[name] = newDesc("numa_node", numaStatMetric(name),
 			"numastat "+name+": pages allocated, by the kernel's accounting.", node...)
@@ -118,6 +120,7 @@ func (c *TopologyCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, name := range numa.NUMAStatCounters {
 		ch <- c.d.nodeStat[name]
 	}
+	c.s.describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -143,6 +146,7 @@ func (c *TopologyCollector) render(o *out, t *numa.Topology) {
 	c.renderLinks(o, t)
 	c.renderGPUs(o, t)
 	c.renderGPUDirect(o, t)
+	c.s.render(o, t)
 }
 
 // acsRedirects are the ACS controls that redirect peer traffic, by kind.
@@ -252,6 +256,7 @@ func (c *TopologyCollector) renderGPUs(o *out, t *numa.Topology) {
 		if v, ok := t.GPUDirect.IOMMUTranslated[g.Address]; ok {
 			o.optBool(c.d.iommuTranslated, v)
 		}
+		c.s.renderGPU(o, t, g)
 	}
 	o.labels = nil
 	for up, n := range uplinkGPUs {
