@@ -47,7 +47,8 @@ func newStorageDescs() storageDescs {
 			"1 if cuFile's configuration lets it fall back to compatibility mode (POSIX I/O through a host bounce buffer) where it "+
 				"cannot go direct (properties.allow_compat_mode; cuFile's default is 1); 0: such reads fail instead."),
 		mountNative: newDesc("gds", "mount_native",
-			"1 if cuFile would read this mount's files directly into GPU memory: nvidia-fs loaded and a filesystem it serves; 0 if "+
+			"1 if cuFile would read this mount's files directly into GPU memory: nvidia-fs loaded, a filesystem it serves, and the "+
+				"configuration not forcing compatibility mode (properties.force_compat_mode); 0 if "+
 				"it would fall back to compatibility mode (or fail where that is not allowed). One series per mount on an NVMe drive.",
 			"mountpoint", "fstype"),
 	}
@@ -90,7 +91,7 @@ func (d *storageDescs) render(o *out, t *numa.Topology) {
 		o.gauge(d.configFound, boolFloat(g.Config.Found), g.Config.Path)
 		o.gauge(d.compatAllowed, boolFloat(g.Config.AllowCompat))
 	}
-	loaded := g.NVFSLoaded.Valid && g.NVFSLoaded.V
+	direct := g.NVFSLoaded.Valid && g.NVFSLoaded.V && !g.Config.ForceCompat
 	seen := map[string]bool{}
 	for _, m := range t.Mounts {
 		capable := numa.NativeFilesystem(m.FSType, m.Options)
@@ -100,7 +101,7 @@ func (d *storageDescs) render(o *out, t *numa.Topology) {
 		// A mount point mounted over twice shows its top mount's.
 		if !seen[m.MountPoint] {
 			seen[m.MountPoint] = true
-			o.gauge(d.mountNative, boolFloat(loaded && capable), m.MountPoint, m.FSType)
+			o.gauge(d.mountNative, boolFloat(direct && capable), m.MountPoint, m.FSType)
 		}
 	}
 }

@@ -121,6 +121,9 @@ type CuFileConfig struct {
 	// back to POSIX I/O through host memory where it cannot go direct.
 	// cuFile's default, where the file does not say, is true.
 	AllowCompat bool
+	// ForceCompat is properties.force_compat_mode: every read bounces,
+	// nvidia-fs or not.
+	ForceCompat bool
 }
 
 // ReadCuFileConfig reads cuFile's configuration at path. An absent file is
@@ -138,6 +141,7 @@ func ReadCuFileConfig(path string) (CuFileConfig, error) {
 	var doc struct {
 		Properties struct {
 			AllowCompat *bool `json:"allow_compat_mode"`
+			ForceCompat bool  `json:"force_compat_mode"`
 		} `json:"properties"`
 	}
 	if err := json.Unmarshal(stripJSONComments(b), &doc); err != nil {
@@ -146,6 +150,7 @@ func ReadCuFileConfig(path string) (CuFileConfig, error) {
 	if doc.Properties.AllowCompat != nil {
 		c.AllowCompat = *doc.Properties.AllowCompat
 	}
+	c.ForceCompat = doc.Properties.ForceCompat
 	return c, nil
 }
 

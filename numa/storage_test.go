@@ -192,6 +192,15 @@ func TestReadCuFileConfig(t *testing.T) {
 	if err := os.WriteFile(p, []byte(`{"properties": {`), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(p, []byte(`{"properties": {"force_compat_mode": true}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := numa.ReadCuFileConfig(p); err != nil || !c.ForceCompat || !c.AllowCompat {
+		t.Errorf("forced compat: %+v, %v", c, err)
+	}
+	if err := os.WriteFile(p, []byte(`{"properties": {`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := numa.ReadCuFileConfig(p); err == nil || !strings.Contains(err.Error(), p) {
 		t.Errorf("a broken config: %v, want an error naming it", err)
 	}
