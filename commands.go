@@ -75,8 +75,8 @@ func commandNVML(c *config, fsys numa.FS, logger *slog.Logger, sample, sharing b
 
 // printTopology is the topology command: one NVML sample for the NVLink
 // counts (none without a driver), the PCIe tree from sysfs.
-func printTopology(fsys numa.FS, lib gonvml.Interface, logger *slog.Logger) error {
-	topo, err := fsys.Topology()
+func printTopology(fsys numa.FS, cufileConfig string, lib gonvml.Interface, logger *slog.Logger) error {
+	topo, err := (&numa.TopologyReader{FS: fsys, CuFileConfig: cufileConfig}).Sample(context.Background())
 	if topo == nil {
 		return err
 	}
@@ -100,6 +100,7 @@ func printTopology(fsys numa.FS, lib gonvml.Interface, logger *slog.Logger) erro
 		}
 	}
 	fmt.Print(topo.Matrix(gpus))
+	fmt.Print(topo.StorageSummary(gpus))
 	return nil
 }
 

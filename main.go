@@ -63,7 +63,7 @@ func run(l *cli, command string, logger *slog.Logger) int {
 	}
 	switch command {
 	case l.topology.FullCommand():
-		if err := printTopology(fsys, newNVML(), logger); err != nil {
+		if err := printTopology(fsys, c.cufileConfig, newNVML(), logger); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}

@@ -207,3 +207,85 @@ func (t *Topology) SlowestHopBetween(a, b *PCIDevice, max bool) (hop Hop, ok boo
 func (t *Topology) NearestDrives(d *PCIDevice) ([]*PCIDevice, PathClass) {
 	return t.nearest(d, t.NVMe)
 }
+
+// linkString is a link as lspci's LnkSta reads: "Gen4 x4", with its
+// maximum where it trained below it.
+func linkString(l PCIeLink) string {
+	gen := func(s sampler.Opt[float64]) string {
+		if !s.Valid || Generation(s.V) == 0 {
+			return "Gen?"
+		}
+		return fmt.Sprintf("Gen%d", Generation(s.V))
+	}
+	width := func(w sampler.Opt[int]) string {
+		if !w.Valid {
+			return "x?"
+		}
+		return fmt.Sprintf("x%d", w.V)
+	}
+	cur := gen(l.Speed) + " " + width(l.Width)
+	if max := gen(l.MaxSpeed) + " " + width(l.MaxWidth); max != cur {
+		return cur + " (of " + max + ")"
+	}
+	return cur
+}
+
+// StorageSummary is what the topology command prints after the matrix:
+// for each GPU, in the matrix's order, the NVMe drives nearest it (as the
+// matrix gives NICs); each drive's link and the mounts on it; and
+// GPUDirect Storage's state. Empty on a machine without NVMe drives.
+func (t *Topology) StorageSummary(gpus []MatrixGPU) string {
+	if len(t.NVMe) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\nNVMe drives nearest each GPU:\n\n")
+	for i, g := range gpus {
+		d := t.Device(g.Address)
+		if d == nil {
+			continue
+		}
+		near, class := t.NearestDrives(d)
+		names := make([]string, len(near))
+		for j, n := range near {
+			names[j] = n.Address
+		}
+		fmt.Fprintf(&b, "  GPU%d: %s %s\n", i, class, strings.Join(names, " "))
+	}
+	b.WriteString("\nNVMe drives:\n\n")
+	for _, n := range t.NVMe {
+		var mounts []string
+		for _, m := range t.Mounts {
+			if slices.Contains(m.Drives, n.Address) {
+				mounts = append(mounts, m.MountPoint+" ("+m.FSType+")")
+			}
+		}
+		if len(mounts) == 0 {
+			mounts = []string{"none"}
+		}
+		fmt.Fprintf(&b, "  %s: link %s, mounts %s\n", n.Address, linkString(n.Link), strings.Join(mounts, ", "))
+	}
+	g := t.GDS
+	nvfs := "unknown (no /sys/module)"
+	if g.NVFSLoaded.Valid {
+		nvfs = map[bool]string{true: "loaded", false: "not loaded"}[g.NVFSLoaded.V]
+	}
+	if g.NVFS != nil && g.NVFS.Version != "" {
+		nvfs += " (" + g.NVFS.Version + ")"
+	}
+	fmt.Fprintf(&b, "\nGPUDirect Storage: nvidia-fs %s", nvfs)
+	if c := g.Config; c.Path != "" {
+		switch {
+		case !c.Found:
+			fmt.Fprintf(&b, "; no cuFile configuration at %s", c.Path)
+		default:
+			fmt.Fprintf(&b, "; cuFile configuration %s, compatibility mode %s", c.Path,
+				map[bool]string{true: "allowed", false: "not allowed"}[c.AllowCompat])
+			if c.ForceCompat {
+				b.WriteString(" and forced")
+			}
+		}
+	}
+	b.WriteString("\n")
+	return b.String()
+}

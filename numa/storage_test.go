@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/numa"
 )
@@ -225,5 +226,42 @@ func TestNativeFilesystem(t *testing.T) {
 		if got := numa.NativeFilesystem(tc.fs, tc.opts); got != tc.want {
 			t.Errorf("NativeFilesystem(%s, %s) = %v", tc.fs, tc.opts, got)
 		}
+	}
+}
+
+func TestStorageSummary(t *testing.T) {
+	fs := withDrives(t)
+	if err := os.MkdirAll(filepath.Join(fs.Sys, "module", "nvidia_fs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	topo, err := (&numa.TopologyReader{FS: fs, CuFileConfig: filepath.Join(t.TempDir(), "cufile.json")}).Sample(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus := []numa.MatrixGPU{{Address: "0000:18:00.0"}, {Address: "0000:db:00.0"}}
+	want := `
+NVMe drives nearest each GPU:
+
+  GPU0: PIX 0000:1a:00.0
+  GPU1: PIX 0000:bc:00.0
+
+NVMe drives:
+
+  0000:1a:00.0: link Gen4 x4, mounts / (ext4), /boot/efi (vfat)
+  0000:3c:00.0: link Gen4 x4, mounts /raid (xfs)
+  0000:9c:00.0: link Gen4 x4, mounts /raid (xfs)
+  0000:bc:00.0: link Gen4 x4, mounts /scratch space (ext4)
+
+GPUDirect Storage: nvidia-fs loaded; no cuFile configuration at ` + filepath.Join(filepath.Dir(topo.GDS.Config.Path), "cufile.json") + "\n"
+	if got := topo.StorageSummary(gpus); got != want {
+		t.Errorf("StorageSummary:\n%s\nwant:\n%s", got, want)
+	}
+	// A drive trained narrow shows its maximum beside.
+	topo.NVMe[0].Link.Width = sampler.Some(2)
+	if got := topo.StorageSummary(gpus); !strings.Contains(got, "0000:1a:00.0: link Gen4 x2 (of Gen4 x4)") {
+		t.Errorf("downtrained drive:\n%s", got)
+	}
+	if got := loadTopology(t, "h200-vm").StorageSummary(nil); got != "" {
+		t.Errorf("no drives: %q, want nothing", got)
 	}
 }
