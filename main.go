@@ -60,6 +60,7 @@ func run(l *cli, command string, logger *slog.Logger) int {
 		node = n
 		defer node.Close()
 		fsys, newNVML = node.FS(), node.NVML
+		c.cufileConfig = node.CuFileConfig()
 	}
 	switch command {
 	case l.topology.FullCommand():

@@ -10,20 +10,13 @@ import (
 	"github.com/gpulink/gpulink_exporter/probes/schedule"
 )
 
-// The DGX H100 with one drive's namespace mounted ext4 on /data, nvidia-fs
-// loaded with its counters, and a cuFile configuration that forbids
-// compatibility mode.
+// The DGX H100 as modelled (its four drives' RAID 0 on /raid, XFS,
+// nvidia-fs loaded), with nvidia-fs's counters, and a cuFile
+// configuration that forbids compatibility mode.
 func TestTopologyStorageMetrics(t *testing.T) {
 	fs := fixtureFS(t, "dgx-h100")
-	ns := "pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:02.0/0000:1a:00.0/nvme/nvme0/nvme0n1"
 	for _, err := range []error{
-		os.MkdirAll(filepath.Join(fs.Sys, "devices", ns), 0o755),
-		os.MkdirAll(filepath.Join(fs.Sys, "dev", "block"), 0o755),
-		os.Symlink("../../devices/"+ns, filepath.Join(fs.Sys, "dev", "block", "259:0")),
-		os.MkdirAll(filepath.Join(fs.Sys, "module", "nvidia_fs"), 0o755),
-		os.MkdirAll(filepath.Join(fs.Proc, "self"), 0o755),
 		os.MkdirAll(filepath.Join(fs.Proc, "driver", "nvidia-fs"), 0o755),
-		os.WriteFile(filepath.Join(fs.Proc, "self", "mountinfo"), []byte("30 1 259:0 / /data rw - ext4 /dev/nvme0n1 rw\n31 1 0:20 / /tmp rw - tmpfs tmpfs rw\n"), 0o644),
 		os.WriteFile(filepath.Join(fs.Proc, "driver", "nvidia-fs", "stats"), []byte("NVFS Driver(version: 2:17:5)\nReads : err=1 io_state_err=0\nWrites : err=0\nOps : Read=10 Write=2 BatchIO=0\n"), 0o644),
 	} {
 		if err != nil {
@@ -41,11 +34,12 @@ func TestTopologyStorageMetrics(t *testing.T) {
 	}
 	values := gatherByLabels(t, c)
 	for series, want := range map[string]float64{
-		`gpulink_topology_gpu_drive_path` + g0("drive_pci_bus_id", "0000:1a:00.0", "path", "PIX"):                                                                          10,
-		`gpulink_topology_gpu_drive_path` + g0("drive_pci_bus_id", "0000:bc:00.0", "path", "SYS"):                                                                          50,
-		`gpulink_topology_gpu_nearest_drive_info` + g0("drive_pci_bus_id", "0000:1a:00.0", "path", "PIX"):                                                                  1,
-		`gpulink_storage_mount_info` + labels("drive_pci_bus_id", "0000:1a:00.0", "fstype", "ext4", "gds_native", "true", "mountpoint", "/data", "source", "/dev/nvme0n1"): 1,
-		`gpulink_gds_mount_native` + labels("fstype", "ext4", "mountpoint", "/data"):                                                                                       1,
+		`gpulink_topology_gpu_drive_path` + g0("drive_pci_bus_id", "0000:1a:00.0", "path", "PIX"):                                                                     10,
+		`gpulink_topology_gpu_drive_path` + g0("drive_pci_bus_id", "0000:bc:00.0", "path", "SYS"):                                                                     50,
+		`gpulink_topology_gpu_nearest_drive_info` + g0("drive_pci_bus_id", "0000:1a:00.0", "path", "PIX"):                                                             1,
+		`gpulink_storage_mount_info` + labels("drive_pci_bus_id", "0000:1a:00.0", "fstype", "xfs", "gds_native", "true", "mountpoint", "/raid", "source", "/dev/md0"): 1,
+		`gpulink_storage_mount_info` + labels("drive_pci_bus_id", "0000:bc:00.0", "fstype", "xfs", "gds_native", "true", "mountpoint", "/raid", "source", "/dev/md0"): 1,
+		`gpulink_gds_mount_native` + labels("fstype", "xfs", "mountpoint", "/raid"):                                                                                   1,
 		`gpulink_gds_nvidia_fs_loaded{}`:                                1,
 		`gpulink_gds_nvidia_fs_info` + labels("version", "2.17.5"):      1,
 		`gpulink_gds_nvidia_fs_operations_total` + labels("op", "read"): 10,
@@ -57,7 +51,7 @@ func TestTopologyStorageMetrics(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
 		}
 	}
-	if _, ok := values[`gpulink_gds_mount_native`+labels("fstype", "tmpfs", "mountpoint", "/tmp")]; ok {
+	if _, ok := values[`gpulink_gds_mount_native`+labels("fstype", "overlay", "mountpoint", "/")]; ok {
 		t.Error("a mount on no drive is exported")
 	}
 }

@@ -22,6 +22,13 @@ func withDrives(t *testing.T) numa.FS {
 	t.Helper()
 	root := machine.Load(t, "dgx-h100")
 	sys, proc := filepath.Join(root, "sys"), filepath.Join(root, "proc")
+	// The profile's own block devices (its RAID over the four drives)
+	// give way to these.
+	for _, p := range []string{"dev/block", "devices/virtual/block"} {
+		if err := os.RemoveAll(filepath.Join(sys, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	dirs := map[string]string{ // major:minor -> directory under sys/devices
 		"259:0": "pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:02.0/0000:1a:00.0/nvme/nvme0/nvme0n1",
 		"259:1": "pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:02.0/0000:1a:00.0/nvme/nvme0/nvme0n1/nvme0n1p1",
