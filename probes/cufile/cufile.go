@@ -19,6 +19,7 @@
 package cufile
 
 /*
+#cgo CFLAGS: -I${SRCDIR}/../internal/dltable
 #cgo LDFLAGS: -ldl
 #include <stdlib.h>
 #include "shim.h"

@@ -1,43 +1,20 @@
 #include "shim.h"
 
-#include <dlfcn.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 
-#define SYM(name) { #name, offsetof(gf_api, name) }
-static const struct {
-	const char *name;
-	size_t off;
-} syms[] = {
+#include "dltable.h"
+
+#define SYM(name) { #name, offsetof(gf_api, name), "" }
+static const struct dl_sym syms[] = {
 	SYM(cuFileDriverOpen), SYM(cuFileDriverClose), SYM(cuFileDriverGetProperties),
 	SYM(cuFileHandleRegister), SYM(cuFileHandleDeregister), SYM(cuFileBufRegister),
 	SYM(cuFileBufDeregister), SYM(cuFileRead), SYM(cuFileWrite),
 };
 
 int gf_open(const char *path, gf_api *api, char *err, size_t errlen) {
-	memset(api, 0, sizeof *api);
-	// As for libcuda: RTLD_LOCAL keeps its symbols to itself, RTLD_NOW
-	// surfaces missing dependencies here.
-	void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (lib == NULL) {
-		const char *e = dlerror();
-		snprintf(err, errlen, "%s", e ? e : "dlopen failed");
-		return -1;
-	}
-	for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-		dlerror();
-		void *fn = dlsym(lib, syms[i].name);
-		if (fn == NULL) {
-			snprintf(err, errlen, "%s: symbol %s not found", path, syms[i].name);
-			dlclose(lib);
-			memset(api, 0, sizeof *api);
-			return -1;
-		}
-		memcpy((char *)api + syms[i].off, &fn, sizeof fn);
-	}
-	api->lib = lib;
-	return 0;
+	api->lib = dl_open_table(path, syms, sizeof syms / sizeof syms[0], api, sizeof *api, err, errlen);
+	return api->lib == NULL ? -1 : 0;
 }
 
 void gf_close(gf_api *api) {
