@@ -124,7 +124,7 @@ func newCLI() *cli {
 	app.Flag("path.sysfs", "sysfs mount point.").Default("/sys").StringVar(&c.sysfs)
 	app.Flag("path.procfs", "procfs mount point.").Default("/proc").StringVar(&c.procfs)
 	app.Flag("cuda.library", "Path or name of the CUDA driver library the probes load.").Default("libcuda.so.1").StringVar(&c.cudaLib)
-	app.Flag("cufile.library", "Path or name of the cuFile (GPUDirect Storage) library the storage probes try; where it does not load they read through O_DIRECT and a copy.").Envar(cufile.LibraryEnv).Default(cufile.DefaultLibrary).StringVar(&c.cufileLib)
+	app.Flag("cufile.library", "cuFile (GPUDirect Storage) library the storage probes try, else O_DIRECT.").Envar(cufile.LibraryEnv).Default(cufile.DefaultLibrary).StringVar(&c.cufileLib)
 	app.Flag("cufile.config", "cuFile's configuration file, as cuFile finds it ($CUFILE_ENV_PATH_JSON, else /etc/cufile.json): the topology source reports whether it allows compatibility mode.").Envar(numa.CuFileConfigEnv).Default(numa.DefaultCuFileConfig).StringVar(&c.cufileConfig)
 	app.Flag("runtime.gomaxprocs", "The target number of CPUs Go will run on (GOMAXPROCS).").Envar("GOMAXPROCS").Default("1").IntVar(&c.maxProcs)
 	app.Flag("sim", "Serve a simulated node instead of this machine: NVML, sysfs/procfs and the probe runner are modelled, everything else is the real exporter. One of: "+strings.Join(sim.ProfileNames(), ", ")+".").PlaceHolder("PROFILE").EnumVar(&c.sim, sim.ProfileNames()...)

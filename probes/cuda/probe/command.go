@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/alecthomas/kingpin/v2"
+	"github.com/alecthomas/units"
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/numa"
@@ -65,8 +66,8 @@ func AddCommand(app *kingpin.Application, c *Command) *kingpin.CmdClause {
 	cmd.Flag("probe", "Probe to run: "+probes.KindList()+". Repeatable. Default: all.").StringsVar(&c.Probes)
 	cmd.Flag("size", "Size of one transfer for the bandwidth probes (bytes, or with a unit: 64MiB).").Default(strconv.Itoa(probes.DefaultSizeBytes)).StringVar(&c.Size)
 	cmd.Flag("samples", "Timed samples per result; the median is reported.").Default(strconv.Itoa(probes.DefaultSamples)).IntVar(&c.Samples)
-	cmd.Flag("storage-dir", "Directory on the drive to measure: the storage probes ("+string(probes.DeviceToStorage)+", "+string(probes.StorageToDevice)+") write a file of --storage-size there from GPU memory, read it back into it Samples times, through cuFile (GPUDirect Storage) where it loads, else O_DIRECT and a copy, and leave nothing behind. Empty: no storage probes.").PlaceHolder("DIR").StringVar(&c.StorageDir)
-	cmd.Flag("storage-size", "Size of the storage probes' file (bytes, or with a unit: 1GiB), whole MiB.").Default(strconv.Itoa(probes.DefaultStorageBytes)).StringVar(&c.StorageSize)
+	cmd.Flag("storage-dir", "Directory for the storage probes' file (written, read back, removed). Empty: none.").PlaceHolder("DIR").StringVar(&c.StorageDir)
+	cmd.Flag("storage-size", "Size of the storage probes' file, whole MiB.").Default(units.Base2Bytes(probes.DefaultStorageBytes).String()).StringVar(&c.StorageSize)
 	cmd.Flag("output", "table or json.").Default("table").EnumVar(&c.Output, "table", "json")
 	cmd.Flag("no-sharing-check", "Do not list the GPUs' other processes.").BoolVar(&c.NoSharingCheck)
 	return cmd
