@@ -21,8 +21,8 @@ import (
 // the command line collectivesCommand makes, run by this binary (the test
 // binary, as main), over the fake libcuda and libnccl and the borrowed
 // two-H200 VM's NVML. With NCCL the round succeeds at the fake's NVLink
-// rate; without, it is a no_library skip (the child's error begins as the
-// binding's ErrLoad, which the scheduler reads), not a failure.
+// rate; without, it is a no_library skip (the child marks the binding's
+// ErrLoad probes.NoLibrary, which the scheduler reads), not a failure.
 func TestSchedulerRunsTheCollectivesChild(t *testing.T) {
 	const fakeP2PRate, busTolerance = 370e9, 0.02 // nccltest's P2P rate with no fixed latency
 	root := machine.Load(t, "h200-vm")

@@ -11,6 +11,7 @@ import (
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/process"
 	"github.com/gpulink/gpulink_exporter/numa"
@@ -51,7 +52,7 @@ func openNVML(lib gonvml.Interface, sysfs string, logger *slog.Logger) (reader *
 // opens NVML only where one of them is wanted; the daemon's children want
 // neither. done shuts NVML down; unavailable says why there is no check
 // where one was wanted.
-func commandNVML(c *config, fsys numa.FS, logger *slog.Logger, sample, sharing bool) (snap *nvml.Snapshot, check *probes.SharingCheck, done func(), unavailable error) {
+func commandNVML(c *config, fsys hostfs.Root, logger *slog.Logger, sample, sharing bool) (snap *nvml.Snapshot, check *probes.SharingCheck, done func(), unavailable error) {
 	done = func() {}
 	if !sample && !sharing {
 		return nil, nil, done, nil
@@ -75,7 +76,7 @@ func commandNVML(c *config, fsys numa.FS, logger *slog.Logger, sample, sharing b
 
 // printTopology is the topology command: one NVML sample for the NVLink
 // counts (none without a driver), the PCIe tree from sysfs.
-func printTopology(fsys numa.FS, cufileConfig string, lib gonvml.Interface, logger *slog.Logger) error {
+func printTopology(fsys hostfs.Root, cufileConfig string, lib gonvml.Interface, logger *slog.Logger) error {
 	topo, err := (&numa.TopologyReader{FS: fsys, CuFileConfig: cufileConfig}).Sample(context.Background())
 	if topo == nil {
 		return err
@@ -107,14 +108,14 @@ func printTopology(fsys numa.FS, cufileConfig string, lib gonvml.Interface, logg
 // runProbe is the probe command. For a person's table it adds what each
 // path should give: one NVML sample and the PCIe tree, as the daemon uses
 // them (without NVML only the PCIe part is known).
-func runProbe(p *probe.Command, c *config, fsys numa.FS, logger *slog.Logger) int {
+func runProbe(p *probe.Command, c *config, fsys hostfs.Root, logger *slog.Logger) int {
 	p.Library, p.CuFileLibrary, p.FS = c.cudaLib, c.cufileLib, fsys
 	snap, check, done, unavailable := commandNVML(c, fsys, logger, p.Output == "table", !p.NoSharingCheck)
 	defer done()
 	p.Sharing, p.SharingUnavailable = check, unavailable
 	if p.Output == "table" {
 		// One read of the tree serves the expectations and the host nodes.
-		topo, _ := fsys.Topology()
+		topo, _ := numa.ReadTopology(fsys)
 		p.Topology = topo
 		p.Annotate = func(g *probes.GPURound) { probes.PathFor(snap, topo, g.PCIBusID).Annotate(g) }
 	}
@@ -125,7 +126,7 @@ func runProbe(p *probe.Command, c *config, fsys numa.FS, logger *slog.Logger) in
 
 // runCollectives is the collectives command, over the exporter's CUDA
 // driver library.
-func runCollectives(cc *collectives.CollectiveCommand, c *config, fsys numa.FS, logger *slog.Logger) int {
+func runCollectives(cc *collectives.CollectiveCommand, c *config, fsys hostfs.Root, logger *slog.Logger) int {
 	cc.CUDALibrary = c.cudaLib
 	_, check, done, unavailable := commandNVML(c, fsys, logger, false, !cc.NoSharingCheck)
 	defer done()

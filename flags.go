@@ -79,6 +79,12 @@ type nodeProbeConfig struct {
 	enabled     bool
 	gpus        []string
 	file        *nodeprobe.File // nil: the default module only
+	// tokenFile is --node-probe.token-file; token what start-up read
+	// from it, and webBasicAuth whether the web config checks basic auth
+	// (a /probe call carrying it passed that check).
+	tokenFile    string
+	token        string
+	webBasicAuth bool
 }
 
 // setting is one source's name (from the table) and its common flags.
@@ -193,9 +199,10 @@ func formatFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) 
 // nodeProbeFlags are the node-to-node probes' flags.
 func nodeProbeFlags(f flagFunc, c *config) {
 	f("config.file", "Modules file of the node-to-node probes (/probe?target=&module=): what each module runs and how the prober calls the target (http_client: TLS, basic auth). Checked at start, re-read on SIGHUP. Without it the one module is "+nodeprobe.DefaultModuleName+".").PlaceHolder("FILE").StringVar(&c.nodeProbe.configFile)
-	f("min-interval", "Least time between two node-to-node sessions this node takes part in, in each role: as prober a probe counts from its first try, whatever the target answers; as target a reservation or join counts whether it runs or not. A call inside it is declined as declined_rate_limited. 0 is no limit.").Default("1m").DurationVar(&c.nodeProbe.minInterval)
+	f("min-interval", "Least time between two node-to-node sessions this node takes part in, in each role. Only a session that ran counts: a decline, an unreachable target, a reservation given back or expired do not. A call inside it is declined as declined_rate_limited. 0 is no limit.").Default("1m").DurationVar(&c.nodeProbe.minInterval)
 	f("enabled", "Answer "+nodeprobe.ReservePath+" and "+nodeprobe.JoinPath+": let other exporters' /probe run node-to-node sessions with this node's idle GPUs. /probe itself (this node as the prober) is always served.").Default("false").BoolVar(&c.nodeProbe.enabled)
 	f("gpu", "GPU node-to-node sessions may use, by PCI address (0000:18:00.0). Repeatable. Default: every GPU. Two exporters on one host (a test of the network path) each name their own; the child is also limited to them through CUDA_VISIBLE_DEVICES if the operator sets it.").PlaceHolder("PCI_ADDRESS").StringsVar(&c.nodeProbe.gpus)
+	f("token-file", "File holding the token the exporters of a ring share (at least 32 characters): /probe, "+nodeprobe.ReservePath+" and "+nodeprobe.JoinPath+" refuse (401) every request without it before they take any lock or limit, and this node sends it to its targets ("+nodeprobe.TokenHeader+"). Prometheus sends it to /probe as a bearer token (authorization: credentials_file), or the web config's basic auth. Read at start. Empty: no token, anyone who reaches the port may run sessions.").PlaceHolder("FILE").StringVar(&c.nodeProbe.tokenFile)
 }
 
 // collectiveFlags are the flags of the node's collective round, which the

@@ -22,9 +22,9 @@ import (
 	"github.com/prometheus/common/promslog"
 	"github.com/prometheus/common/version"
 
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/scrape"
 	"github.com/gpulink/gpulink_exporter/internal/sim"
-	"github.com/gpulink/gpulink_exporter/numa"
 )
 
 // selfMetricsInterval is how often the exporter's own go_* and process_*
@@ -47,7 +47,7 @@ func main() {
 // defers (the simulated node's tree, NVML and DCGM) is undone first.
 func run(l *cli, command string, logger *slog.Logger) int {
 	c := l.cfg
-	fsys := numa.FS{Sys: c.sysfs, Proc: c.procfs}
+	fsys := hostfs.Root{Sys: c.sysfs, Proc: c.procfs}
 	newNVML := func() gonvml.Interface { return gonvml.New(gonvml.WithLibraryPath(c.nvmlLib)) }
 	// With --sim the three hardware seams are the simulated node's.
 	var node *sim.Node

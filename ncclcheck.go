@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpulink/gpulink_exporter/collector"
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/ncclcheck"
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
@@ -68,12 +69,12 @@ func memlockLimit() (uint64, error) {
 // where the node is not ready. On a real node the library is loaded (not
 // initialised: ncclGetVersion only) for its version; the simulated node's
 // is read from its file name.
-func runNCCLCheck(library string, fsys numa.FS, node *sim.Node, stdout io.Writer) int {
+func runNCCLCheck(library string, fsys hostfs.Root, node *sim.Node, stdout io.Writer) int {
 	env := ncclEnv(library, ncclVersion)
 	if node != nil {
 		env = node.NCCLEnv(library)
 	}
-	topo, _ := fsys.Topology()
+	topo, _ := numa.ReadTopology(fsys)
 	ports, _ := (&nic.Reader{FS: fsys}).Sample(context.Background())
 	r := ncclcheck.Check(env, topo, ports)
 	if err := r.Write(stdout); err != nil || !r.Ready() {

@@ -44,7 +44,10 @@ func startNodeProbe(w *wiring, _ setting) {
 		w.logger.Warn("no host name to give node-to-node targets", "err", err)
 	}
 	n := nodeprobe.New(nodeprobe.Config{Modules: modules, Runner: runner, Gate: gate, GPUs: c.gpus, MinInterval: c.minInterval,
-		Name: name, NICRate: w.nicRate(), Logger: w.logger})
+		Name: name, NICRate: w.nicRate(), Token: c.token, WebBasicAuth: c.webBasicAuth, Logger: w.logger})
+	if c.token == "" && c.enabled {
+		w.logger.Warn("node-to-node probes without --node-probe.token-file: any host that reaches this port may reserve this node's GPUs and run sessions on them")
+	}
 	w.reg.MustRegister(n)
 	w.routes = append(w.routes, route{nodeprobe.ProbePath, n.ProbeHandler()})
 	if c.enabled {

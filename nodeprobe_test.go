@@ -23,18 +23,25 @@ import (
 	"github.com/gpulink/gpulink_exporter/probes"
 )
 
-// The modules file is read at start: a bad one stops start-up with the
-// flag, the module and the field named; a good one is what the node
-// serves.
-func TestNodeProbeModulesFile(t *testing.T) {
+// tempWriter writes files into a directory of the test's: write(name,
+// body) returns the file's path.
+func tempWriter(t *testing.T) func(name, body string) string {
 	dir := t.TempDir()
-	write := func(name, body string) string {
+	return func(name, body string) string {
+		t.Helper()
 		path := filepath.Join(dir, name)
 		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		return path
 	}
+}
+
+// The modules file is read at start: a bad one stops start-up with the
+// flag, the module and the field named; a good one is what the node
+// serves.
+func TestNodeProbeModulesFile(t *testing.T) {
+	write := tempWriter(t)
 	bad := write("bad.yml", "modules:\n  ring:\n    gpus_per_node: 0\n")
 	err := check(t, "--node-probe.config.file="+bad)
 	if err == nil || !strings.Contains(err.Error(), "--node-probe.config.file="+bad+`: module "ring": gpus_per_node: 0: want 1 to 64`) {
@@ -92,6 +99,7 @@ func TestNodeProbeRoutes(t *testing.T) {
 // simExporter is one simulated exporter as main wires it, its routes on a
 // loopback server, and its fault file.
 type simExporter struct {
+	token  string // sent to /probe as Prometheus' authorization sends it
 	node   *sim.Node
 	faults string
 	srv    *httptest.Server
@@ -114,7 +122,14 @@ func startSimExporter(t *testing.T, profile string, args ...string) *simExporter
 // the answer.
 func (e *simExporter) probe(t *testing.T, target *simExporter) map[string]*dto.MetricFamily {
 	t.Helper()
-	resp, err := http.Get(e.srv.URL + nodeprobe.ProbePath + "?target=" + strings.TrimPrefix(target.srv.URL, "http://"))
+	req, err := http.NewRequest(http.MethodGet, e.srv.URL+nodeprobe.ProbePath+"?target="+strings.TrimPrefix(target.srv.URL, "http://"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.token != "" {
+		req.Header.Set("Authorization", "Bearer "+e.token)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,5 +323,77 @@ func TestServeCoversNodeProbe(t *testing.T) {
 		if got := call(tc.method, tc.path, tc.password); got != tc.want {
 			t.Errorf("%s %s (password %q): %d, want %d", tc.method, tc.path, tc.password, got, tc.want)
 		}
+	}
+}
+
+// --node-probe.token-file is read at start: a file that cannot be read or
+// holds no usable token stops start-up naming the flag; a good one is the
+// node's token, and a web config with basic-auth users lets /probe take
+// those instead.
+func TestNodeProbeTokenFile(t *testing.T) {
+	write := tempWriter(t)
+	short := write("short", "secret\n")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--node-probe.token-file=/nonexistent/token"}, "--node-probe.token-file=/nonexistent/token: open"},
+		{[]string{"--node-probe.token-file=" + short}, "--node-probe.token-file=" + short + ": the token is 6 characters: want at least 32"},
+	} {
+		if err := check(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+	token := write("token", "  "+ringToken+"\n")
+	webConfig := write("web.yml", "basic_auth_users:\n  prober: "+ringPasswordHash+"\n")
+	l := newCLI()
+	command, err := l.app.Parse([]string{"--node-probe.token-file=" + token, "--web.config.file=" + webConfig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.validate(command, quiet); err != nil {
+		t.Fatal(err)
+	}
+	if np := l.cfg.nodeProbe; np.token != ringToken || !np.webBasicAuth {
+		t.Errorf("token %q, web basic auth %v; want the file's token and true", np.token, np.webBasicAuth)
+	}
+}
+
+// ringToken is the token of the tests' rings.
+const ringToken = "0123456789abcdef0123456789abcdef"
+
+// Two simulated exporters with the ring's token probe each other through
+// the real wiring; a third without it is refused by the target, which
+// counts it, and says unauthorized.
+func TestNodeProbeTokenBetweenSimulatedNodes(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(ringToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--probe.policy=always", "--node-probe.enabled", "--node-probe.min-interval=0"}
+	ring := append([]string{"--node-probe.token-file=" + tokenFile}, args...)
+	prober, target := startSimExporter(t, "dgx-h100", ring...), startSimExporter(t, "dgx-h100", ring...)
+	prober.token = ringToken
+	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+		mfs := prober.probe(t, target)
+		if ok, _ := gauge(mfs, "probe_success"); ok == 1 {
+			break
+		}
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("no successful probe with the token within 20s; the last: %v", mfs)
+		}
+	}
+	stranger := startSimExporter(t, "dgx-h100", args...)
+	mfs := stranger.probe(t, target)
+	if v, _ := gauge(mfs, "gpulink_node_probe_failure_info", "reason", nodeprobe.ReasonUnauthorized, "side", nodeprobe.SideTarget); v != 1 {
+		t.Errorf("a prober without the token: failure %v, want unauthorized on the target's side", mfs["gpulink_node_probe_failure_info"])
+	}
+	resp, err := http.Get(target.srv.URL + nodeprobe.ProbePath + "?target=" + strings.TrimPrefix(prober.srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("/probe without the token: %s, want 401", resp.Status)
 	}
 }

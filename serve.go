@@ -34,7 +34,7 @@ func serve(ctx context.Context, logger *slog.Logger, metrics http.Handler, route
 		}
 		mux.Handle("/", landing)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := newServer(mux, defaultServerTimeouts)
 	errc := make(chan error, 1)
 	go func() { errc <- web.ListenAndServe(srv, webConfig, logger) }()
 	select {
@@ -49,6 +49,31 @@ func serve(ctx context.Context, logger *slog.Logger, metrics http.Handler, route
 		}
 		return nil
 	}
+}
+
+// serverTimeouts bound what a client may hold of the server: a
+// connection, its goroutine and descriptor.
+type serverTimeouts struct {
+	// header: the request line and headers; read: the whole request, body
+	// included (net/http lifts it once the body is read, to watch the
+	// connection while a long answer is made); write: the answer, from
+	// the end of the request's headers (/probe and joins lift it to their
+	// session's deadline: internal/nodeprobe); idle: a kept-alive
+	// connection between requests.
+	header, read, write, idle time.Duration
+}
+
+// defaultServerTimeouts: a scrape, a reservation or a landing page is
+// answered in well under a minute; the idle timeout is above the usual
+// scrape intervals (15 s to 1 m), so that Prometheus' kept-alive
+// connection is reused rather than made again (a TLS handshake) each
+// scrape, and a client that opens connections and leaves them holds
+// each for two minutes at most.
+var defaultServerTimeouts = serverTimeouts{header: 10 * time.Second, read: 30 * time.Second, write: 2 * time.Minute, idle: 2 * time.Minute}
+
+// newServer is the server of h with timeouts t on every endpoint.
+func newServer(h http.Handler, t serverTimeouts) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: t.header, ReadTimeout: t.read, WriteTimeout: t.write, IdleTimeout: t.idle}
 }
 
 // pprofRoutes are net/http/pprof's handlers, served only with

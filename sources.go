@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/collector"
 	"github.com/gpulink/gpulink_exporter/internal/dcgm"
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/kubelet"
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
@@ -225,7 +226,7 @@ type wiring struct {
 	cfg     *config
 	logger  *slog.Logger
 	reg     *scrape.Registry
-	fsys    numa.FS
+	fsys    hostfs.Root
 	newNVML func() gonvml.Interface
 	sim     *sim.Node // nil unless --sim
 
@@ -247,7 +248,7 @@ type wiring struct {
 
 // newWiring returns the wiring of the sources c switches on, to run until
 // ctx ends or close is called; sim is nil unless --sim.
-func newWiring(ctx context.Context, c *config, logger *slog.Logger, reg *scrape.Registry, fsys numa.FS,
+func newWiring(ctx context.Context, c *config, logger *slog.Logger, reg *scrape.Registry, fsys hostfs.Root,
 	newNVML func() gonvml.Interface, sim *sim.Node) *wiring {
 	ctx, cancel := context.WithCancel(ctx)
 	return &wiring{ctx: ctx, cancel: cancel, cfg: c, logger: logger, reg: reg, fsys: fsys, newNVML: newNVML, sim: sim}

@@ -11,10 +11,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/exporter-toolkit/web"
+	"go.yaml.in/yaml/v3"
+
 	"github.com/gpulink/gpulink_exporter/internal/nodeprobe"
-	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
-	"github.com/gpulink/gpulink_exporter/internal/sysfs"
 	"github.com/gpulink/gpulink_exporter/probes"
 )
 
@@ -185,8 +187,18 @@ func checkNodeProbe(c *config, st setting, _ func(string, ...any)) error {
 		return badDuration(st.name+".min-interval", np.minInterval, "0 (no limit) or more")
 	}
 	for _, g := range np.gpus {
-		if !sysfs.IsPCIAddress(strings.ToLower(nvml.NormalizeBusID(g))) {
+		if !pciaddr.IsSysfs(strings.ToLower(pciaddr.Normalize(g))) {
 			return fmt.Errorf("--%s.gpu=%s: want a PCI address such as 0000:18:00.0", st.name, g)
+		}
+	}
+	if np.tokenFile != "" {
+		tok, err := nodeprobe.ReadToken(np.tokenFile)
+		if err != nil {
+			return fmt.Errorf("--%s.token-file=%s: %w", st.name, np.tokenFile, err)
+		}
+		np.token = tok
+		if np.webBasicAuth, err = webChecksBasicAuth(c.web); err != nil {
+			return err
 		}
 	}
 	if np.configFile == "" {
@@ -218,4 +230,24 @@ func checkCollectives(c *config, warn func(string, ...any)) error {
 	}
 	checkLibrary(c, "nccl.library", c.ncclLib, warn)
 	return nil
+}
+
+// webChecksBasicAuth reports whether the web config names basic-auth
+// users: then exporter-toolkit refuses a request whose credentials are
+// wrong before any handler, and one that carries them passed.
+func webChecksBasicAuth(fc *web.FlagConfig) (bool, error) {
+	if fc == nil || fc.WebConfigFile == nil || *fc.WebConfigFile == "" {
+		return false, nil
+	}
+	b, err := os.ReadFile(*fc.WebConfigFile)
+	if err != nil {
+		return false, fmt.Errorf("--web.config.file=%s: %w", *fc.WebConfigFile, err)
+	}
+	var wc struct {
+		Users map[string]any `yaml:"basic_auth_users"`
+	}
+	if err := yaml.Unmarshal(b, &wc); err != nil {
+		return false, fmt.Errorf("--web.config.file=%s: %w", *fc.WebConfigFile, err)
+	}
+	return len(wc.Users) > 0, nil
 }

@@ -26,6 +26,12 @@
 # daemons load (path, version), no RDMA devices, the memlock limit, and
 # exits 0 (check.txt), and with --library=/nonexistent/libnccl.so.2 names
 # that library and exits 1 (check-nowhere.txt).
+# Issue 34, in the same run: the ring is authenticated. Both daemons share
+# a token (--node-probe.token-file, a random one in OUTDIR/token),
+# Prometheus sends it to /probe (authorization.credentials_file), and the
+# checks above pass through it; a reservation and a /probe without it are
+# refused (401) and counted in B's and A's
+# gpulink_node_probe_unauthenticated_requests_total (auth.txt).
 # Needs no Go: carry .device (bench/device-build.sh --dashboards, for
 # Prometheus) and run
 #   .device/node-probe.sh OUTDIR
@@ -89,6 +95,9 @@ else
 fi
 echo "A owns $ga on CPUs $cpus_a, B owns $gb on CPUs $cpus_b" | tee "$out/setup.txt"
 
+# The ring's token: 32 random bytes as hex, readable by this user only.
+(umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$out/token")
+token=$(cat "$out/token")
 cat >"$out/modules.yml" <<EOF
 modules:
   net:
@@ -120,7 +129,7 @@ trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null' EXIT
 start() { # start NAME PORT GPU VISIBLE HOSTID CPUS
   env CUDA_VISIBLE_DEVICES="$4" ${5:+NCCL_HOSTID=$5} LD_LIBRARY_PATH="$libdir" taskset -c "$6" "$bin" \
     --web.listen-address=127.0.0.1:"$2" --node-probe.enabled --node-probe.gpu="$3" \
-    --node-probe.config.file="$out/modules.yml" --node-probe.min-interval=0s \
+    --node-probe.config.file="$out/modules.yml" --node-probe.min-interval=0s --node-probe.token-file="$out/token" \
     --probe.policy=idle --probe.first-delay=1h --log.level=debug >"$out/exporter-$1.log" 2>&1 &
   pids+=($!)
 }
@@ -137,6 +146,7 @@ scrape_configs:
   - job_name: gpulink-node-probe
     metrics_path: /probe
     params: {module: [net]}
+    authorization: {credentials_file: token}
     static_configs: [{targets: ['127.0.0.1:9862']}]
     relabel_configs:
       - {source_labels: [__address__], target_label: __param_target}
@@ -187,7 +197,7 @@ kill "$prom" 2>/dev/null; wait "$prom" 2>/dev/null
 # The reference has just left the GPUs, and a target declines while its
 # last NVML sample still shows them busy: a decline is asked again, 5 s on.
 for _ in $(seq 6); do
-  curl -s --max-time 60 "127.0.0.1:9861/probe?target=127.0.0.1:9862&module=net" >"$out/probe.txt"
+  curl -s --max-time 60 -H "Authorization: Bearer $token" "127.0.0.1:9861/probe?target=127.0.0.1:9862&module=net" >"$out/probe.txt"
   grep -q '^gpulink_node_probe_failure_info{reason="declined_' "$out/probe.txt" || break
   grep '^gpulink_node_probe_failure_info' "$out/probe.txt"
   sleep 5
@@ -214,6 +224,22 @@ judge("Prometheus", [r["metric"] for r in prom])
 sys.exit(0 if ok else 1)
 EOF
 [ "${PIPESTATUS[0]}" = 0 ] || fail=1
+# Without the token: a reservation of B and a /probe of A are refused
+# before anything else, and each node counts its own.
+{
+  echo "reserve without the token: $(curl -s -o /dev/null -w '%{http_code}' -X POST -d '{}' 127.0.0.1:9862/node-probe/reserve)"
+  echo "reserve with a wrong token: $(curl -s -o /dev/null -w '%{http_code}' -X POST -H 'X-Gpulink-Node-Probe-Token: wrong' -d '{}' 127.0.0.1:9862/node-probe/reserve)"
+  echo "/probe without the token: $(curl -s -o /dev/null -w '%{http_code}' '127.0.0.1:9861/probe?target=127.0.0.1:9862&module=net')"
+  curl -s 127.0.0.1:9862/metrics | grep '^gpulink_node_probe_unauthenticated_requests_total{path="/node-probe/reserve"'
+  curl -s 127.0.0.1:9861/metrics | grep '^gpulink_node_probe_unauthenticated_requests_total{path="/probe"'
+} >"$out/auth.txt"
+cat "$out/auth.txt"
+check "a reservation of B without the token is 401" grep -q "^reserve without the token: 401$" "$out/auth.txt"
+check "a reservation of B with a wrong token is 401" grep -q "^reserve with a wrong token: 401$" "$out/auth.txt"
+check "a /probe of A without the token is 401" grep -q "^/probe without the token: 401$" "$out/auth.txt"
+check "B counts the reservation without the token" grep -q '^gpulink_node_probe_unauthenticated_requests_total{path="/node-probe/reserve",reason="missing"} 1$' "$out/auth.txt"
+check "B counts the reservation with a wrong token" grep -q '^gpulink_node_probe_unauthenticated_requests_total{path="/node-probe/reserve",reason="wrong"} 1$' "$out/auth.txt"
+check "A counts the /probe without the token" grep -q '^gpulink_node_probe_unauthenticated_requests_total{path="/probe",reason="missing"} 1$' "$out/auth.txt"
 curl -s 127.0.0.1:9861/metrics | grep -E "^gpulink_collective_(library_info|expected_network_info|network_)" >"$out/metrics-nccl-a.txt"
 cat "$out/metrics-nccl-a.txt"
 check "A's /metrics: the NICs call for Socket on its GPU" grep -qE 'expected_network_info\{gdr="0",.*network="Socket"' "$out/metrics-nccl-a.txt"

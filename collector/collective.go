@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpulink/gpulink_exporter/internal/scrape"
 	"github.com/gpulink/gpulink_exporter/probes"
 	"github.com/gpulink/gpulink_exporter/probes/schedule"
 )
@@ -16,7 +17,7 @@ import (
 // transports NCCL chose against the ones the links call for, and what the
 // rounds cost.
 type CollectiveCollector struct {
-	snapshotMetrics[*schedule.Status]
+	scrape.Rendered[*schedule.Status]
 	d collectiveDescs
 }
 
@@ -30,7 +31,7 @@ type collectiveDescs struct {
 
 // NewCollectiveCollector renders the collective part of the probe
 // scheduler's snapshots; nothing while collective rounds are off.
-func NewCollectiveCollector(src latester[*schedule.Status]) *CollectiveCollector {
+func NewCollectiveCollector(src scrape.Source[*schedule.Status]) *CollectiveCollector {
 	pair := []string{"gpu", "pci_bus_id", "peer_gpu", "peer_pci_bus_id"}
 	gpu := []string{"gpu", "pci_bus_id"}
 	c := &CollectiveCollector{d: collectiveDescs{
@@ -90,7 +91,7 @@ func NewCollectiveCollector(src latester[*schedule.Status]) *CollectiveCollector
 		contendedRounds: newDesc("collective", "contended_rounds_total",
 			"Collective rounds with contended results, by the first reason: other_process or utilization. A reason appears when first counted.", "reason"),
 	}}
-	c.init(src, c.render)
+	c.Init(src, rendering(c.render))
 	return c
 }
 
@@ -103,9 +104,6 @@ func (c *CollectiveCollector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- desc
 	}
 }
-
-// Collect implements prometheus.Collector.
-func (c *CollectiveCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 
 func (c *CollectiveCollector) render(out *out, s *schedule.Status) {
 	st := s.Collective

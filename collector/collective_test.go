@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpulink/gpulink_exporter/collector"
+	"github.com/gpulink/gpulink_exporter/internal/scrape/scrapetest"
 	"github.com/gpulink/gpulink_exporter/probes"
 	"github.com/gpulink/gpulink_exporter/probes/schedule"
 )
@@ -84,7 +85,7 @@ func itoaT(i int) string { return string(rune('0' + i)) }
 
 func TestCollectiveMetrics(t *testing.T) {
 	c := collector.NewCollectiveCollector(fixed(collectiveStatus()))
-	collector.CheckText(t, c)
+	scrapetest.CheckText(t, c)
 	want := `
 # HELP gpulink_collective_runs_total Collective rounds by result: success, partial (some collectives failed), error (no communicator), timeout (killed at the deadline), crash (the child died or printed no valid round).
 # TYPE gpulink_collective_runs_total counter

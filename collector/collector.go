@@ -6,18 +6,26 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpulink/gpulink_exporter/internal/scrape"
 )
 
 // Namespace prefixes every metric the exporter exports.
 const Namespace = "gpulink"
 
-// newDesc makes every Desc of the package, and keeps what the text formats
-// need of it (see expose.go).
+// newDesc makes every Desc of the package, through scrape.NewDesc, which
+// keeps what the text formats need of it.
 func newDesc(subsystem, name, help string, labels ...string) *prometheus.Desc {
-	fqName := prometheus.BuildFQName(Namespace, subsystem, name)
-	d := prometheus.NewDesc(fqName, help, labels, nil)
-	families.Store(d, newFamily(fqName, help, labels))
-	return d
+	return scrape.NewDesc(prometheus.BuildFQName(Namespace, subsystem, name), help, labels)
+}
+
+// out is what a render adds its series to: the samples of scrape.Rendered,
+// with the helpers the collectors share (gauge, optGauge, ...).
+type out struct{ *scrape.Samples }
+
+// rendering adapts a collector's render to scrape.Rendered's.
+func rendering[T any](render func(*out, T)) func(*scrape.Samples, T) {
+	return func(s *scrape.Samples, data T) { render(&out{s}, data) }
 }
 
 func boolFloat(b bool) float64 {

@@ -4,12 +4,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpulink/gpulink_exporter/internal/dcgm"
+	"github.com/gpulink/gpulink_exporter/internal/scrape"
 )
 
 // DCGMCollector renders the DCGM source's snapshot: the engine's version,
 // each GPU's profiling fields and its health watches.
 type DCGMCollector struct {
-	snapshotMetrics[*dcgm.Snapshot]
+	scrape.Rendered[*dcgm.Snapshot]
 
 	info, healthStatus, healthIncidents                           *prometheus.Desc
 	engineActive, smActive, smOccupancy, tensorActive, dramActive *prometheus.Desc
@@ -17,7 +18,7 @@ type DCGMCollector struct {
 }
 
 // NewDCGMCollector renders the snapshots of src.
-func NewDCGMCollector(src latester[*dcgm.Snapshot]) *DCGMCollector {
+func NewDCGMCollector(src scrape.Source[*dcgm.Snapshot]) *DCGMCollector {
 	c := &DCGMCollector{
 		info: newDesc("dcgm", "info",
 			"DCGM the exporter reads; value 1. version is the host engine's, library_version the client library's; mode is standalone (nv-hostengine) or embedded.",
@@ -46,7 +47,7 @@ func NewDCGMCollector(src latester[*dcgm.Snapshot]) *DCGMCollector {
 		nvlinkRX: gpuDesc("dcgm", "nvlink_receive_bytes_per_second",
 			"NVLink traffic into the GPU over all its links, averaged over DCGM's update interval (DCGM_FI_PROF_NVLINK_RX_BYTES)."),
 	}
-	c.init(src, c.render)
+	c.Init(src, rendering(c.render))
 	return c
 }
 
@@ -58,14 +59,11 @@ func (c *DCGMCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect implements prometheus.Collector.
-func (c *DCGMCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
-
 func (c *DCGMCollector) render(o *out, s *dcgm.Snapshot) {
 	o.gauge(c.info, 1, s.Version, s.LibraryVersion, s.Mode)
 	for i := range s.GPUs {
 		g := &s.GPUs[i]
-		o.labels = []string{itoa(g.Index), g.UUID, g.PCIBusID}
+		o.Labels = []string{itoa(g.Index), g.UUID, g.PCIBusID}
 		p := &g.Profiling
 		o.optGauge(c.engineActive, p.GraphicsEngineActive)
 		o.optGauge(c.smActive, p.SMActive)

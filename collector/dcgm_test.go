@@ -14,6 +14,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/dcgm"
 	"github.com/gpulink/gpulink_exporter/internal/dcgm/dcgmtest"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/internal/scrape/scrapetest"
 )
 
 var fakeDCGMOnce sync.Once
@@ -43,7 +44,7 @@ func dcgmSnapshot() *dcgm.Snapshot {
 
 func TestDCGMExposition(t *testing.T) {
 	c := collector.NewDCGMCollector(fixed(dcgmSnapshot()))
-	collector.CheckText(t, c)
+	scrapetest.CheckText(t, c)
 	g0 := labels("gpu", "0", "uuid", "GPU-a", "pci_bus_id", "0000:18:00.0")
 	status := func(system, st string, v string) string {
 		return "gpulink_dcgm_health_status" + labels("gpu", "0", "uuid", "GPU-a", "pci_bus_id", "0000:18:00.0",

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpulink/gpulink_exporter/internal/process"
+	"github.com/gpulink/gpulink_exporter/internal/scrape"
 	"github.com/gpulink/gpulink_exporter/internal/slurm"
 )
 
@@ -13,7 +14,7 @@ import (
 // are not put on every per-GPU series; the info series joins them on in a
 // query.
 type JobCollector struct {
-	snapshotMetrics[jobSources]
+	scrape.Rendered[jobSources]
 	info *prometheus.Desc
 }
 
@@ -22,21 +23,18 @@ type jobSources = pair[*process.Snapshot, *slurm.Mappings]
 
 // NewJobCollector renders the jobs of the process source's snapshots and
 // of the job-mapping files' (either may be nil: that source is off).
-func NewJobCollector(procs latester[*process.Snapshot], files latester[*slurm.Mappings]) *JobCollector {
+func NewJobCollector(procs scrape.Source[*process.Snapshot], files scrape.Source[*slurm.Mappings]) *JobCollector {
 	c := &JobCollector{
 		info: gpuDesc("gpu", "job_info",
 			"A Slurm job holds the GPU; value 1. job_id is the numeric job ID, or the SLUID where only that is known (job_sluid); source says what found it: cgroup (a process on the GPU runs in the job's cgroup), mapping_file (the GPU's file in --slurm.job-mapping-dir names it), or both. gpu_instance is the MIG instance a mapping file <gpu>.<instance> names.",
 			"gpu_instance", "job_id", "job_sluid", "source"),
 	}
-	c.init(join(procs, files), c.render)
+	c.Init(join(procs, files), rendering(c.render))
 	return c
 }
 
 // Describe implements prometheus.Collector.
 func (c *JobCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.info }
-
-// Collect implements prometheus.Collector.
-func (c *JobCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 
 func (c *JobCollector) render(o *out, s jobSources) {
 	for _, j := range slurm.GPUJobs(s.A, s.B) {

@@ -9,6 +9,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/collector"
 	"github.com/gpulink/gpulink_exporter/internal/process"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/internal/scrape/scrapetest"
 	"github.com/gpulink/gpulink_exporter/internal/slurm"
 )
 
@@ -25,7 +26,7 @@ func TestJobInfo(t *testing.T) {
 		{GPU: 7, GPUInstance: 2, UUID: "GPU-7", PCIBusID: "0000:db:00.0", Jobs: []string{"5001"}},
 	}}
 	both := collector.NewJobCollector(fixed(placementSnapshot()), fixed(files))
-	collector.CheckText(t, both)
+	scrapetest.CheckText(t, both)
 	want := jobInfoHeader +
 		`gpulink_gpu_job_info{gpu="6",gpu_instance="",job_id="4343",job_sluid="s5K1KKYAYG5D00",pci_bus_id="0000:ba:00.0",source="cgroup,mapping_file",uuid="GPU-6"} 1
 gpulink_gpu_job_info{gpu="7",gpu_instance="",job_id="5000",job_sluid="",pci_bus_id="0000:db:00.0",source="mapping_file",uuid="GPU-7"} 1

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/internal/ncclcheck"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/scrape"
 )
 
 // NCCLCheckCollector renders the nccl source's report: what an NCCL
@@ -15,7 +16,7 @@ import (
 // node's NICs call for, beside which the channels NCCL actually made
 // (gpulink_collective_channels, gpulink_node_probe_channels) are judged.
 type NCCLCheckCollector struct {
-	snapshotMetrics[*ncclcheck.Report]
+	scrape.Rendered[*ncclcheck.Report]
 	ids interface{ Identities() []nvml.Identity }
 	d   ncclCheckDescs
 }
@@ -26,7 +27,7 @@ type ncclCheckDescs struct {
 
 // NewNCCLCheckCollector renders the snapshots of src; ids (may be nil)
 // gives each GPU's NVML index.
-func NewNCCLCheckCollector(src latester[*ncclcheck.Report], ids interface{ Identities() []nvml.Identity }) *NCCLCheckCollector {
+func NewNCCLCheckCollector(src scrape.Source[*ncclcheck.Report], ids interface{ Identities() []nvml.Identity }) *NCCLCheckCollector {
 	c := &NCCLCheckCollector{ids: ids, d: ncclCheckDescs{
 		library: newDesc("collective", "library_info",
 			"The NCCL library the collective child would load and the network plugin NCCL would take beside it; value 1. path is the file "+
@@ -48,7 +49,7 @@ func NewNCCLCheckCollector(src latester[*ncclcheck.Report], ids interface{ Ident
 				"series say more).",
 			"check"),
 	}}
-	c.init(src, c.render)
+	c.Init(src, rendering(c.render))
 	return c
 }
 
@@ -58,9 +59,6 @@ func (c *NCCLCheckCollector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 }
-
-// Collect implements prometheus.Collector.
-func (c *NCCLCheckCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 
 func (c *NCCLCheckCollector) render(o *out, r *ncclcheck.Report) {
 	o.gauge(c.d.library, 1, r.Version, r.LibraryPath, r.Plugin)

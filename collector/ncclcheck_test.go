@@ -5,6 +5,7 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/collector"
 	"github.com/gpulink/gpulink_exporter/internal/ncclcheck"
+	"github.com/gpulink/gpulink_exporter/internal/scrape/scrapetest"
 )
 
 // A node whose NICs call for IB with GPUDirect RDMA on GPU 0 and sockets
@@ -15,7 +16,7 @@ func TestNCCLCheckMetrics(t *testing.T) {
 		Items: []ncclcheck.Item{{Check: ncclcheck.CheckLibrary, Status: ncclcheck.StatusOK},
 			{Check: ncclcheck.CheckRDMADevices, Status: ncclcheck.StatusMissing}}}
 	c := collector.NewNCCLCheckCollector(fixed(r), identities{{Index: 0, PCIBusID: "0000:18:00.0"}})
-	collector.CheckText(t, c)
+	scrapetest.CheckText(t, c)
 	got := gathered(t, c)
 	want := map[string]float64{
 		"gpulink_collective_library_info" + labels("network_plugin", "", "path", "/usr/lib/x86_64-linux-gnu/libnccl.so.2", "version", "2.27.3"): 1,

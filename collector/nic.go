@@ -5,6 +5,7 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/internal/scrape"
 )
 
 // NICCollector renders the NIC source's snapshot: RDMA ports (InfiniBand,
@@ -13,7 +14,7 @@ import (
 // _info metrics, and its PCIe link state is the topology collector's
 // gpulink_pcie_link_* series, joined on pci_bus_id.
 type NICCollector struct {
-	snapshotMetrics[*nic.Snapshot]
+	scrape.Rendered[*nic.Snapshot]
 	d nicDescs
 }
 
@@ -35,7 +36,7 @@ type nicNetCounter struct {
 }
 
 // NewNICCollector renders the snapshots of src.
-func NewNICCollector(src latester[*nic.Snapshot]) *NICCollector {
+func NewNICCollector(src scrape.Source[*nic.Snapshot]) *NICCollector {
 	port := func(name, help string, get func(*nic.RDMACounters) sampler.Opt[uint64]) nicPortCounter {
 		return nicPortCounter{newDesc("nic_port", name, help, "device", "port"), get}
 	}
@@ -133,7 +134,7 @@ func NewNICCollector(src latester[*nic.Snapshot]) *NICCollector {
 				func(n *nic.NetInterface) sampler.Opt[uint64] { return n.Stats.TransmitDropped }),
 		},
 	}}
-	c.init(src, c.render)
+	c.Init(src, rendering(c.render))
 	return c
 }
 
@@ -152,14 +153,11 @@ func (c *NICCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect implements prometheus.Collector.
-func (c *NICCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
-
 func (c *NICCollector) render(o *out, s *nic.Snapshot) {
 	d := &c.d
 	for i := range s.Ports {
 		p := &s.Ports[i]
-		o.labels = []string{p.Device, itoa(p.Port)}
+		o.Labels = []string{p.Device, itoa(p.Port)}
 		o.gauge(d.portInfo, 1, p.PCIAddress, numaLabel(p.NUMANode), p.LinkLayer, string(p.Kind))
 		o.optBool(d.portUp, p.Up())
 		o.optInt(d.portState, p.StateID)
@@ -171,7 +169,7 @@ func (c *NICCollector) render(o *out, s *nic.Snapshot) {
 	}
 	for i := range s.Interfaces {
 		n := &s.Interfaces[i]
-		o.labels = []string{n.Name}
+		o.Labels = []string{n.Name}
 		o.gauge(d.netInfo, 1, n.PCIAddress, numaLabel(n.NUMANode))
 		o.optBool(d.netUp, n.Up())
 		o.optGauge(d.netSpeed, n.SpeedBytes)

@@ -13,10 +13,11 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/gpulink/gpulink_exporter/collector"
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/internal/scrape/scrapetest"
 	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
-	"github.com/gpulink/gpulink_exporter/numa"
 )
 
 // nicWrite writes name/content pairs under root/sys/dir; a name ending in
@@ -44,7 +45,7 @@ func nicWrite(t *testing.T, root, dir string, kv ...string) {
 // nicTree is a small machine: an NDR InfiniBand port on NUMA node 1, a
 // RoCE port that is down with its symbol_error unreadable, an EFA device
 // with no NUMA node, a virtio eth0 and lo.
-func nicTree(t *testing.T) numa.FS {
+func nicTree(t *testing.T) hostfs.Root {
 	root := t.TempDir()
 	ib := "devices/pci0000:00/0000:00:01.0/0000:01:00.0"
 	roce := "devices/pci0000:00/0000:00:01.0/0000:02:00.0"
@@ -87,10 +88,10 @@ func nicTree(t *testing.T) numa.FS {
 	nicWrite(t, root, "class/net", "eth0@", "../../"+virtio)
 	nicWrite(t, root, "devices/virtual/net/lo", "operstate", "unknown", "statistics/rx_bytes", "5")
 	nicWrite(t, root, "class/net", "lo@", "../../devices/virtual/net/lo")
-	return numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
+	return hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
 }
 
-func nicRegistry(t *testing.T, fs numa.FS) (*prometheus.Registry, *collector.NICCollector) {
+func nicRegistry(t *testing.T, fs hostfs.Root) (*prometheus.Registry, *collector.NICCollector) {
 	t.Helper()
 	s := sampler.New[*nic.Snapshot]("nic", &nic.Reader{FS: fs}, sampler.Options{Interval: time.Hour})
 	s.SampleOnce(context.Background())
@@ -98,16 +99,16 @@ func nicRegistry(t *testing.T, fs numa.FS) (*prometheus.Registry, *collector.NIC
 		t.Fatal("no NIC snapshot")
 	}
 	c := collector.NewNICCollector(s)
-	collector.CheckText(t, c)
+	scrapetest.CheckText(t, c)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
 	return reg, c
 }
 
 // nicProfileFS is a committed fixture tree.
-func nicProfileFS(t *testing.T, profile string) numa.FS {
+func nicProfileFS(t *testing.T, profile string) hostfs.Root {
 	root := machine.Load(t, profile)
-	return numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
+	return hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
 }
 
 func TestNICCollectorLint(t *testing.T) {
@@ -130,7 +131,7 @@ func TestNICCollectorLint(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := nicProfileFS
 			if tc.name == "tree" {
-				fs = func(t *testing.T, _ string) numa.FS { return nicTree(t) }
+				fs = func(t *testing.T, _ string) hostfs.Root { return nicTree(t) }
 			}
 			_, c := nicRegistry(t, fs(t, tc.name))
 			problems, err := testutil.CollectAndLint(c)
@@ -219,7 +220,7 @@ gpulink_net_interface_receive_drops_total{device="eth0"} 3
 // TestNICPromtoolCheckMetrics runs the real promtool over the NIC
 // families. make test sets PROMTOOL; a plain go test skips it.
 func TestNICPromtoolCheckMetrics(t *testing.T) {
-	for name, fs := range map[string]numa.FS{"tree": nicTree(t), "dgx-h100-faults": nicProfileFS(t, "dgx-h100-faults"),
+	for name, fs := range map[string]hostfs.Root{"tree": nicTree(t), "dgx-h100-faults": nicProfileFS(t, "dgx-h100-faults"),
 		"aws-p5": nicProfileFS(t, "aws-p5")} {
 		reg, _ := nicRegistry(t, fs)
 		mfs, err := reg.Gather()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/internal/scrape"
 )
 
 // gpuLabels join every per-GPU series with dcgm-exporter, node_exporter and
@@ -19,7 +20,7 @@ func gpuDesc(subsystem, name, help string, extra ...string) *prometheus.Desc {
 
 // NVMLCollector renders the NVML source's snapshot.
 type NVMLCollector struct {
-	snapshotMetrics[*nvml.Snapshot]
+	scrape.Rendered[*nvml.Snapshot]
 	d nvmlDescs
 	// linkSpeed exports each NVLink's rate: a constant per link (25 GB/s
 	// on NVLink 4) repeated 18 times a GPU, which no rule or panel reads;
@@ -63,7 +64,7 @@ var p2pLabels = func() []string {
 }()
 
 // NewNVMLCollector renders the snapshots of src.
-func NewNVMLCollector(src latester[*nvml.Snapshot], opts ...NVMLOption) *NVMLCollector {
+func NewNVMLCollector(src scrape.Source[*nvml.Snapshot], opts ...NVMLOption) *NVMLCollector {
 	c := &NVMLCollector{d: nvmlDescs{
 		driverInfo: newDesc("", "driver_info", "NVIDIA driver, CUDA driver API and NVML versions; value 1.",
 			"driver_version", "cuda_driver_version", "nvml_version"),
@@ -147,7 +148,7 @@ func NewNVMLCollector(src latester[*nvml.Snapshot], opts ...NVMLOption) *NVMLCol
 	for _, o := range opts {
 		o(c)
 	}
-	c.init(src, c.render)
+	c.Init(src, rendering(c.render))
 	return c
 }
 
@@ -169,40 +170,37 @@ func (d *nvmlDescs) all() []*prometheus.Desc {
 		d.fabricHealth, d.fabricInfo, d.recoveryAction}
 }
 
-// Collect implements prometheus.Collector.
-func (c *NVMLCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
-
 func (o *out) gauge(d *prometheus.Desc, v float64, extra ...string) {
-	o.add(d, prometheus.GaugeValue, v, extra...)
+	o.Add(d, prometheus.GaugeValue, v, extra...)
 }
 
 func (o *out) optGauge(d *prometheus.Desc, v sampler.Opt[float64], extra ...string) {
 	if v.Valid {
-		o.add(d, prometheus.GaugeValue, v.V, extra...)
+		o.Add(d, prometheus.GaugeValue, v.V, extra...)
 	}
 }
 
 func (o *out) optInt(d *prometheus.Desc, v sampler.Opt[int], extra ...string) {
 	if v.Valid {
-		o.add(d, prometheus.GaugeValue, float64(v.V), extra...)
+		o.Add(d, prometheus.GaugeValue, float64(v.V), extra...)
 	}
 }
 
 func (o *out) optBool(d *prometheus.Desc, v sampler.Opt[bool], extra ...string) {
 	if v.Valid {
-		o.add(d, prometheus.GaugeValue, boolFloat(v.V), extra...)
+		o.Add(d, prometheus.GaugeValue, boolFloat(v.V), extra...)
 	}
 }
 
 func (o *out) optUint(d *prometheus.Desc, t prometheus.ValueType, v sampler.Opt[uint64], extra ...string) {
 	if v.Valid {
-		o.add(d, t, float64(v.V), extra...)
+		o.Add(d, t, float64(v.V), extra...)
 	}
 }
 
 func (o *out) optCounter(d *prometheus.Desc, v sampler.Opt[float64], extra ...string) {
 	if v.Valid {
-		o.add(d, prometheus.CounterValue, v.V, extra...)
+		o.Add(d, prometheus.CounterValue, v.V, extra...)
 	}
 }
 
@@ -219,7 +217,7 @@ func (c *NVMLCollector) render(o *out, s *nvml.Snapshot) {
 	o.gauge(d.driverInfo, 1, s.DriverVersion, s.CUDADriverVersion, s.NVMLVersion)
 	for i := range s.GPUs {
 		g := &s.GPUs[i]
-		o.labels = []string{itoa(g.Index), g.UUID, g.PCIBusID}
+		o.Labels = []string{itoa(g.Index), g.UUID, g.PCIBusID}
 		o.gauge(d.info, 1, g.Name, g.Serial, g.VBIOS, g.ComputeCapability, numaLabel(g.NUMANode),
 			s.DriverVersion, s.CUDADriverVersion)
 		o.gauge(d.lost, boolFloat(g.Lost))
@@ -230,7 +228,7 @@ func (c *NVMLCollector) render(o *out, s *nvml.Snapshot) {
 		c.renderPCIe(o, &g.PCIe)
 		c.renderNVLinks(o, g)
 	}
-	o.labels = nil
+	o.Labels = nil
 	for _, p := range s.Pairs {
 		a, b := itoa(p.GPU), itoa(p.Peer)
 		var buf [8]string // on the stack: the labels are copied in
@@ -264,7 +262,7 @@ func (c *NVMLCollector) renderGPU(o *out, g *nvml.GPUState) {
 	}
 	for _, r := range nvml.ClockEventReasons {
 		if v, ok := g.Throttle.Seconds[r.Name]; ok {
-			o.add(d.reasonSeconds, prometheus.CounterValue, v, r.Name)
+			o.Add(d.reasonSeconds, prometheus.CounterValue, v, r.Name)
 		}
 	}
 	o.optGauge(d.temperature, g.GPUTemperature, "gpu")
@@ -344,7 +342,7 @@ func (c *NVMLCollector) renderNVLinks(o *out, g *nvml.GPUState) {
 		}
 		for _, t := range nvml.NVLinkErrorTypes {
 			if v, ok := l.Errors[t]; ok {
-				o.add(d.nvlinkErrors, prometheus.CounterValue, v, link, t)
+				o.Add(d.nvlinkErrors, prometheus.CounterValue, v, link, t)
 			}
 		}
 		o.optCounter(d.nvlinkLinkTX, l.TransmitBytes, link)

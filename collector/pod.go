@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpulink/gpulink_exporter/internal/kubelet"
+	"github.com/gpulink/gpulink_exporter/internal/scrape"
 )
 
 // PodCollector renders the kubelet's device assignments as one info series
@@ -11,26 +12,23 @@ import (
 // change with every pod, and an info metric joins them onto any per-GPU
 // series in a query instead.
 type PodCollector struct {
-	snapshotMetrics[*kubelet.Snapshot]
+	scrape.Rendered[*kubelet.Snapshot]
 	info *prometheus.Desc
 }
 
 // NewPodCollector renders the snapshots of src.
-func NewPodCollector(src latester[*kubelet.Snapshot]) *PodCollector {
+func NewPodCollector(src scrape.Source[*kubelet.Snapshot]) *PodCollector {
 	c := &PodCollector{
 		info: gpuDesc("gpu", "pod_info",
 			"The kubelet has assigned the GPU to this container; value 1. gpu and pci_bus_id are empty where NVML does not know the device (a MIG instance: uuid is then the instance's).",
 			"namespace", "pod", "container"),
 	}
-	c.init(src, c.render)
+	c.Init(src, rendering(c.render))
 	return c
 }
 
 // Describe implements prometheus.Collector.
 func (c *PodCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.info }
-
-// Collect implements prometheus.Collector.
-func (c *PodCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 
 func (c *PodCollector) render(o *out, s *kubelet.Snapshot) {
 	for _, a := range s.Assignments {

@@ -15,6 +15,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/kubelet/kubelettest"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/internal/scrape/scrapetest"
 )
 
 func TestPodInfoExposition(t *testing.T) {
@@ -23,7 +24,7 @@ func TestPodInfoExposition(t *testing.T) {
 		{GPU: 0, UUID: "GPU-a", PCIBusID: "0000:18:00.0", Namespace: "default", Pod: "train-0", Container: "trainer"},
 		{GPU: 0, UUID: "GPU-a", PCIBusID: "0000:18:00.0", Namespace: "default", Pod: "train-1", Container: "trainer"},
 	}}))
-	collector.CheckText(t, c)
+	scrapetest.CheckText(t, c)
 	want := `# HELP gpulink_gpu_pod_info The kubelet has assigned the GPU to this container; value 1. gpu and pci_bus_id are empty where NVML does not know the device (a MIG instance: uuid is then the instance's).
 # TYPE gpulink_gpu_pod_info gauge
 gpulink_gpu_pod_info{container="app",gpu="",namespace="ml",pci_bus_id="",pod="small",uuid="MIG-abcd"} 1

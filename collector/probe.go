@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpulink/gpulink_exporter/internal/scrape"
 	"github.com/gpulink/gpulink_exporter/probes"
 	"github.com/gpulink/gpulink_exporter/probes/schedule"
 )
@@ -20,7 +21,7 @@ var probeRunResults = []string{probes.RunSuccess, probes.RunPartial, probes.RunE
 // ProbeCollector renders the probe scheduler's status: each GPU's latest
 // results beside what its path should give, and what probing cost.
 type ProbeCollector struct {
-	snapshotMetrics[*schedule.Status]
+	scrape.Rendered[*schedule.Status]
 	d probeDescs
 	s probeStorageDescs
 }
@@ -35,7 +36,7 @@ type probeDescs struct {
 }
 
 // NewProbeCollector renders the snapshots of the probe scheduler.
-func NewProbeCollector(src latester[*schedule.Status]) *ProbeCollector {
+func NewProbeCollector(src scrape.Source[*schedule.Status]) *ProbeCollector {
 	bw := []string{"probe", "direction", "peer", "host_numa_node", "transfer_size_bytes"}
 	c := &ProbeCollector{d: probeDescs{
 		bandwidth: gpuDesc("probe", "bandwidth_bytes_per_second",
@@ -105,7 +106,7 @@ func NewProbeCollector(src latester[*schedule.Status]) *ProbeCollector {
 			"Probe rounds of the GPU with contended results, by the first reason: other_process, utilization or sample_spread, the "+
 				"GPU's own before a peer's. A reason appears when first counted.", "reason"),
 	}, s: newProbeStorageDescs()}
-	c.init(src, c.render)
+	c.Init(src, rendering(c.render))
 	return c
 }
 
@@ -119,9 +120,6 @@ func (c *ProbeCollector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- desc
 	}
 }
-
-// Collect implements prometheus.Collector.
-func (c *ProbeCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 
 // probeOut drops a second series with the labels of one already rendered.
 // Results come from a child process; one duplicate in them must cost that
@@ -137,12 +135,12 @@ type seriesKey struct {
 }
 
 func (o *probeOut) once(d *prometheus.Desc, t prometheus.ValueType, v float64, extra ...string) {
-	key := seriesKey{d, strings.Join(o.labels, "\xff") + "\xff" + strings.Join(extra, "\xff")}
+	key := seriesKey{d, strings.Join(o.Labels, "\xff") + "\xff" + strings.Join(extra, "\xff")}
 	if o.seen[key] {
 		return
 	}
 	o.seen[key] = true
-	o.add(d, t, v, extra...)
+	o.Add(d, t, v, extra...)
 }
 
 func (c *ProbeCollector) render(out *out, s *schedule.Status) {
@@ -151,7 +149,7 @@ func (c *ProbeCollector) render(out *out, s *schedule.Status) {
 	o.gauge(d.policy, 1, s.Policy)
 	for i := range s.GPUs {
 		g := &s.GPUs[i]
-		o.labels = []string{itoa(g.Index), g.UUID, g.PCIBusID}
+		o.Labels = []string{itoa(g.Index), g.UUID, g.PCIBusID}
 		c.renderCounters(o, g)
 		if !g.LastSuccess.IsZero() {
 			o.gauge(d.lastSuccess, float64(g.LastSuccess.UnixNano())/1e9)
@@ -186,8 +184,8 @@ func (c *ProbeCollector) renderCounters(o *probeOut, g *schedule.GPUStatus) {
 			o.once(d.contendedRounds, prometheus.CounterValue, float64(n), r)
 		}
 	}
-	o.add(d.busy, prometheus.CounterValue, g.BusySeconds)
-	o.add(d.context, prometheus.CounterValue, g.ContextSeconds)
+	o.Add(d.busy, prometheus.CounterValue, g.BusySeconds)
+	o.Add(d.context, prometheus.CounterValue, g.ContextSeconds)
 }
 
 func (c *ProbeCollector) renderRound(o *probeOut, g *probes.GPURound) {

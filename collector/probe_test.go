@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpulink/gpulink_exporter/collector"
+	"github.com/gpulink/gpulink_exporter/internal/scrape/scrapetest"
 	"github.com/gpulink/gpulink_exporter/probes"
 	"github.com/gpulink/gpulink_exporter/probes/schedule"
 )
@@ -142,7 +143,7 @@ func bwLabels(k probes.Kind, dir, peer, node string, size int) string {
 
 func TestProbeMetrics(t *testing.T) {
 	c := collector.NewProbeCollector(fixed(probeStatus()))
-	collector.CheckText(t, c)
+	scrapetest.CheckText(t, c)
 	// Exact exposition of the families whose every series is fixed here.
 	want := `
 # HELP gpulink_probe_policy_info The policy that decides when a GPU is probed; value 1.

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpulink/gpulink_exporter/internal/process"
+	"github.com/gpulink/gpulink_exporter/internal/scrape"
 )
 
 // processLabels name a process on a GPU. pod_uid and container_id are
@@ -24,7 +25,7 @@ func processDesc(name, help string, extra ...string) *prometheus.Desc {
 // processes and how many are misaffine, and, unless turned off, per
 // process the ratios the verdict rests on.
 type ProcessCollector struct {
-	snapshotMetrics[*process.Snapshot]
+	scrape.Rendered[*process.Snapshot]
 	perProcess bool
 
 	processes, misaffineProcesses, unknownProcesses  *prometheus.Desc
@@ -34,7 +35,7 @@ type ProcessCollector struct {
 
 // NewProcessCollector renders the placement source's snapshots. With
 // perProcess false only the per-GPU counts are exported.
-func NewProcessCollector(src latester[*process.Snapshot], perProcess bool) *ProcessCollector {
+func NewProcessCollector(src scrape.Source[*process.Snapshot], perProcess bool) *ProcessCollector {
 	c := &ProcessCollector{
 		perProcess: perProcess,
 		processes: gpuDesc("gpu", "processes",
@@ -58,7 +59,7 @@ func NewProcessCollector(src latester[*process.Snapshot], perProcess bool) *Proc
 		gpuMemoryUsed: processDesc("gpu_memory_used_bytes",
 			"Device memory the process holds on the GPU (NVML)."),
 	}
-	c.init(src, c.render)
+	c.Init(src, rendering(c.render))
 	return c
 }
 
@@ -77,14 +78,11 @@ func (c *ProcessCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect implements prometheus.Collector.
-func (c *ProcessCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
-
 func (c *ProcessCollector) render(o *out, s *process.Snapshot) {
 	for i := range s.GPUs {
 		g := &s.GPUs[i]
 		gpuLabels := []string{itoa(g.GPU), g.UUID, g.PCIBusID}
-		o.labels = gpuLabels
+		o.Labels = gpuLabels
 		o.gauge(c.processes, float64(g.Processes))
 		o.gauge(c.misaffineProcesses, float64(g.Misaffine))
 		o.gauge(c.unknownProcesses, float64(g.Unknown))
@@ -95,7 +93,7 @@ func (c *ProcessCollector) render(o *out, s *process.Snapshot) {
 			pl := p.Placement
 			// comm is whatever the process named itself: label values
 			// must be UTF-8.
-			o.labels = append(slices.Clip(gpuLabels), itoa(pl.PID), strings.ToValidUTF8(pl.Comm, "\uFFFD"),
+			o.Labels = append(slices.Clip(gpuLabels), itoa(pl.PID), strings.ToValidUTF8(pl.Comm, "\uFFFD"),
 				pl.PodUID, pl.ContainerID, pl.Slurm.Label(), pl.Slurm.Step)
 			o.optBool(c.misaffine, p.Misaffine)
 			if pl.AllowedCPUs.Valid {

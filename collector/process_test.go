@@ -11,9 +11,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpulink/gpulink_exporter/collector"
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/process"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/internal/scrape/scrapetest"
 	"github.com/gpulink/gpulink_exporter/internal/sim"
 	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/internal/sim/nvmlmodel"
@@ -121,7 +123,7 @@ var placementPerProcessNames = []string{"gpulink_process_allowed_cpus", "gpulink
 
 func TestProcessMetrics(t *testing.T) {
 	c := collector.NewProcessCollector(fixed(placementSnapshot()), true)
-	collector.CheckText(t, c)
+	scrapetest.CheckText(t, c)
 	want := placementPerGPUText + placementPerProcessText
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
 		t.Error(err)
@@ -171,7 +173,7 @@ func lintClean(t *testing.T, c prometheus.Collector) {
 // placementNode is the daemon's wiring of the placement source over a
 // fixture tree and a fake NVML whose GPUs carry the tree's processes.
 type placementNode struct {
-	fs     numa.FS
+	fs     hostfs.Root
 	m      *nvmlmodel.Library
 	reader *nvml.Reader
 	topo   *sampler.Sampler[*numa.Topology]
@@ -181,7 +183,7 @@ type placementNode struct {
 func newPlacementNode(t *testing.T, profile string) *placementNode {
 	t.Helper()
 	root := machine.Load(t, profile)
-	n := &placementNode{fs: numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}, m: nvmlmodel.NewDGXH100()}
+	n := &placementNode{fs: hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}, m: nvmlmodel.NewDGXH100()}
 	model := sim.Fixtures()[profile]()
 	for i, g := range n.m.GPUs {
 		var pids []int

@@ -18,6 +18,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/process"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/scrape"
+	"github.com/gpulink/gpulink_exporter/internal/scrape/scrapetest"
 	"github.com/gpulink/gpulink_exporter/internal/sim"
 	"github.com/gpulink/gpulink_exporter/internal/sim/nvmlmodel"
 	"github.com/gpulink/gpulink_exporter/numa"
@@ -239,6 +240,6 @@ func processCPU() time.Duration {
 func TestEncodeTextSimulatedNode(t *testing.T) {
 	n := simNode(t, &hooks{})
 	for _, c := range n.texts {
-		collector.CheckText(t, c)
+		scrapetest.CheckText(t, c)
 	}
 }

@@ -61,7 +61,7 @@ func (d *storageDescs) describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// renderGPU renders one GPU's paths to the drives; o.labels are the GPU's.
+// renderGPU renders one GPU's paths to the drives; o.Labels are the GPU's.
 func (d *storageDescs) renderGPU(o *out, t *numa.Topology, g *numa.PCIDevice) {
 	for _, n := range t.NVMe {
 		p := t.Path(g, n)
@@ -75,7 +75,7 @@ func (d *storageDescs) renderGPU(o *out, t *numa.Topology, g *numa.PCIDevice) {
 
 // render renders the mounts and GDS's state.
 func (d *storageDescs) render(o *out, t *numa.Topology) {
-	o.labels = nil
+	o.Labels = nil
 	g := &t.GDS
 	o.optBool(d.nvfsLoaded, g.NVFSLoaded)
 	if s := g.NVFS; s != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gpulink/gpulink_exporter/collector"
+	"github.com/gpulink/gpulink_exporter/internal/scrape/scrapetest"
 	"github.com/gpulink/gpulink_exporter/probes"
 	"github.com/gpulink/gpulink_exporter/probes/schedule"
 )
@@ -28,7 +29,7 @@ func TestTopologyStorageMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := topologyCollectorWith(t, fs, config, identities{{Index: 0, UUID: "GPU-a", PCIBusID: "0000:18:00.0"}})
-	collector.CheckText(t, c)
+	scrapetest.CheckText(t, c)
 	g0 := func(kv ...string) string {
 		return labels(append([]string{"gpu", "0", "pci_bus_id", "0000:18:00.0", "uuid", "GPU-a"}, kv...)...)
 	}
@@ -65,7 +66,7 @@ func TestProbeStorageMetrics(t *testing.T) {
 	}}
 	c := collector.NewProbeCollector(fixed(&schedule.Status{Policy: "idle", GPUs: []schedule.GPUStatus{
 		{Index: 0, UUID: "GPU-a", PCIBusID: "0000:00:06.0", Last: round, Runs: map[string]uint64{}, Skips: map[string]uint64{}}}}))
-	collector.CheckText(t, c)
+	scrapetest.CheckText(t, c)
 	values := gathered(t, c)
 	for series, want := range map[string]float64{
 		`gpulink_probe_storage_mode_info` + g0("drive_pci_bus_id", "0000:1a:00.0", "filesystem", "xfs", "mode", "compat", "probe", "storage_to_device"):                                        1,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/pciconfig"
+	"github.com/gpulink/gpulink_exporter/internal/scrape"
 	"github.com/gpulink/gpulink_exporter/numa"
 )
 
@@ -16,7 +17,7 @@ import (
 // tree's links, and for every GPU its NUMA affinity, its path class to
 // each NIC and GPU, its nearest NICs and the slowest hop to the CPU.
 type TopologyCollector struct {
-	snapshotMetrics[*numa.Topology]
+	scrape.Rendered[*numa.Topology]
 	ids interface{ Identities() []nvml.Identity }
 	d   topologyDescs
 	s   storageDescs
@@ -34,7 +35,7 @@ type topologyDescs struct {
 // NewTopologyCollector renders the topology source's snapshots. ids names
 // GPUs by NVML index and UUID; without NVML those labels are empty and the
 // GPU is known by its PCI address alone.
-func NewTopologyCollector(src latester[*numa.Topology], ids interface{ Identities() []nvml.Identity }) *TopologyCollector {
+func NewTopologyCollector(src scrape.Source[*numa.Topology], ids interface{ Identities() []nvml.Identity }) *TopologyCollector {
 	node := []string{"numa_node"}
 	c := &TopologyCollector{ids: ids, d: topologyDescs{
 		nodeInfo:     newDesc("numa_node", "info", "A NUMA node and its CPUs in kernel list form; value 1.", "numa_node", "cpus"),
@@ -96,7 +97,7 @@ func NewTopologyCollector(src latester[*numa.Topology], ids interface{ Identitie
 		c.d.nodeStat[name] = newDesc("numa_node", numaStatMetric(name),
 			"numastat "+name+": pages allocated, by the kernel's accounting.", node...)
 	}
-	c.init(src, c.render)
+	c.Init(src, rendering(c.render))
 	return c
 }
 
@@ -123,13 +124,10 @@ func (c *TopologyCollector) Describe(ch chan<- *prometheus.Desc) {
 	c.s.describe(ch)
 }
 
-// Collect implements prometheus.Collector.
-func (c *TopologyCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
-
 func (c *TopologyCollector) render(o *out, t *numa.Topology) {
 	for _, n := range t.Nodes {
 		id := strconv.Itoa(n.ID)
-		o.labels = nil
+		o.Labels = nil
 		o.gauge(c.d.nodeInfo, 1, id, n.CPUs.String())
 		o.gauge(c.d.nodeCPUs, float64(n.CPUs.Count()), id)
 		o.optUint(c.d.nodeMemTotal, prometheus.GaugeValue, n.MemTotal, id)
@@ -139,7 +137,7 @@ func (c *TopologyCollector) render(o *out, t *numa.Topology) {
 		}
 		for _, name := range numa.NUMAStatCounters {
 			if v, ok := n.Stat[name]; ok {
-				o.add(c.d.nodeStat[name], prometheus.CounterValue, float64(v), id)
+				o.Add(c.d.nodeStat[name], prometheus.CounterValue, float64(v), id)
 			}
 		}
 	}
@@ -161,7 +159,7 @@ var acsRedirects = []struct {
 
 func (c *TopologyCollector) renderGPUDirect(o *out, t *numa.Topology) {
 	g := &t.GPUDirect
-	o.labels = nil
+	o.Labels = nil
 	for _, addr := range slices.Sorted(maps.Keys(g.ACS)) {
 		a := g.ACS[addr]
 		if !a.Known {
@@ -182,7 +180,7 @@ func (c *TopologyCollector) renderGPUDirect(o *out, t *numa.Topology) {
 // renderLinks exports every device once and every link once, by its lower
 // end, with the maximum both ends support.
 func (c *TopologyCollector) renderLinks(o *out, t *numa.Topology) {
-	o.labels = nil
+	o.Labels = nil
 	links := map[string]numa.Hop{}
 	for _, d := range t.Devices {
 		parent := d.ParentAddr
@@ -226,7 +224,7 @@ func (c *TopologyCollector) renderGPUs(o *out, t *numa.Topology) {
 	}
 	uplinkGPUs := map[string]int{}
 	for _, g := range t.GPUs {
-		o.labels = labelsOf(g)
+		o.Labels = labelsOf(g)
 		cpus := ""
 		if g.LocalCPUs.Valid {
 			cpus = g.LocalCPUs.V.String()
@@ -258,7 +256,7 @@ func (c *TopologyCollector) renderGPUs(o *out, t *numa.Topology) {
 		}
 		c.s.renderGPU(o, t, g)
 	}
-	o.labels = nil
+	o.Labels = nil
 	for up, n := range uplinkGPUs {
 		o.gauge(c.d.uplinkGPUs, float64(n), up)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpulink/gpulink_exporter/collector"
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
@@ -24,18 +25,18 @@ type identities []nvml.Identity
 
 func (ids identities) Identities() []nvml.Identity { return ids }
 
-func fixtureFS(t *testing.T, profile string) numa.FS {
+func fixtureFS(t *testing.T, profile string) hostfs.Root {
 	root := machine.Load(t, profile)
-	return numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
+	return hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
 }
 
-func topologyCollector(t *testing.T, fs numa.FS, ids identities) *collector.TopologyCollector {
+func topologyCollector(t *testing.T, fs hostfs.Root, ids identities) *collector.TopologyCollector {
 	t.Helper()
 	return topologyCollectorWith(t, fs, "", ids)
 }
 
 // topologyCollectorWith reads cuFile's configuration at cufileConfig too.
-func topologyCollectorWith(t *testing.T, fs numa.FS, cufileConfig string, ids identities) *collector.TopologyCollector {
+func topologyCollectorWith(t *testing.T, fs hostfs.Root, cufileConfig string, ids identities) *collector.TopologyCollector {
 	t.Helper()
 	s := sampler.New[*numa.Topology]("topology", &numa.TopologyReader{FS: fs, CuFileConfig: cufileConfig}, sampler.Options{Interval: time.Hour})
 	s.SampleOnce(context.Background())
@@ -110,7 +111,7 @@ gpulink_topology_uplink_gpus{uplink_pci_bus_id="0000:00:07.0"} 1
 // NIC across the socket interconnect.
 func TestTopologyMetricsDGXFaults(t *testing.T) {
 	fs := fixtureFS(t, "dgx-h100-faults")
-	topo, _ := fs.Topology()
+	topo, _ := numa.ReadTopology(fs)
 	var ids identities
 	for i, addr := range []string{"0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0",
 		"0000:9a:00.0", "0000:ab:00.0", "0000:ba:00.0", "0000:db:00.0"} {

@@ -10,6 +10,9 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -63,7 +66,10 @@ var injected = []struct {
 	// none in the window succeeded; so do the p5's probes of the DGX,
 	// whose side of the session fails (a failure on either side fails it
 	// for both).
-	{`{kind: nic_down, device: mlx5_0}`, []string{"NICPortDown device=mlx5_0", "NodeProbeFailing"}, []string{"NodeProbeFailing"}, 0},
+	// Every session of either node is with the other, so both nodes'
+	// node-to-node probing is starved too.
+	{`{kind: nic_down, device: mlx5_0}`, []string{"NICPortDown device=mlx5_0", "NodeProbeFailing", "NodeProbeStarved"},
+		[]string{"NodeProbeFailing", "NodeProbeStarved"}, 0},
 	{`{kind: nic_flapping, device: mlx5_2, period: 3s}`, []string{"NICPortFlapping device=mlx5_2"}, nil, 0},
 	{`{kind: nic_symbol_errors, device: mlx5_3, per_second: 5}`, []string{"NICPortErrors device=mlx5_3"}, nil, 0},
 	// Storage: nvidia-fs unloaded where GDS is installed, so cuFile would
@@ -107,6 +113,7 @@ func TestAlertsEndToEnd(t *testing.T) {
 	r := startRing(t, "about three minutes of real time")
 	s, dgx, p5, ctx := r.stack, r.dgx, r.p5, context.Background()
 	t.Run("DashboardQueriesReturnData", func(t *testing.T) { checkDashboards(t, s, dgx) })
+	t.Run("RingMemberWithoutTokenRefused", func(t *testing.T) { r.checkStranger(t) })
 	// How often the ring's probes met: a probe that did took more than
 	// one try (for the log: whether they meet depends on Prometheus'
 	// offsets for the two targets).
@@ -205,6 +212,7 @@ type ring struct {
 	stack               *stack
 	dgx, p5             string // host:port
 	dgxFaults, p5Faults string // their fault files
+	dir, bin            string // the test's directory and the exporter
 	timings             map[string]alertTiming
 }
 
@@ -222,7 +230,12 @@ func startRing(t *testing.T, cost string) *ring {
 	dir := t.TempDir()
 	root := repoRoot(t)
 	bin := buildExporter(t, dir)
-	r := &ring{timings: scaleRules(t, filepath.Join(root, "deploy/prometheus/gpulink.rules.yml"), filepath.Join(dir, "rules.yml"))}
+	r := &ring{timings: scaleRules(t, filepath.Join(root, "deploy/prometheus/gpulink.rules.yml"), filepath.Join(dir, "rules.yml")),
+		dir: dir, bin: bin}
+	// The ring's shared token: the exporters require it on /probe,
+	// reserve and join, and Prometheus sends it to /probe.
+	tokenFile := filepath.Join(dir, "node-probe-token")
+	writeFile(t, tokenFile, "e2e-ring-token-0123456789abcdef0123456789\n")
 
 	// Two nodes: a DGX H100, and an AWS p5 whose GPU processes are Slurm
 	// job steps, each with its fault file (their probes run too: both
@@ -241,7 +254,7 @@ func startRing(t *testing.T, cost string) *ring {
 	common := []string{"--probe.policy=always", "--probe.interval=" + probeEvery.String(), "--probe.first-delay=0",
 		"--probe.max-duty=1", "--nvml.interval=1s", "--nvml.slow-interval=1s", "--nic.interval=1s", "--topology.interval=1s", "--process.interval=1s",
 		"--collective.interval=1s", "--collective.warmup=1", "--collective.iterations=5", "--collective.samples=1",
-		"--node-probe.enabled", "--node-probe.min-interval=1s", "--nccl.interval=1s"}
+		"--node-probe.enabled", "--node-probe.min-interval=1s", "--nccl.interval=1s", "--node-probe.token-file=" + tokenFile}
 	// The storage probes read each profile's data drives: natively on the
 	// DGX (GDS installed), through compatibility mode on the p5 (none).
 	start(t, dir, "exporter-dgx", bin, append([]string{"--sim=dgx-h100", "--sim.faults=" + r.dgxFaults, "--web.listen-address=" + r.dgx,
@@ -253,7 +266,7 @@ func startRing(t *testing.T, cost string) *ring {
 	// A ring of two: each node probes the other, both every 3 s in one
 	// job, as the shipped config's ring (see startStack).
 	r.stack = startStack(t, dir, prometheus, alertmanager, filepath.Join(dir, "rules.yml"), []string{r.dgx, r.p5},
-		[]probePair{{prober: r.dgx, target: r.p5}, {prober: r.p5, target: r.dgx}}, 3*time.Second)
+		[]probePair{{prober: r.dgx, target: r.p5}, {prober: r.p5, target: r.dgx}}, 3*time.Second, tokenFile)
 	s, ctx := r.stack, context.Background()
 
 	// Healthy: both nodes run with probes, collective rounds and
@@ -382,4 +395,30 @@ func maxTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// checkStranger starts a third exporter of the ring without the token
+// and has it probe the DGX: the DGX refuses its reservation before it
+// takes anything (the stranger's answer says unauthorized, on the
+// target's side) and counts it, which Prometheus reads from its
+// /metrics. The stranger stops when this check ends.
+func (r *ring) checkStranger(t *testing.T) {
+	addr := freeAddr(t)
+	start(t, r.dir, "exporter-stranger", r.bin, "--sim=dgx-h100", "--probe.policy=off", "--web.listen-address="+addr,
+		"--node-probe.enabled", "--node-probe.min-interval=0s")
+	waitHTTP(t, "http://"+addr+"/metrics", 30*time.Second)
+	resp, err := http.Get("http://" + addr + "/probe?target=" + r.dgx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := `gpulink_node_probe_failure_info{reason="unauthorized",side="target"} 1`; !strings.Contains(string(body), want) {
+		t.Errorf("the stranger's probe of the DGX lacks %s:\n%s", want, body)
+	}
+	waitFor(t, 10*time.Second, "the DGX's count of the refused reservation", func() (bool, error) {
+		v, err := r.stack.query(context.Background(), fmt.Sprintf(
+			`gpulink_node_probe_unauthenticated_requests_total{instance=%q,path="/node-probe/reserve",reason="missing"} >= 1`, r.dgx))
+		return len(v) == 1, err
+	})
 }

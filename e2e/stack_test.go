@@ -169,8 +169,11 @@ const probeScrapeTimeout = 2 * time.Second
 // target, so two probes of the ring may fall at the same moment at every
 // scrape; a prober declined_session tries again (internal/nodeprobe), so
 // both still run. The exporters' --node-probe.min-interval must be
-// shorter than the interval.
-func startStack(t *testing.T, dir, prometheus, alertmanager, rules string, targets []string, ring []probePair, probeScrapeEvery time.Duration) *stack {
+// shorter than the interval. tokenFile, where set, is the ring's token
+// (--node-probe.token-file), which Prometheus sends to /probe as the
+// shipped example does (authorization.credentials_file).
+func startStack(t *testing.T, dir, prometheus, alertmanager, rules string, targets []string, ring []probePair, probeScrapeEvery time.Duration,
+	tokenFile string) *stack {
 	hook := &webhook{}
 	srv := httptest.NewServer(hook)
 	t.Cleanup(srv.Close)
@@ -205,13 +208,17 @@ receivers:
         labels: {__prober__: '%s'}
 `, p.target, p.prober)
 	}
+	auth := ""
+	if tokenFile != "" {
+		auth = fmt.Sprintf("    authorization:\n      credentials_file: %s\n", tokenFile)
+	}
 	probeJob := fmt.Sprintf(`  - job_name: gpulink-node-probe
     metrics_path: /probe
     params:
       module: [nccl_ring]
     scrape_interval: %s
     scrape_timeout: %s
-    static_configs:
+%s    static_configs:
 %s    relabel_configs:
       - source_labels: [__address__]
         target_label: __param_target
@@ -221,7 +228,7 @@ receivers:
         target_label: prober
       - source_labels: [__prober__]
         target_label: __address__
-`, fmtDur(probeScrapeEvery), fmtDur(probeScrapeTimeout), ringTargets.String())
+`, fmtDur(probeScrapeEvery), fmtDur(probeScrapeTimeout), auth, ringTargets.String())
 	promConfig := fmt.Sprintf(`global:
   scrape_interval: 1s
   evaluation_interval: 1s

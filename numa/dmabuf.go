@@ -51,7 +51,7 @@ const (
 // known not to, absent where no NVIDIA driver is loaded (no
 // /proc/driver/nvidia/version), there is no procfs root, or a file does not
 // parse (counted).
-func (f FS) readDMABuf(t *sampler.Tally) sampler.Opt[bool] {
+func (f reader) readDMABuf(t *sampler.Tally) sampler.Opt[bool] {
 	if f.Proc == "" {
 		return sampler.Opt[bool]{}
 	}

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
@@ -95,13 +96,13 @@ func TestReadDMABuf(t *testing.T) {
 		write("driver/nvidia/version", c.version)
 		write("sys/kernel/osrelease", c.release)
 		var tally sampler.Tally
-		got := FS{Sys: t.TempDir(), Proc: proc}.readDMABuf(&tally)
+		got := reader{hostfs.Root{Sys: t.TempDir(), Proc: proc}}.readDMABuf(&tally)
 		if got != c.want || (tally.Err() != nil) != c.errs {
 			t.Errorf("%s: %+v, errors %v; want %+v, errors %v", c.name, got, tally.Err(), c.want, c.errs)
 		}
 	}
 	var tally sampler.Tally
-	if got := (FS{Sys: t.TempDir()}).readDMABuf(&tally); got.Valid || tally.Err() != nil {
+	if got := (reader{hostfs.Root{Sys: t.TempDir()}}).readDMABuf(&tally); got.Valid || tally.Err() != nil {
 		t.Errorf("no procfs root: %+v, %v", got, tally.Err())
 	}
 }

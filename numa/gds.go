@@ -43,7 +43,7 @@ const NVFSStatsPath = "driver/nvidia-fs/stats"
 
 // readGDS reads nvidia-fs's state; the configuration is read apart
 // (ReadCuFileConfig), since it is a file outside sysfs and procfs.
-func (f FS) readGDS(t *sampler.Tally) GDS {
+func (f reader) readGDS(t *sampler.Tally) GDS {
 	var g GDS
 	if _, err := os.Stat(f.sys("module")); err == nil {
 		_, err := os.Stat(f.sys("module", "nvidia_fs"))

@@ -79,7 +79,7 @@ func (t *Topology) ACSBridges() []string {
 
 // readGPUDirect reads ACS, peermem, dma-buf and IOMMU state for topo;
 // nothing is written, and config space is only read.
-func (f FS) readGPUDirect(t *sampler.Tally, topo *Topology) GPUDirect {
+func (f reader) readGPUDirect(t *sampler.Tally, topo *Topology) GPUDirect {
 	g := GPUDirect{ACS: map[string]pciconfig.ACS{}, IOMMUTranslated: map[string]sampler.Opt[bool]{}}
 	for _, b := range topo.ACSBridges() {
 		a, err := pciconfig.ReadACS(f.sys("bus", "pci", "devices", b, "config"))

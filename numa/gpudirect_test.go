@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/pciconfig"
 	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/numa"
@@ -25,8 +26,8 @@ func copyFile(t *testing.T, from, to string) {
 func TestGPUDirect(t *testing.T) {
 	root := machine.Load(t, "dgx-h100")
 	sys := filepath.Join(root, "sys")
-	fsys := numa.FS{Sys: sys, Proc: filepath.Join(root, "proc")}
-	topo, err := fsys.Topology()
+	fsys := hostfs.Root{Sys: sys, Proc: filepath.Join(root, "proc")}
+	topo, err := numa.ReadTopology(fsys)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func TestGPUDirect(t *testing.T) {
 		}
 	}
 
-	topo, err = fsys.Topology()
+	topo, err = numa.ReadTopology(fsys)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +136,7 @@ func TestGPUDirect(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if topo, err = fsys.Topology(); err != nil {
+	if topo, err = numa.ReadTopology(fsys); err != nil {
 		t.Fatal(err)
 	}
 	if got := topo.GPUDirect.IOMMUTranslated; len(got) != 0 {

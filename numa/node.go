@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/sysfs"
 )
@@ -29,9 +30,10 @@ type NUMANode struct {
 // exported; kernels print them in this order too.
 var NUMAStatCounters = []string{"numa_hit", "numa_miss", "numa_foreign", "interleave_hit", "local_node", "other_node"}
 
-// NUMANodes reads every online node. A kernel without NUMA support has no
-// node directory; that is no error and yields no nodes.
-func (f FS) NUMANodes() ([]NUMANode, error) {
+// ReadNUMANodes reads every online node under root. A kernel without NUMA
+// support has no node directory; that is no error and yields no nodes.
+func ReadNUMANodes(root hostfs.Root) ([]NUMANode, error) {
+	f := reader{root}
 	var t sampler.Tally
 	online := sysfs.OptString(&t, f.sys("devices", "system", "node", "online"))
 	var ids []int
@@ -56,7 +58,7 @@ func (f FS) NUMANodes() ([]NUMANode, error) {
 	return nodes, t.Err()
 }
 
-func (f FS) readNode(t *sampler.Tally, id int, ids []int) NUMANode {
+func (f reader) readNode(t *sampler.Tally, id int, ids []int) NUMANode {
 	dir := f.sys("devices", "system", "node", "node"+strconv.Itoa(id))
 	n := NUMANode{ID: id, Distances: map[int]int{}, Stat: map[string]uint64{}}
 	if s := sysfs.OptString(t, filepath.Join(dir, "cpulist")); s.Valid {

@@ -199,7 +199,7 @@ func (d *PCIDevice) Name() string {
 }
 
 // readPCIDevice reads one function; rel is its path under <sys>/devices.
-func (f FS) readPCIDevice(t *sampler.Tally, rel string) *PCIDevice {
+func (f reader) readPCIDevice(t *sampler.Tally, rel string) *PCIDevice {
 	hb, chain := sysfs.ChainOf(rel)
 	addr := chain[len(chain)-1]
 	dir := f.sys("devices", rel)

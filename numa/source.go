@@ -3,6 +3,7 @@ package numa
 import (
 	"context"
 
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
@@ -10,7 +11,7 @@ import (
 // the PCIe tree with each link's state, read again every sample since
 // links retrain and counters move.
 type TopologyReader struct {
-	FS FS
+	FS hostfs.Root
 	// CuFileConfig is where cuFile's configuration is read from
 	// (CuFileConfigPath); empty leaves it unread.
 	CuFileConfig string
@@ -18,7 +19,7 @@ type TopologyReader struct {
 
 // Sample implements sampler.Source.
 func (r *TopologyReader) Sample(ctx context.Context) (*Topology, error) {
-	topo, err := r.FS.Topology()
+	topo, err := ReadTopology(r.FS)
 	if topo == nil || r.CuFileConfig == "" {
 		return topo, err
 	}

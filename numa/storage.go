@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/sysfs"
 )
@@ -48,14 +50,15 @@ const maxBlockDepth = 8
 // partition of it, every member for an md RAID or device-mapper volume
 // over them, the controllers' for a native-multipath namespace. None for a
 // block device on no NVMe drive (or not there at all).
-func (f FS) BlockDeviceDrives(majorMinor string) []string {
+func BlockDeviceDrives(root hostfs.Root, majorMinor string) []string {
+	f := reader{root}
 	var out []string
 	f.drivesUnder(f.sys("dev", "block", majorMinor), 0, &out)
 	slices.Sort(out)
 	return slices.Compact(out)
 }
 
-func (f FS) drivesUnder(link string, depth int, out *[]string) {
+func (f reader) drivesUnder(link string, depth int, out *[]string) {
 	if depth > maxBlockDepth {
 		return
 	}
@@ -71,7 +74,7 @@ func (f FS) drivesUnder(link string, depth int, out *[]string) {
 	// A namespace on a controller's PCI path: .../0000:42:00.0/nvme/nvme0/nvme0n1.
 	if parts := strings.Split(rel, "/"); slices.Contains(parts, "nvme") {
 		for i := len(parts) - 1; i >= 0; i-- {
-			if sysfs.IsPCIAddress(parts[i]) {
+			if pciaddr.IsSysfs(parts[i]) {
 				*out = append(*out, parts[i])
 				return
 			}
@@ -87,11 +90,11 @@ func (f FS) drivesUnder(link string, depth int, out *[]string) {
 	}
 }
 
-// Mounts reads the mount table as procfs shows it to this process
+// ReadMounts reads the mount table as procfs shows it to this process
 // (<proc>/self/mountinfo): the container's own where the exporter runs in
 // one. Lines that do not parse are counted and skipped.
-func (f FS) Mounts() ([]Mount, error) {
-	b, err := os.ReadFile(f.proc("self", "mountinfo"))
+func ReadMounts(root hostfs.Root) ([]Mount, error) {
+	b, err := os.ReadFile(root.ProcPath("self", "mountinfo"))
 	if err != nil {
 		return nil, err
 	}
@@ -148,15 +151,15 @@ func unescapeMount(s string) string {
 	return b.String()
 }
 
-// DriveMounts are the mounts on NVMe drives, in mount table order: what a
+// driveMounts are the mounts on NVMe drives, in mount table order: what a
 // job reads its data from and writes its checkpoints to when it stays on
 // the node. A filesystem mounted twice (bind mounts) is listed at each
 // mount point.
-func (f FS) DriveMounts(t *sampler.Tally, nvme []*PCIDevice) []DriveMount {
+func (f reader) driveMounts(t *sampler.Tally, nvme []*PCIDevice) []DriveMount {
 	if len(nvme) == 0 {
 		return nil
 	}
-	mounts, err := f.Mounts()
+	mounts, err := ReadMounts(f.Root)
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Merge(err)
 	}
@@ -165,7 +168,7 @@ func (f FS) DriveMounts(t *sampler.Tally, nvme []*PCIDevice) []DriveMount {
 	for _, m := range mounts {
 		d, seen := drives[m.Device]
 		if !seen {
-			d = f.BlockDeviceDrives(m.Device)
+			d = BlockDeviceDrives(f.Root, m.Device)
 			drives[m.Device] = d
 		}
 		if len(d) > 0 {

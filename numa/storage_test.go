@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/numa"
@@ -18,7 +19,7 @@ import (
 // md RAID 0 with XFS on /raid (as DGX OS sets its data drives up); drive
 // 0000:bc:00.0 behind a native-multipath head, on /scratch. tmpfs and
 // overlay mounts sit on no drive.
-func withDrives(t *testing.T) numa.FS {
+func withDrives(t *testing.T) hostfs.Root {
 	t.Helper()
 	root := machine.Load(t, "dgx-h100")
 	sys, proc := filepath.Join(root, "sys"), filepath.Join(root, "proc")
@@ -75,7 +76,7 @@ func withDrives(t *testing.T) numa.FS {
 	if err := os.WriteFile(filepath.Join(proc, "self", "mountinfo"), []byte(mountinfo), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return numa.FS{Sys: sys, Proc: proc}
+	return hostfs.Root{Sys: sys, Proc: proc}
 }
 
 func TestBlockDeviceDrives(t *testing.T) {
@@ -88,14 +89,14 @@ func TestBlockDeviceDrives(t *testing.T) {
 		"0:21":  "",                          // tmpfs
 		"8:0":   "",                          // not there
 	} {
-		if got := strings.Join(fs.BlockDeviceDrives(dev), " "); got != want {
+		if got := strings.Join(numa.BlockDeviceDrives(fs, dev), " "); got != want {
 			t.Errorf("BlockDeviceDrives(%s) = %q, want %q", dev, got, want)
 		}
 	}
 }
 
 func TestDriveMounts(t *testing.T) {
-	topo, err := withDrives(t).Topology()
+	topo, err := numa.ReadTopology(withDrives(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +118,7 @@ func TestParseMountInfoBadLine(t *testing.T) {
 	if err := os.WriteFile(p, append([]byte("garbage line\n"), b...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	mounts, err := fs.Mounts()
+	mounts, err := numa.ReadMounts(fs)
 	if err == nil || !strings.Contains(err.Error(), `mountinfo line 1: "garbage line"`) {
 		t.Errorf("a bad line: %v, want it named", err)
 	}

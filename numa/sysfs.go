@@ -15,21 +15,14 @@
 // file drops one value and is counted.
 package numa
 
-import (
-	"path/filepath"
-)
+import "github.com/gpulink/gpulink_exporter/internal/hostfs"
 
-// FS is a sysfs root and a procfs root: the one filesystem seam every
-// source that reads them takes. This package reads Sys, and from Proc only
-// what the kernel says of itself and the NVIDIA driver (dmabuf.go);
-// internal/process reads the processes.
-type FS struct {
-	Sys  string // usually /sys
-	Proc string // usually /proc
-}
+// reader reads one filesystem root (hostfs.Root): this package reads Sys,
+// and from Proc only what the kernel says of itself and the NVIDIA driver
+// (dmabuf.go); internal/process reads the processes. The reading methods
+// hang off it; ReadTopology and ReadPCIeLink are the ways in.
+type reader struct{ hostfs.Root }
 
-func (f FS) sys(parts ...string) string { return filepath.Join(append([]string{f.Sys}, parts...)...) }
+func (f reader) sys(parts ...string) string { return f.SysPath(parts...) }
 
-func (f FS) proc(parts ...string) string {
-	return filepath.Join(append([]string{f.Proc}, parts...)...)
-}
+func (f reader) proc(parts ...string) string { return f.ProcPath(parts...) }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/sysfs"
 )
@@ -28,12 +30,13 @@ type Topology struct {
 	GDS    GDS
 }
 
-// Topology reads NUMA nodes and the PCIe tree. Values that cannot be read
-// are dropped and counted in a *sampler.PartialError; a missing PCI bus
-// directory is an error.
-func (f FS) Topology() (*Topology, error) {
+// ReadTopology reads NUMA nodes and the PCIe tree under root. Values that
+// cannot be read are dropped and counted in a *sampler.PartialError; a
+// missing PCI bus directory is an error.
+func ReadTopology(root hostfs.Root) (*Topology, error) {
+	f := reader{root}
 	var t sampler.Tally
-	nodes, err := f.NUMANodes()
+	nodes, err := ReadNUMANodes(root)
 	t.Merge(err)
 	topo := &Topology{Nodes: nodes, Devices: map[string]*PCIDevice{}}
 
@@ -43,7 +46,7 @@ func (f FS) Topology() (*Topology, error) {
 		return nil, fmt.Errorf("PCI devices: %w", err)
 	}
 	for _, e := range entries {
-		if !sysfs.IsPCIAddress(e.Name()) {
+		if !pciaddr.IsSysfs(e.Name()) {
 			continue
 		}
 		dir := filepath.Join(busDir, e.Name())
@@ -90,7 +93,7 @@ func (f FS) Topology() (*Topology, error) {
 	slices.SortFunc(topo.NICs, byAddr)
 	slices.SortFunc(topo.NVMe, byAddr)
 	topo.GPUDirect = f.readGPUDirect(&t, topo)
-	topo.Mounts = f.DriveMounts(&t, topo.NVMe)
+	topo.Mounts = f.driveMounts(&t, topo.NVMe)
 	topo.GDS = f.readGDS(&t)
 	return topo, t.Err()
 }

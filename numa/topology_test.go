@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/numa"
@@ -19,7 +20,7 @@ var dgxGPUs = []string{"0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:
 func loadTopology(t *testing.T, profile string) *numa.Topology {
 	t.Helper()
 	root := machine.Load(t, profile)
-	topo, err := numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}.Topology()
+	topo, err := numa.ReadTopology(hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")})
 	if err != nil {
 		t.Fatalf("%s: %v", profile, err)
 	}
@@ -336,7 +337,7 @@ func TestTopologyBadFiles(t *testing.T) {
 	if err := os.Mkdir(dist, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	topo, err := numa.FS{Sys: sys}.Topology()
+	topo, err := numa.ReadTopology(hostfs.Root{Sys: sys})
 	var partial *sampler.PartialError
 	if !errors.As(err, &partial) || partial.Count != 2 {
 		t.Fatalf("err = %v, want a partial error counting 2 values", err)

@@ -2,6 +2,7 @@ package probes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -190,12 +191,43 @@ type CollectiveRound struct {
 	// Error is set when no communicator could be made (no NCCL library,
 	// a GPU that could not be opened, the other node never joined).
 	Error string `json:"error,omitempty"`
+	// NoLibrary is set with Error when the cause was ErrNoLibrary: the
+	// child could not load NCCL. It carries the error's type across the
+	// process, so the daemon reads it with errors.Is (Err), not by text.
+	NoLibrary bool `json:"no_library,omitempty"`
 
 	// Contention is what shared the round's GPUs while it ran, as the
 	// daemon (or the collectives command) watched them: every GPU of a
 	// collective takes part in every result, so one shared GPU makes all
 	// of them contended (Reasons). Nil when nobody watched.
 	Contention *Contention `json:"contention,omitempty"`
+}
+
+// ErrNoLibrary is why a round could not start on a node without the
+// library it needs (NCCL could not be loaded). That is no fault of the
+// GPUs: the daemon counts a no_library skip, not a failed round. The child
+// wraps the binding's load error with NoLibrary; the round carries it as
+// CollectiveRound.NoLibrary, and Err gives it back.
+var ErrNoLibrary = errors.New("library cannot be loaded")
+
+// NoLibrary marks err (the binding's load error) as ErrNoLibrary, keeping
+// its text.
+func NoLibrary(err error) error { return noLibraryError{err} }
+
+type noLibraryError struct{ error }
+
+func (e noLibraryError) Unwrap() []error { return []error{e.error, ErrNoLibrary} }
+
+// Err is why no communicator was made, nil when one was: Error's text,
+// wrapping ErrNoLibrary when NoLibrary says so.
+func (r *CollectiveRound) Err() error {
+	switch {
+	case r.Error == "":
+		return nil
+	case r.NoLibrary:
+		return NoLibrary(errors.New(r.Error))
+	}
+	return errors.New(r.Error)
 }
 
 // CollectiveMeasurer is the collective seam: NCCL over CUDA in the
@@ -259,7 +291,7 @@ func MeasureCollectiveRound(ctx context.Context, m CollectiveMeasurer, o Collect
 	}
 	comm, err := m.OpenComm(ctx, o, ids)
 	if err != nil {
-		round.Error = err.Error()
+		round.Error, round.NoLibrary = err.Error(), errors.Is(err, ErrNoLibrary)
 		return round
 	}
 	defer func() {

@@ -7,8 +7,6 @@ import (
 	"strings"
 
 	"github.com/alecthomas/units"
-
-	"github.com/gpulink/gpulink_exporter/probes/nccl"
 )
 
 // Defaults of the collective options, as nccl-tests' -w 5 -n 20 and a size
@@ -103,7 +101,7 @@ func (o CollectiveOptions) validateRanks() error {
 			Want: fmt.Sprintf("want at least 4 bytes (one float) for each of %d ranks", o.Ranks)}
 	}
 	if o.UniqueID != "" {
-		if _, err := nccl.ParseUniqueID(o.UniqueID); err != nil {
+		if _, err := ParseUniqueID(o.UniqueID); err != nil {
 			return &OptionError{Flag: "--unique-id", Value: shorten(o.UniqueID, 16), Want: "want an NCCL unique id as rank 0 printed it: " + err.Error()}
 		}
 	}

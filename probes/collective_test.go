@@ -2,12 +2,12 @@ package probes
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"reflect"
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -101,9 +101,39 @@ func TestMeasureCollectiveRound(t *testing.T) {
 		t.Errorf("send_recv result %+v", sr)
 	}
 
-	failed := MeasureCollectiveRound(context.Background(), &recordingMeasurer{openErr: errors.New("loading NCCL: libnccl.so.2: cannot open shared object file")}, o, nil)
-	if !strings.Contains(failed.Error, "libnccl.so.2") || len(failed.Results) != 0 {
+	loadErr := errors.New("loading NCCL: libnccl.so.2: cannot open shared object file")
+	failed := MeasureCollectiveRound(context.Background(), &recordingMeasurer{openErr: loadErr}, o, nil)
+	if failed.Error != loadErr.Error() || failed.NoLibrary || len(failed.Results) != 0 {
 		t.Errorf("round without a communicator: %+v", failed)
+	}
+	if err := failed.Err(); err == nil || errors.Is(err, ErrNoLibrary) {
+		t.Errorf("Err() of a round that failed for another cause = %v, want an error that is not ErrNoLibrary", err)
+	}
+}
+
+// A child that could not load its library says so by type, not by text:
+// the round carries the mark through its JSON, and Err gives back an
+// error the daemon tests with errors.Is.
+func TestCollectiveRoundNoLibrary(t *testing.T) {
+	o := CollectiveOptions{GPUs: []string{"0000:18:00.0", "0000:2a:00.0"}, Ranks: 2, Collectives: []Collective{AllReduce}, SizeBytes: 1 << 20, SmallBytes: 8}
+	loadErr := errors.New("loading NCCL: libnccl.so.2: cannot open shared object file")
+	r := MeasureCollectiveRound(context.Background(), &recordingMeasurer{openErr: NoLibrary(loadErr)}, o, nil)
+	if r.Error != loadErr.Error() || !r.NoLibrary {
+		t.Fatalf("round = %+v, want the load error's text and NoLibrary", r)
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back CollectiveRound
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if err := back.Err(); !errors.Is(err, ErrNoLibrary) || err.Error() != loadErr.Error() {
+		t.Errorf("Err() after JSON = %v, want ErrNoLibrary with the load error's text", err)
+	}
+	if err := (&CollectiveRound{}).Err(); err != nil {
+		t.Errorf("Err() of a round with a communicator = %v, want nil", err)
 	}
 }
 

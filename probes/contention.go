@@ -3,7 +3,7 @@ package probes
 import (
 	"slices"
 
-	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 )
 
 // A probe measures a path only when nothing else uses it. Two processes
@@ -65,7 +65,7 @@ func (c *Contention) For(peer string) []string {
 	if c == nil {
 		return nil
 	}
-	p := c.Peers[nvml.NormalizeBusID(peer)]
+	p := c.Peers[pciaddr.Normalize(peer)]
 	if peer == "" || len(p) == 0 {
 		return c.Reasons
 	}

@@ -32,12 +32,13 @@
 //   - probes/schedule: the daemon's scheduling of probe and collective
 //     rounds (policy, duty cycle, skips, contention, sessions).
 //
-// The children are sub-packages of the bindings rather than beside them:
-// this package imports the NCCL binding (a --unique-id is checked at start
-// with nccl.ParseUniqueID) and the NCCL binding imports the CUDA one, so a
-// child that imports this contract cannot live in either binding without
-// an import cycle; and the bindings stay leaves that know only their
-// libraries.
+// This package has no cgo and imports neither binding: the NCCL unique id
+// (UniqueID, ParseUniqueID) is the contract's, and a failure the daemon
+// tells apart is typed here (ErrNoLibrary), which a child returns and the
+// scheduler tests with errors.Is. The bindings stay leaves that know only
+// their libraries (the NCCL one imports the CUDA one); each child, which
+// imports both its binding and this contract, sits in a sub-package of
+// its binding. deps_test.go keeps these directions.
 //
 // PathFor, CollectivePathFor and PeerReachable take the NVML sampler's
 // snapshot (internal/nvml): what a path should give is read from the same

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/internal/sim/nvmlmodel"
@@ -41,7 +42,7 @@ func wantNear(t *testing.T, what string, got, want float64) {
 func topology(t *testing.T, profile string) *numa.Topology {
 	t.Helper()
 	root := machine.Load(t, profile)
-	topo, err := numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}.Topology()
+	topo, err := numa.ReadTopology(hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")})
 	if err != nil {
 		t.Fatalf("%s: %v", profile, err)
 	}

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 )
 
 // How the probe and collectives commands choose GPUs: by PCI address, or
@@ -37,7 +37,7 @@ func ResolveGPUs(addrs []string, sel, flag string) ([]string, error) {
 		}
 		return addrs[i : i+1], nil
 	}
-	return []string{nvml.NormalizeBusID(sel)}, nil
+	return []string{pciaddr.Normalize(sel)}, nil
 }
 
 // AppendNew appends the strings of more that list lacks.

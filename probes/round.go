@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 )
 
 // The probe seam. What a GPU can measure is an interface with two
@@ -147,7 +147,7 @@ func MeasureRound(ctx context.Context, m Measurer, opts []Options) *Round {
 // measureGPU is one GPU's part of a round: every probe kind asked for, in
 // run order, each once per host node or peer as it applies.
 func measureGPU(ctx context.Context, m Measurer, o Options) (g GPURound) {
-	g = GPURound{PCIBusID: nvml.NormalizeBusID(o.GPU), CUDADevice: -1, Results: []Result{}}
+	g = GPURound{PCIBusID: pciaddr.Normalize(o.GPU), CUDADevice: -1, Results: []Result{}}
 	dev, found, err := m.Open(ctx, o)
 	g.CUDADevice, g.Name = found.CUDADevice, found.Name
 	if dev != nil {
@@ -210,7 +210,7 @@ func (r *gpuRound) run(kind Kind) []Result {
 	case PeerCopy, PeerBidirectional, PeerLatency:
 		var out []Result
 		for _, p := range r.o.Peers {
-			addr := nvml.NormalizeBusID(p)
+			addr := pciaddr.Normalize(p)
 			if kind != PeerCopy && addr < r.g.PCIBusID {
 				continue // measured in the peer's round
 			}

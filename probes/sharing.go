@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 )
 
 // What shared a GPU while it was measured, as the daemon's rounds and the
@@ -184,7 +185,7 @@ func (w *RunWatch) others(own int) (map[string][]int, int, int) {
 			if out == nil {
 				out = map[string][]int{}
 			}
-			out[nvml.NormalizeBusID(g.PCIBusID)] = pids
+			out[pciaddr.Normalize(g.PCIBusID)] = pids
 		}
 	}
 	return out, w.checks, w.failures
@@ -207,7 +208,7 @@ func JudgeSharing(self, peers []string, w *RunWatch, own int, busyUtil map[strin
 	norm := func(addrs []string) map[string]bool {
 		m := map[string]bool{}
 		for _, a := range addrs {
-			m[nvml.NormalizeBusID(a)] = true
+			m[pciaddr.Normalize(a)] = true
 		}
 		return m
 	}
@@ -228,7 +229,7 @@ func JudgeSharing(self, peers []string, w *RunWatch, own int, busyUtil map[strin
 		c.mark(selves, addr, ContendedOtherProcess)
 	}
 	for _, addr := range slices.Sorted(maps.Keys(busyUtil)) {
-		a := nvml.NormalizeBusID(addr)
+		a := pciaddr.Normalize(addr)
 		if busyUtil[addr] && (selves[a] || others[a]) {
 			c.mark(selves, a, ContendedUtilization)
 		}
@@ -239,7 +240,7 @@ func JudgeSharing(self, peers []string, w *RunWatch, own int, busyUtil map[strin
 // mark adds reason for the GPU at addr: to Reasons where it is one of
 // selves, else to the results against it.
 func (c *Contention) mark(selves map[string]bool, addr, reason string) {
-	addr = nvml.NormalizeBusID(addr)
+	addr = pciaddr.Normalize(addr)
 	if selves[addr] {
 		c.Reasons = AddReason(c.Reasons, reason)
 		return
@@ -254,7 +255,7 @@ func (c *Contention) mark(selves map[string]bool, addr, reason string) {
 // peers (the GPUs its options measured against), and the spread of each
 // result's samples.
 func JudgeRound(gr *GPURound, peers []string, w *RunWatch, own int, busyUtil map[string]bool) *Contention {
-	self := nvml.NormalizeBusID(gr.PCIBusID)
+	self := pciaddr.Normalize(gr.PCIBusID)
 	c := JudgeSharing([]string{self}, peers, w, own, busyUtil)
 	selves := map[string]bool{self: true}
 	for i := range gr.Results {
@@ -319,11 +320,11 @@ func (s *SharingCheck) Start(addrs []string) *CommandWatch {
 	cw := &CommandWatch{check: s, lister: NewProcessLister(s.Processes, ProcessListLimit), busyUtil: map[string]bool{}}
 	var gpus []*nvml.GPUState
 	for _, a := range addrs {
-		addr := nvml.NormalizeBusID(a)
+		addr := pciaddr.Normalize(a)
 		g := &nvml.GPUState{Identity: nvml.Identity{PCIBusID: addr}}
 		if s.Snapshot != nil {
 			for i := range s.Snapshot.GPUs {
-				if cur := &s.Snapshot.GPUs[i]; nvml.NormalizeBusID(cur.PCIBusID) == addr {
+				if cur := &s.Snapshot.GPUs[i]; pciaddr.Normalize(cur.PCIBusID) == addr {
 					g = cur
 					if cur.Utilization.Valid && cur.Utilization.V > s.Threshold {
 						cw.busyUtil[addr] = true

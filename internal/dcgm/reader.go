@@ -29,6 +29,7 @@ import (
 	godcgm "github.com/NVIDIA/go-dcgm/pkg/dcgm"
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
@@ -442,7 +443,7 @@ func store(g *GPU, v godcgm.FieldValue_v2, t *sampler.Tally) {
 		return
 	case godcgm.DCGM_FI_DEV_PCI_BUS_ID:
 		if s := fieldString(v); s != "" {
-			g.PCIBusID = nvml.NormalizeBusID(s)
+			g.PCIBusID = pciaddr.Normalize(s)
 		}
 		return
 	}

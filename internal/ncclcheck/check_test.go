@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/numa"
@@ -44,8 +45,8 @@ func node(t *testing.T, name string, files map[string]string) (root string, topo
 			t.Fatal(err)
 		}
 	}
-	fsys := numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
-	topo, err = fsys.Topology()
+	fsys := hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
+	topo, err = numa.ReadTopology(fsys)
 	if topo == nil {
 		t.Fatalf("topology: %v", err)
 	}

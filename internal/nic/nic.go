@@ -15,9 +15,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/sysfs"
-	"github.com/gpulink/gpulink_exporter/numa"
 )
 
 // NIC port health: RDMA ports (InfiniBand, RoCE, iWARP, EFA) from
@@ -164,7 +164,7 @@ type Snapshot struct {
 
 // Reader samples NIC ports from a sysfs root.
 type Reader struct {
-	FS numa.FS
+	FS hostfs.Root
 }
 
 // Sample reads every RDMA port and physical network interface. Values

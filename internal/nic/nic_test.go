@@ -8,10 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/internal/sysfs"
-	"github.com/gpulink/gpulink_exporter/numa"
 )
 
 // nicTree writes a small sysfs tree under a temporary root.
@@ -31,8 +32,8 @@ func newNICTree(t *testing.T) *nicTree {
 	return &nicTree{t: t, root: root}
 }
 
-func (s *nicTree) fs() numa.FS {
-	return numa.FS{Sys: filepath.Join(s.root, "sys"), Proc: filepath.Join(s.root, "proc")}
+func (s *nicTree) fs() hostfs.Root {
+	return hostfs.Root{Sys: filepath.Join(s.root, "sys"), Proc: filepath.Join(s.root, "proc")}
 }
 
 func (s *nicTree) path(rel string) string { return filepath.Join(s.root, "sys", rel) }
@@ -156,7 +157,7 @@ func nicDGXTree(t *testing.T) *nicTree {
 	return s
 }
 
-func nicSample(t *testing.T, f numa.FS) (*Snapshot, *sampler.PartialError) {
+func nicSample(t *testing.T, f hostfs.Root) (*Snapshot, *sampler.PartialError) {
 	t.Helper()
 	r := &Reader{FS: f}
 	snap, err := r.Sample(context.Background())
@@ -440,9 +441,9 @@ func TestNICRealSysfs(t *testing.T) {
 	if _, err := os.Stat("/sys/class/net/lo"); err != nil {
 		t.Skip("no /sys/class/net here")
 	}
-	snap, _ := nicSample(t, numa.FS{Sys: "/sys", Proc: "/proc"})
+	snap, _ := nicSample(t, hostfs.Root{Sys: "/sys", Proc: "/proc"})
 	for _, n := range snap.Interfaces {
-		if n.Name == "lo" || !sysfs.IsPCIAddress(n.PCIAddress) {
+		if n.Name == "lo" || !pciaddr.IsSysfs(n.PCIAddress) {
 			t.Errorf("interface %s (%q) is not a physical one", n.Name, n.PCIAddress)
 		}
 		if n.NUMANode < -1 {
@@ -450,7 +451,7 @@ func TestNICRealSysfs(t *testing.T) {
 		}
 	}
 	for _, p := range snap.Ports {
-		if p.PCIAddress != "" && !sysfs.IsPCIAddress(p.PCIAddress) {
+		if p.PCIAddress != "" && !pciaddr.IsSysfs(p.PCIAddress) {
 			t.Errorf("port %s/%d: PCI address %q", p.Device, p.Port, p.PCIAddress)
 		}
 	}
@@ -537,10 +538,10 @@ func TestParseIBRate(t *testing.T) {
 }
 
 // nicProfile samples a committed fixture tree.
-func nicProfile(t *testing.T, profile string) (*Snapshot, *sampler.PartialError, numa.FS) {
+func nicProfile(t *testing.T, profile string) (*Snapshot, *sampler.PartialError, hostfs.Root) {
 	t.Helper()
 	root := machine.Load(t, profile)
-	f := numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
+	f := hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
 	snap, perr := nicSample(t, f)
 	return snap, perr, f
 }
@@ -757,4 +758,32 @@ func TestNICProfileH200VM(t *testing.T) {
 	}
 	wantNone(t, "eth0 speed", n.SpeedBytes)
 	wantCount(t, "eth0 carrier changes", n.CarrierChanges, 2)
+}
+
+// The NIC source on a tree captured from a real machine (the development
+// and CI VM, numa/testdata/captured/dev-vm): the kernel's own files, speed
+// -1 on virtio included, read without an error.
+func TestNICCapturedDevVM(t *testing.T) {
+	t.Parallel()
+	root := machine.LoadCaptured(t, "dev-vm")
+	snap, perr := nicSample(t, hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")})
+	if perr != nil {
+		t.Fatal(perr)
+	}
+	if len(snap.Ports) != 0 {
+		t.Errorf("ports %+v, want none", snap.Ports)
+	}
+	if len(snap.Interfaces) != 1 {
+		t.Fatalf("interfaces %+v, want eth0 alone (lo, ifb0, ifb1 are virtual)", snap.Interfaces)
+	}
+	n := snap.Interfaces[0]
+	if n.Name != "eth0" || n.PCIAddress != "0000:00:03.0" || n.NUMANode != -1 || n.Up() != sampler.Some(true) ||
+		n.MTU != sampler.Some(int64(1400)) || n.Driver != "virtio-pci" {
+		t.Errorf("eth0 = %+v", n)
+	}
+	wantNone(t, "eth0 speed (virtio writes -1)", n.SpeedBytes)
+	wantCount(t, "eth0 carrier changes", n.CarrierChanges, 2)
+	if s := n.Stats; !s.ReceiveBytes.Valid || s.ReceiveBytes.V == 0 || !s.TransmitPackets.Valid || s.TransmitPackets.V == 0 {
+		t.Errorf("eth0 stats %+v, want the counters the kernel wrote", s)
+	}
 }

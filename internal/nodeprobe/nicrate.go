@@ -2,7 +2,7 @@ package nodeprobe
 
 import (
 	"github.com/gpulink/gpulink_exporter/internal/nic"
-	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/numa"
 )
@@ -19,7 +19,7 @@ func NearestNICRate(topo *numa.Topology, nics *nic.Snapshot, gpu string) float64
 	if topo == nil || nics == nil {
 		return 0
 	}
-	d := topo.Device(nvml.NormalizeBusID(gpu))
+	d := topo.Device(pciaddr.Normalize(gpu))
 	if d == nil {
 		return 0
 	}

@@ -69,7 +69,14 @@ type Config struct {
 	// NICRate is what the NIC nearest a GPU (by PCI address) carries, one
 	// direction, in bytes per second; 0 when unknown. Nil: unknown.
 	NICRate func(gpu string) float64
-	Logger  *slog.Logger
+	// Token is the ring's shared token (auth.go): every request to
+	// /probe, ReservePath and JoinPath must carry it, and this node sends
+	// it to its targets. Empty: no authentication beyond the web config.
+	Token string
+	// WebBasicAuth says the web config checks basic auth: a /probe call
+	// that carries it passed that check (auth.go).
+	WebBasicAuth bool
+	Logger       *slog.Logger
 }
 
 // Node is this exporter's side of node-to-node probes: the prober of
@@ -97,9 +104,17 @@ type Node struct {
 	declines     *prometheus.CounterVec
 	reservations prometheus.Counter
 	ended        *prometheus.CounterVec
+	// unauthenticated counts requests refused for want of the token.
+	unauthenticated *prometheus.CounterVec
 
 	// bodyTimeout bounds reading a request's body (readStrict).
 	bodyTimeout time.Duration
+	// reserveHold bounds a reservation's hold (maxReserveHold).
+	reserveHold time.Duration
+	// probes holds a slot for each /probe being answered (maxProbes).
+	probes chan struct{}
+	// giving counts give-backs still under way (giveBack), for the tests.
+	giving sync.WaitGroup
 
 	// Seams for the tests.
 	now   func() time.Time
@@ -158,7 +173,14 @@ func New(cfg Config) *Node {
 			Help: "Reservations this node made as target, by how they ended (joined; expired: no join within the hold; " +
 				"given_back: the prober gave it back unused; refused: its join did not match it).",
 		}, []string{"how"}),
+		unauthenticated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpulink_node_probe_unauthenticated_requests_total",
+			Help: "Requests to /probe, /node-probe/reserve and /node-probe/join refused (401) before anything else because they " +
+				"lacked the node-to-node token (--node-probe.token-file), by path and reason (missing, wrong).",
+		}, []string{"path", "reason"}),
 		bodyTimeout: defaultBodyTimeout,
+		reserveHold: maxReserveHold,
+		probes:      make(chan struct{}, maxProbes),
 		now:         time.Now,
 		rand:        rand.Float64,
 		sleep:       schedule.SleepUnlessDone,
@@ -175,11 +197,18 @@ func New(cfg Config) *Node {
 	for _, how := range []string{EndJoined, EndExpired, EndGivenBack, EndRefused} {
 		n.ended.WithLabelValues(how)
 	}
+	if cfg.Token != "" {
+		for _, path := range Paths {
+			for _, why := range []string{AuthMissing, AuthWrong} {
+				n.unauthenticated.WithLabelValues(path, why)
+			}
+		}
+	}
 	return n
 }
 
 func (n *Node) collectors() []prometheus.Collector {
-	return []prometheus.Collector{n.sessions, n.declines, n.reservations, n.ended}
+	return []prometheus.Collector{n.sessions, n.declines, n.reservations, n.ended, n.unauthenticated}
 }
 
 // Describe implements prometheus.Collector.
@@ -211,7 +240,9 @@ type hold struct {
 }
 
 // rateLimited says why a session in role starting now is declined by
-// --node-probe.min-interval; "" when it is not.
+// --node-probe.min-interval; "" when it is not. The answer names no time:
+// when the node is free again is no caller's business, and the log has
+// it.
 func (n *Node) rateLimited(role string, now time.Time) string {
 	n.mu.Lock()
 	last := n.last[role]
@@ -219,35 +250,31 @@ func (n *Node) rateLimited(role string, now time.Time) string {
 	if n.cfg.MinInterval <= 0 || last.IsZero() || now.Sub(last) >= n.cfg.MinInterval {
 		return ""
 	}
-	return "the last session as " + role + " started " + now.Sub(last).Round(time.Millisecond).String() +
-		" ago; --node-probe.min-interval is " + n.cfg.MinInterval.String()
+	n.logger.Debug("node-to-node session inside --node-probe.min-interval", "role", role, "last_started_ago", now.Sub(last),
+		"min_interval", n.cfg.MinInterval)
+	return "this node's last session as " + role + " ran less than --node-probe.min-interval ago"
 }
 
+// started records that a session in role ran from at: only a session
+// that ran spends a node's --node-probe.min-interval, so that a decline,
+// a give-back, an expiry or an unreachable target spends nobody's.
 func (n *Node) started(role string, at time.Time) {
 	n.mu.Lock()
 	n.last[role] = at
 	n.mu.Unlock()
 }
 
-// lockProber takes the session lock for a try of a probe, and the
-// prober's rate limit: from then on the probe counts toward
-// --node-probe.min-interval as prober, whatever the target answers, so a
-// target that makes the prober wait and then declines cannot hand it
-// back. counted is the probe's own: once a try has counted it, a later
-// try of the same probe is not limited by its first. On failure nothing
-// is held.
-func (n *Node) lockProber(counted *bool) (unlock func(), reason, detail string) {
+// lockProber takes the session lock for a try of a probe, unless this
+// node's last session as prober is inside --node-probe.min-interval. The
+// probe spends the interval only once it runs (finish). On failure
+// nothing is held.
+func (n *Node) lockProber() (unlock func(), reason, detail string) {
 	if !n.session.TryLock() {
 		return nil, ReasonSession, "this node is already in a node-to-node session"
 	}
-	if !*counted {
-		now := n.now()
-		if why := n.rateLimited(RoleProber, now); why != "" {
-			n.session.Unlock()
-			return nil, ReasonRateLimited, why
-		}
-		n.started(RoleProber, now)
-		*counted = true
+	if why := n.rateLimited(RoleProber, n.now()); why != "" {
+		n.session.Unlock()
+		return nil, ReasonRateLimited, why
 	}
 	return func() {
 		if n.unlocking != nil {
@@ -276,8 +303,8 @@ func (n *Node) takeGPUs(k int) (gpus []schedule.SessionGPU, release func(), reas
 // enterTarget takes the session lock, the target's rate limit (and
 // remote's lockout) and k GPUs, in that order, for a reservation or a
 // join from remote; on failure reason is one of the declined_* reasons,
-// detail says more, and nothing is held. The session counts toward
-// --node-probe.min-interval as target from now, joined or not.
+// detail says more, and nothing is held. It spends nothing: the join
+// that runs the session does (startTarget).
 func (n *Node) enterTarget(k int, remote string) (h *hold, reason, detail string) {
 	if !n.session.TryLock() {
 		return nil, ReasonSession, "this node is already in a node-to-node session"
@@ -296,7 +323,6 @@ func (n *Node) enterTarget(k int, remote string) (h *hold, reason, detail string
 		n.session.Unlock()
 		return nil, reason, detail
 	}
-	n.started(RoleTarget, now)
 	return &hold{gpus: gpus, release: sync.OnceFunc(func() { release(); n.session.Unlock() })}, "", ""
 }
 

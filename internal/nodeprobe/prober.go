@@ -8,9 +8,11 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,7 +42,19 @@ const maxRoundBytes = 8 << 20
 // session with the target as the prober, rendered in a registry of its
 // own. A bad parameter is an HTTP error, as in blackbox_exporter; a session
 // that did not run or failed is probe_success 0 with its reason.
-func (n *Node) ProbeHandler() http.Handler { return http.HandlerFunc(n.serveProbe) }
+func (n *Node) ProbeHandler() http.Handler { return n.guard(ProbePath, n.serveProbe) }
+
+// maxProbes bounds the /probe calls answered at once: a node runs one
+// session at a time, and a call beyond it only waits to try again (a
+// ring's two probes of one node, the second replica of an HA pair), so a
+// few are enough, and more get 503 at once rather than a goroutine each
+// for the length of their budget.
+const maxProbes = 4
+
+// writeMargin is how long past its session's deadline an answer may take
+// to be written: the server's write timeout is lifted to it for /probe
+// and joins, whose answers come only when the session ends.
+const writeMargin = 10 * time.Second
 
 func (n *Node) serveProbe(w http.ResponseWriter, r *http.Request) {
 	params := r.URL.Query()
@@ -68,6 +82,16 @@ func (n *Node) serveProbe(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("Invalid target %q: %s", target, err), http.StatusBadRequest)
 		return
 	}
+	select {
+	case n.probes <- struct{}{}:
+		defer func() { <-n.probes }()
+	default:
+		http.Error(w, fmt.Sprintf("Too many node-to-node probes at once (%d); try again later", cap(n.probes)), http.StatusServiceUnavailable)
+		return
+	}
+	// The answer comes when the session ends: the server's write timeout
+	// would cut it.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(timeout + writeMargin))
 	// The clock starts before the deadline's: a probe cut at its timeout
 	// lasted at least the timeout.
 	start := n.now()
@@ -129,13 +153,46 @@ func targetBase(target string, tls bool) (string, error) {
 	if host == "" {
 		return "", errors.New("no host")
 	}
+	if !validHost(host) {
+		return "", fmt.Errorf("host %q: want an IP address or a DNS name", host)
+	}
 	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
 		return "", fmt.Errorf("port %q: want 1 to 65535", port)
 	}
 	if tls {
 		scheme = "https"
 	}
-	return (&url.URL{Scheme: scheme, Host: hostport}).String(), nil
+	base := (&url.URL{Scheme: scheme, Host: hostport}).String()
+	// What the requests to the target will parse: a target that fails
+	// here is the caller's error (400), not an unreachable target.
+	if _, err := url.Parse(base + ReservePath); err != nil {
+		return "", err
+	}
+	return base, nil
+}
+
+// validHost reports whether host is an IP address (an IPv6 one with its
+// zone) or a DNS name: dot-separated labels of letters, digits, '-' and
+// '_' (as Kubernetes and Prometheus' service discovery give them), 1 to
+// 63 long, 253 in all.
+func validHost(host string) bool {
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	if len(host) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(host, "."), ".") {
+		if len(label) == 0 || len(label) > 63 {
+			return false
+		}
+		for _, c := range []byte(label) {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // ran is what a child gave.
@@ -175,10 +232,9 @@ func (n *Node) probe(ctx context.Context, u, target, name string, m Module, budg
 		return out
 	}
 	defer client.CloseIdleConnections()
-	counted := false // whether a try has counted the probe toward the rate limit
 	for tries := 1; ; tries++ {
 		start := n.now()
-		out = n.try(ctx, client, u, target, name, m, &counted)
+		out = n.try(ctx, client, u, target, name, m)
 		out.attempts = tries
 		if out.reason == "" {
 			n.tookSession(name, n.now().Sub(start))
@@ -207,17 +263,17 @@ func (n *Node) probe(ctx context.Context, u, target, name string, m Module, budg
 	return out
 }
 
-// try is one try at a session as the prober (counted: whether an
-// earlier try of the probe counted it toward the rate limit). It holds
-// this node's session lock from the start, so that a ring's probes that
-// meet are declined_session on both sides (and try again) rather than
-// reserving each other; it takes its GPUs only once
-// the target has reserved itself, so that a target slow to answer holds
-// no GPU and no probe round back. Whatever this node holds is let go of
-// before a reservation it will not use is given back.
-func (n *Node) try(ctx context.Context, client *http.Client, u, target, name string, m Module, counted *bool) *outcome {
+// try is one try at a session as the prober. It holds this node's
+// session lock from the start, so that a ring's probes that meet are
+// declined_session on both sides (and try again) rather than reserving
+// each other; it takes its GPUs only once the target has reserved
+// itself, so that a target slow to answer holds no GPU and no probe round
+// back. Whatever this node holds is let go of before a reservation it
+// will not use is given back, and the give-back runs on its own
+// (giveBack): the outcome is settled without it.
+func (n *Node) try(ctx context.Context, client *http.Client, u, target, name string, m Module) *outcome {
 	out := &outcome{module: m}
-	unlock, reason, detail := n.lockProber(counted)
+	unlock, reason, detail := n.lockProber()
 	if reason != "" {
 		out.fail(reason, SideProber, detail)
 		return out
@@ -225,13 +281,14 @@ func (n *Node) try(ctx context.Context, client *http.Client, u, target, name str
 	if n.locked != nil {
 		n.locked()
 	}
-	if token := n.finish(ctx, out, client, u, target, name, m, unlock); token != "" {
-		n.giveBack(ctx, client, u, token)
-	}
+	token := n.finish(ctx, out, client, u, target, name, m, unlock)
 	if out.reason != "" && !isDecline(out.reason) && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		// Whatever failed first, the deadline is what ended the session:
 		// a child cut off mid-operation, a target that did not answer.
 		out.reason = ReasonTimeout
+	}
+	if token != "" {
+		n.giveBack(ctx, client, u, token)
 	}
 	return out
 }
@@ -266,6 +323,9 @@ func (n *Node) finish(ctx context.Context, out *outcome, client *http.Client, u,
 		return token
 	}
 	defer release()
+	// Both nodes are in: the session runs, and spends this node's
+	// --node-probe.min-interval as prober.
+	n.started(RoleProber, n.now())
 	out.gpus, out.localRates = gpus, n.nicRates(gpus)
 	o := opts.collectiveOptions(busIDs(gpus), 0, "", target)
 	sctx, cancel := context.WithCancel(ctx)
@@ -391,7 +451,7 @@ func deadlineOf(ctx context.Context) time.Time {
 
 // join asks the target at base to join and waits for its round.
 func (n *Node) join(ctx context.Context, client *http.Client, base string, req JoinRequest) joined {
-	resp, b, reason, detail := call(ctx, client, http.MethodPost, base+JoinPath, req)
+	resp, b, reason, detail := n.call(ctx, client, http.MethodPost, base+JoinPath, req)
 	if reason != "" {
 		return joined{reason: reason, detail: detail}
 	}
@@ -429,6 +489,9 @@ func readRound(b []byte, req JoinRequest) joined {
 		return joined{reason: ReasonBadResponse, detail: fmt.Sprintf(
 			"the target's round is version %d with ranks %d from %d on %d GPUs; want version %d, ranks %d from %d on %d GPUs",
 			r.Version, r.Ranks, r.FirstRank, len(r.GPUs), probes.CollectiveContractVersion, req.Ranks, req.FirstRank, k)}
+	}
+	if why := checkTransports(r.Transports, req.Ranks); why != "" {
+		return joined{reason: ReasonBadResponse, detail: "the target's round: " + why}
 	}
 	if len(resp.NICBytesPerSecond) != k {
 		return joined{reason: ReasonBadResponse, detail: fmt.Sprintf("the target's answer has %d NIC rates for %d GPUs", len(resp.NICBytesPerSecond), k)}

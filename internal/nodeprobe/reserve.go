@@ -28,16 +28,19 @@ import (
 // reservations, when the join's version was 1 and this one would not be
 // read either): declined_disabled, and no child starts.
 //
-// What a reservation may hold, and how often:
+// What a reservation may hold, and how often (only a caller with the
+// node's token gets this far: auth.go):
 //   - one at a time (the session lock), for at most what was left of the
 //     prober's deadline when it asked, and never more than maxReserveHold;
-//   - it starts the target's --node-probe.min-interval whether it is
-//     joined, given back or left to expire: holding a node without running
-//     a session costs as much as running one;
+//   - it spends no --node-probe.min-interval of the target's: only the
+//     join that runs the session does, so that a reservation given back,
+//     declined elsewhere or left to expire spends no one's interval;
 //   - a remote (host) whose reservation expired unjoined is declined
 //     (declined_rate_limited) for lockoutBase or the min-interval, whichever
 //     is longer, doubled for each expiry in a row up to maxLockout; a join
-//     of its next reservation clears the record;
+//     of its next reservation clears the record, and so does a join that
+//     comes late for the reservation that expired (a prober slow to make
+//     its unique id is locked out for nothing it did);
 //   - the join must match it: module, collectives, sizes, iterations and
 //     GPUs equal, and a timeout no longer than it was reserved for; a join
 //     that does not is refused and ends the reservation.
@@ -58,6 +61,12 @@ const maxReserveHold = 30 * time.Second
 // reservation: a target answers at once (it takes a lock and looks at its
 // GPUs), and the prober holds its session lock meanwhile.
 const reserveTimeout = 5 * time.Second
+
+// giveBackTimeout bounds a give-back on its own, whatever is left of the
+// probe's deadline: a probe whose caller went away (Prometheus' scrape
+// timeout) still gives its reservation back rather than leave it to
+// expire, which would lock this node out of the target.
+const giveBackTimeout = 5 * time.Second
 
 // The lockout of a remote whose reservations expire unjoined, and how
 // many remotes are remembered (the least recent first forgotten).
@@ -127,6 +136,7 @@ func (res *reservation) matches(req *JoinRequest) string {
 type lockout struct {
 	expired int       // in a row
 	until   time.Time // declined until then
+	token   string    // of the latest that expired: its late join clears the record
 }
 
 // remoteHost is the host a request came from: the unit of a lockout.
@@ -137,7 +147,8 @@ func remoteHost(r *http.Request) string {
 	return r.RemoteAddr
 }
 
-// lockedOut says why remote is declined at now; "" when it is not.
+// lockedOut says why remote is declined at now; "" when it is not. The
+// answer names no time (the log has it).
 func (n *Node) lockedOut(remote string, now time.Time) string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -145,12 +156,14 @@ func (n *Node) lockedOut(remote string, now time.Time) string {
 	if l == nil || !now.Before(l.until) {
 		return ""
 	}
-	return fmt.Sprintf("%d %s from %s expired unjoined in a row; its reservations are declined for another %s",
-		l.expired, plural(l.expired, "reservation", "reservations"), remote, l.until.Sub(now).Round(time.Second))
+	n.logger.Debug("remote locked out after reservations expired unjoined", "remote", remote, "expired", l.expired, "for", l.until.Sub(now))
+	return fmt.Sprintf("%d %s from %s expired unjoined in a row; its reservations are declined for a while",
+		l.expired, plural(l.expired, "reservation", "reservations"), remote)
 }
 
-// lockOut records an expiry of remote's at now. Called with n.mu held.
-func (n *Node) lockOut(remote string, now time.Time) time.Duration {
+// lockOut records an expiry of remote's reservation token at now.
+// Called with n.mu held.
+func (n *Node) lockOut(remote, token string, now time.Time) time.Duration {
 	l := n.remotes[remote]
 	if l == nil {
 		if len(n.remotes) >= maxRemotes {
@@ -162,8 +175,20 @@ func (n *Node) lockOut(remote string, now time.Time) time.Duration {
 	l.expired++
 	d := max(lockoutBase, n.cfg.MinInterval) << min(l.expired-1, 16)
 	d = min(d, maxLockout)
-	l.until = now.Add(d)
+	l.until, l.token = now.Add(d), token
 	return d
+}
+
+// cameLate clears remote's record where its latest expiry was of the
+// reservation token: its join came, only after the hold.
+func (n *Node) cameLate(remote, token string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if l := n.remotes[remote]; l != nil && token != "" && l.token == token {
+		delete(n.remotes, remote)
+		return true
+	}
+	return false
 }
 
 // forgetRemote makes room for another remote: every record whose lockout
@@ -187,7 +212,7 @@ func (n *Node) forgetRemote(now time.Time) {
 // a token, or declines as a join does; DELETE
 // /node-probe/reserve?token=... gives a reservation back unused. It sits
 // behind the exporter's web config like /node-probe/join.
-func (n *Node) ReserveHandler() http.Handler { return http.HandlerFunc(n.serveReserve) }
+func (n *Node) ReserveHandler() http.Handler { return n.guard(ReservePath, n.serveReserve) }
 
 func (n *Node) serveReserve(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
@@ -230,7 +255,7 @@ func (n *Node) serveReserve(w http.ResponseWriter, r *http.Request) {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read does not fail
 	token := hex.EncodeToString(b[:])
-	hold := min(req.Options.timeout(), maxReserveHold)
+	hold := min(req.Options.timeout(), n.reserveHold)
 	n.mu.Lock()
 	// The session lock is held: no other reservation can be pending.
 	n.reserved = &reservation{token: token, h: h, module: req.Module, options: req.Options, remote: remote}
@@ -256,8 +281,8 @@ func (n *Node) takeReservation(token string) *reservation {
 
 // dropReservation ends the reservation made under token, which no
 // session used, for how (expired, given back); an expiry locks its
-// remote out. Its start still counts toward the target's rate limit. It
-// says whether there was one.
+// remote out. It spends no interval: no session ran. It says whether
+// there was one.
 func (n *Node) dropReservation(token, how, why string) bool {
 	n.mu.Lock()
 	res := n.reserved
@@ -269,7 +294,7 @@ func (n *Node) dropReservation(token, how, why string) bool {
 	n.reserved = nil
 	var lockedFor time.Duration
 	if how == EndExpired {
-		lockedFor = n.lockOut(res.remote, n.now())
+		lockedFor = n.lockOut(res.remote, res.token, n.now())
 	}
 	n.mu.Unlock()
 	n.endReservation(res, how, why, "locked_out_for", lockedFor)
@@ -319,7 +344,7 @@ func (n *Node) withinModule(name string, o SessionOptions) error {
 func (n *Node) reserve(ctx context.Context, client *http.Client, base string, req ReserveRequest) (token, reason, detail string) {
 	ctx, cancel := context.WithTimeout(ctx, reserveTimeout)
 	defer cancel()
-	resp, b, reason, detail := call(ctx, client, http.MethodPost, base+ReservePath, req)
+	resp, b, reason, detail := n.call(ctx, client, http.MethodPost, base+ReservePath, req)
 	if reason != "" {
 		return "", reason, detail
 	}
@@ -336,44 +361,53 @@ func (n *Node) reserve(ctx context.Context, client *http.Client, base string, re
 }
 
 // giveBack returns a reservation the prober will not join, so that the
-// target need not wait for it to expire, within what is left of ctx
-// (the probe's deadline): past it, the reservation expires on its own,
-// its hold being what was left of the deadline when it was made.
+// target need not wait for it to expire. It runs on its own, within
+// giveBackTimeout whatever is left of ctx (the probe's deadline, or its
+// caller gone): the probe's outcome is settled before it and does not
+// wait for it, so a target that hangs the give-back takes no time from
+// the probe's answer, and a cancelled probe still gives back.
 func (n *Node) giveBack(ctx context.Context, client *http.Client, base, token string) {
-	if ctx.Err() != nil {
-		n.logger.Debug("no time left to give back a node-to-node reservation; it expires at the probe's deadline")
-		return
-	}
-	hr, err := newRequest(ctx, http.MethodDelete, base+ReservePath+"?token="+url.QueryEscape(token), nil)
-	if err != nil {
-		return
-	}
-	resp, err := client.Do(hr)
-	if err != nil {
-		n.logger.Debug("giving back a node-to-node reservation", "err", err)
-		return
-	}
-	_ = resp.Body.Close()
+	n.giving.Add(1)
+	go func() {
+		defer n.giving.Done()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
+		defer cancel()
+		// The probe closed the client's idle connections when it ended;
+		// this one's too, once used.
+		defer client.CloseIdleConnections()
+		hr, err := n.newRequest(ctx, http.MethodDelete, base+ReservePath+"?token="+url.QueryEscape(token), nil)
+		if err != nil {
+			return
+		}
+		resp, err := client.Do(hr)
+		if err != nil {
+			n.logger.Debug("giving back a node-to-node reservation", "err", err)
+			return
+		}
+		_ = resp.Body.Close()
+	}()
 }
 
 // newRequest is a request of the prober's to a target, which names the
-// exporter and its version as every request of it does.
-func newRequest(ctx context.Context, method, u string, body io.Reader) (*http.Request, error) {
+// exporter and its version as every request of it does, and carries the
+// node's token.
+func (n *Node) newRequest(ctx context.Context, method, u string, body io.Reader) (*http.Request, error) {
 	hr, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err == nil {
 		hr.Header.Set("User-Agent", "gpulink_exporter/"+version.Version)
+		n.setToken(hr)
 	}
 	return hr, err
 }
 
 // call sends v as JSON with method to u and reads the answer, up to
 // maxRoundBytes; reason is set when no answer came or it was too long.
-func call(ctx context.Context, client *http.Client, method, u string, v any) (resp *http.Response, b []byte, reason, detail string) {
+func (n *Node) call(ctx context.Context, client *http.Client, method, u string, v any) (resp *http.Response, b []byte, reason, detail string) {
 	body, err := json.Marshal(v)
 	if err != nil {
 		return nil, nil, ReasonBadModule, err.Error()
 	}
-	hr, err := newRequest(ctx, method, u, bytes.NewReader(body))
+	hr, err := n.newRequest(ctx, method, u, bytes.NewReader(body))
 	if err != nil {
 		return nil, nil, ReasonUnreachable, err.Error()
 	}

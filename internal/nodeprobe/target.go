@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 )
 
 // maxJoinBytes bounds a join request; a real one is well under 1 KiB.
@@ -18,7 +19,7 @@ const ReasonBadRequest = "bad_request"
 // with its round and its NICs' rates, or declines (409 busy or in a session, 429 rate
 // limited, 503 unable). It sits behind the exporter's web config like
 // /metrics, so TLS and basic auth cover it.
-func (n *Node) JoinHandler() http.Handler { return http.HandlerFunc(n.serveJoin) }
+func (n *Node) JoinHandler() http.Handler { return n.guard(JoinPath, n.serveJoin) }
 
 func (n *Node) serveJoin(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
@@ -60,6 +61,9 @@ func (n *Node) serveJoin(w http.ResponseWriter, r *http.Request) {
 		h = res.h
 		n.joinedFrom(res.remote)
 	} else {
+		if n.cameLate(remoteHost(r), req.Reservation) {
+			logger.Info("a node-to-node join came after its reservation expired; its prober is not locked out")
+		}
 		var reason, detail string
 		h, reason, detail = n.enterTarget(req.Options.GPUsPerNode, remoteHost(r))
 		if reason != "" {
@@ -70,6 +74,10 @@ func (n *Node) serveJoin(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	defer h.release()
+	// The session runs: it spends this node's --node-probe.min-interval
+	// as target, and its answer comes when it ends.
+	n.started(RoleTarget, n.now())
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(req.Options.timeout() + writeMargin))
 	ctx, cancel := context.WithTimeout(r.Context(), req.Options.timeout())
 	defer cancel()
 	// Ranks req.FirstRank on of req.Ranks, as validate checked.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
 	"slices"
 	"strconv"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/alecthomas/units"
 	"github.com/prometheus/common/model"
 
+	"github.com/gpulink/gpulink_exporter/internal/nccllog"
 	"github.com/gpulink/gpulink_exporter/probes"
 )
 
@@ -223,4 +225,47 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// maxChannels is NCCL's MAXCHANNELS: no communicator has more channels.
+const maxChannels = 64
+
+// maxNetworkName bounds a network's name, as internal/nccllog cuts it.
+const maxNetworkName = 32
+
+// knownNetworks are the networks internal/nccllog names itself; any
+// other is a plugin's own name, which must look like one (pluginName).
+var knownNetworks = []string{nccllog.NetworkSocket, nccllog.NetworkIB, nccllog.NetworkRoCE, nccllog.NetworkEFA}
+
+// pluginName is what a network plugin's name looks like ("AWS Libfabric",
+// "SHARP", "IBext_v8"): a letter, then letters, digits, spaces and
+// "_.-/+", at most maxNetworkName in all.
+var pluginName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9 _./+-]*$`)
+
+// checkTransports says what is wrong with a target's transports in a
+// session of ranks ranks ("" when nothing is): each becomes a label set
+// of the prober's answer, so a target could otherwise make any number of
+// series with free text. A communicator of ranks ranks has at most
+// maxChannels channels from each rank, each of a known kind between ranks
+// of the session (-1: NVLS and CollNet's reduction), over a known network
+// or one that looks like a plugin's name.
+func checkTransports(ts []probes.Transport, ranks int) string {
+	if len(ts) > maxChannels*ranks {
+		return fmt.Sprintf("%d transports; a session of %d ranks has at most %d", len(ts), ranks, maxChannels*ranks)
+	}
+	inRange := func(v, n int) bool { return v >= -1 && v < n }
+	for i, t := range ts {
+		switch {
+		case !slices.Contains(probes.TransportKinds, t.Kind):
+			return fmt.Sprintf("transport %d: kind %.40q is not one of %v", i, t.Kind, probes.TransportKinds)
+		case !inRange(t.Channel, maxChannels):
+			return fmt.Sprintf("transport %d: channel %d outside -1 to %d", i, t.Channel, maxChannels-1)
+		case !inRange(t.FromRank, ranks) || !inRange(t.ToRank, ranks):
+			return fmt.Sprintf("transport %d: ranks %d -> %d outside the session's %d", i, t.FromRank, t.ToRank, ranks)
+		case t.Network != "" && !slices.Contains(knownNetworks, t.Network) &&
+			(len(t.Network) > maxNetworkName || !pluginName.MatchString(t.Network)):
+			return fmt.Sprintf("transport %d: network %.40q is neither one of %v nor a plugin's name", i, t.Network, knownNetworks)
+		}
+	}
+	return ""
 }

@@ -17,3 +17,9 @@ func reserveJSON(module string, o SessionOptions) string {
 
 // setBodyTimeout bounds how long the node reads a request's body.
 func setBodyTimeout(n *Node, d time.Duration) { n.bodyTimeout = d }
+
+// setReserveHold bounds how long the node holds a reservation for its join.
+func setReserveHold(n *Node, d time.Duration) { n.reserveHold = d }
+
+// setMaxProbes bounds the /probe calls the node answers at once.
+func setMaxProbes(n *Node, max int) { n.probes = make(chan struct{}, max) }

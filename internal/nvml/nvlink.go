@@ -5,6 +5,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
@@ -140,7 +141,7 @@ func readLinkStatic(rd *read, h nvml.Device, l int, active bool) linkStatic {
 		return c
 	}
 	if p, ret := h.GetNvLinkRemotePciInfo(l); rd.okAt("NVLink remote PCI info", l, ret) {
-		c.remoteBus = NormalizeBusID(cString(p.BusId[:]))
+		c.remoteBus = pciaddr.Normalize(cString(p.BusId[:]))
 	}
 	if t, ret := h.GetNvLinkRemoteDeviceType(l); rd.okAt("NVLink remote device type", l, ret) {
 		c.remoteType = remoteTypeName(t)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 )
 
@@ -321,7 +322,7 @@ func (r *Reader) identify(i int, h nvml.Device) *device {
 		id.UUID = v
 	}
 	if p, ret := h.GetPciInfo(); ret == nvml.SUCCESS {
-		id.PCIBusID = NormalizeBusID(cString(p.BusId[:]))
+		id.PCIBusID = pciaddr.Normalize(cString(p.BusId[:]))
 	}
 	if v, ret := h.GetName(); ret == nvml.SUCCESS {
 		id.Name = v
@@ -527,23 +528,6 @@ func remoteTypeName(t nvml.IntNvLinkDeviceType) string {
 		return "ibmnpu"
 	}
 	return "unknown"
-}
-
-// NormalizeBusID turns NVML's 00000000:18:00.0 into sysfs's 0000:18:00.0, so
-// GPUs join with sysfs devices and other exporters.
-func NormalizeBusID(id string) string {
-	id = strings.ToLower(strings.TrimSpace(id))
-	dom, rest, ok := strings.Cut(id, ":")
-	if !ok {
-		return id
-	}
-	if len(dom) > 4 {
-		dom = dom[len(dom)-4:]
-	}
-	for len(dom) < 4 {
-		dom = "0" + dom
-	}
-	return dom + ":" + rest
 }
 
 // cString reads a NUL-terminated C char array.

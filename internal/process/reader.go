@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/numa"
@@ -24,7 +25,7 @@ const workers = 8
 type Reader struct {
 	// FS is the machine's filesystem; only its procfs root is read here,
 	// the GPUs' nodes come from Topology.
-	FS numa.FS
+	FS hostfs.Root
 	// Processes lists the processes holding each GPU (nvml.Reader's
 	// ComputeProcesses).
 	Processes func() ([]nvml.Process, error)

@@ -20,6 +20,7 @@ import (
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/process"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
@@ -189,7 +190,7 @@ func TestPlacementHealthy(t *testing.T) {
 	root := t.TempDir()
 	writeFakeProc(t, root, fakeProc{pid: 4242, comm: "python", allowed: "0-55,112-167",
 		threads: []int{3, 4, 5, 113, 120}, pages: map[int]uint64{0: 100000}, cgroup: k8sCgroup})
-	r := &process.Reader{FS: numa.FS{Proc: root},
+	r := &process.Reader{FS: hostfs.Root{Proc: root},
 		Processes: func() ([]nvml.Process, error) { return []nvml.Process{on(gpu0, 4242)}, nil },
 		Topology:  func() *numa.Topology { return dgxTopology(t) }}
 	g := gpuOf(t, sample(t, r), 0)
@@ -217,7 +218,7 @@ func TestPlacementPinnedFarSocket(t *testing.T) {
 	root := t.TempDir()
 	writeFakeProc(t, root, fakeProc{pid: 4242, comm: "python", allowed: "56-111,168-223",
 		threads: []int{60, 61, 170, 171}, pages: map[int]uint64{0: 10000, 1: 90000}, lines: 40})
-	r := &process.Reader{FS: numa.FS{Proc: root},
+	r := &process.Reader{FS: hostfs.Root{Proc: root},
 		Processes: func() ([]nvml.Process, error) { return []nvml.Process{on(gpu0, 4242)}, nil },
 		Topology:  func() *numa.Topology { return dgxTopology(t) }}
 	g := gpuOf(t, sample(t, r), 0)
@@ -250,7 +251,7 @@ func TestPlacementEachRule(t *testing.T) {
 			root := t.TempDir()
 			tc.p.pid, tc.p.comm = 100, "x"
 			writeFakeProc(t, root, tc.p)
-			r := &process.Reader{FS: numa.FS{Proc: root},
+			r := &process.Reader{FS: hostfs.Root{Proc: root},
 				Processes: func() ([]nvml.Process, error) { return []nvml.Process{on(gpu0, 100)}, nil },
 				Topology:  func() *numa.Topology { return dgxTopology(t) }}
 			p := gpuOf(t, sample(t, r), 0).Procs[0]
@@ -267,7 +268,7 @@ func TestPlacementUnpinnedSpread(t *testing.T) {
 	root := t.TempDir()
 	writeFakeProc(t, root, fakeProc{pid: 6161, comm: "python", allowed: "0-223",
 		threads: []int{1, 2, 57, 58, 113, 169}, pages: map[int]uint64{0: 55000, 1: 45000}, lines: 10})
-	r := &process.Reader{FS: numa.FS{Proc: root},
+	r := &process.Reader{FS: hostfs.Root{Proc: root},
 		Processes: func() ([]nvml.Process, error) { return []nvml.Process{on(gpu2, 6161)}, nil },
 		Topology:  func() *numa.Topology { return dgxTopology(t) }}
 	g := gpuOf(t, sample(t, r), 2)
@@ -285,7 +286,7 @@ func TestPlacementSingleNodeVM(t *testing.T) {
 	root := t.TempDir()
 	writeFakeProc(t, root, fakeProc{pid: 793, comm: "python3", allowed: "0-31",
 		threads: repeat(7, 34), pages: map[int]uint64{0: 500000}, cgroup: "/process_api/98e0b3c2"})
-	r := &process.Reader{FS: numa.FS{Proc: root},
+	r := &process.Reader{FS: hostfs.Root{Proc: root},
 		Processes: func() ([]nvml.Process, error) {
 			return []nvml.Process{{GPU: 0, UUID: "GPU-a", PCIBusID: "0000:00:06.0", PID: 793}}, nil
 		},
@@ -309,7 +310,7 @@ func TestPlacementUnknownNode(t *testing.T) {
 	root := t.TempDir()
 	writeFakeProc(t, root, fakeProc{pid: 300, comm: "python", allowed: "0-55",
 		threads: []int{1}, pages: map[int]uint64{0: 100}})
-	r := &process.Reader{FS: numa.FS{Proc: root},
+	r := &process.Reader{FS: hostfs.Root{Proc: root},
 		Processes: func() ([]nvml.Process, error) { return []nvml.Process{on(gpu6, 300)}, nil },
 		Topology:  func() *numa.Topology { return dgxTopology(t) }}
 	g := gpuOf(t, sample(t, r), 6)
@@ -346,7 +347,7 @@ func TestPlacementPartiallyRead(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := &process.Reader{FS: numa.FS{Proc: root},
+	r := &process.Reader{FS: hostfs.Root{Proc: root},
 		Processes: func() ([]nvml.Process, error) { return []nvml.Process{on(gpu0, 1), on(gpu0, 2)}, nil },
 		Topology:  func() *numa.Topology { return dgxTopology(t) }}
 	snap, err := r.Sample(context.Background())
@@ -372,7 +373,7 @@ func TestPlacementProcessExits(t *testing.T) {
 	root := t.TempDir()
 	writeFakeProc(t, root, fakeProc{pid: 4242, comm: "python", allowed: "0-55", threads: []int{1}, pages: map[int]uint64{0: 1}})
 	writeFakeProc(t, root, fakeProc{pid: 5151, comm: "python", allowed: "56-111", threads: []int{60}, pages: map[int]uint64{1: 1}})
-	r := &process.Reader{FS: numa.FS{Proc: root},
+	r := &process.Reader{FS: hostfs.Root{Proc: root},
 		Processes: func() ([]nvml.Process, error) {
 			// 5151 exits once listed; 999 had already gone.
 			if err := os.RemoveAll(filepath.Join(root, "5151")); err != nil {
@@ -397,7 +398,7 @@ func TestPlacementProcessExits(t *testing.T) {
 func TestPlacementProcessOnTwoGPUs(t *testing.T) {
 	root := t.TempDir()
 	writeFakeProc(t, root, fakeProc{pid: 77, comm: "torchrun", allowed: "0-55", threads: []int{1}, pages: map[int]uint64{0: 10}})
-	r := &process.Reader{FS: numa.FS{Proc: root},
+	r := &process.Reader{FS: hostfs.Root{Proc: root},
 		Processes: func() ([]nvml.Process, error) {
 			return []nvml.Process{on(gpu0, 77), on(gpu4, 77), on(gpu4, 77)}, nil // listed twice on GPU 4
 		},
@@ -415,7 +416,7 @@ func TestPlacementProcessOnTwoGPUs(t *testing.T) {
 func TestPlacementProcessListErrors(t *testing.T) {
 	root := t.TempDir()
 	writeFakeProc(t, root, fakeProc{pid: 1, comm: "a", allowed: "0-55", threads: []int{1}, pages: map[int]uint64{0: 1}})
-	r := &process.Reader{FS: numa.FS{Proc: root}, Topology: func() *numa.Topology { return dgxTopology(t) }}
+	r := &process.Reader{FS: hostfs.Root{Proc: root}, Topology: func() *numa.Topology { return dgxTopology(t) }}
 
 	r.Processes = func() ([]nvml.Process, error) { return nil, nvml.ErrNoLibrary }
 	if _, err := r.Sample(context.Background()); !errors.Is(err, nvml.ErrNoLibrary) {
@@ -449,7 +450,7 @@ func BenchmarkPlacementSample(b *testing.B) {
 		procs = append(procs, on(g, pid))
 	}
 	topo := dgxTopology(b)
-	r := &process.Reader{FS: numa.FS{Proc: root},
+	r := &process.Reader{FS: hostfs.Root{Proc: root},
 		Processes: func() ([]nvml.Process, error) { return procs, nil },
 		Topology:  func() *numa.Topology { return topo }}
 	b.ReportAllocs()
@@ -526,8 +527,8 @@ func BenchmarkPlacementSampleLive(b *testing.B) {
 		}
 		procs = append(procs, nvml.Process{GPU: i, PCIBusID: "0000:00:00.0", PID: cmd.Process.Pid})
 	}
-	fs := numa.FS{Sys: "/sys", Proc: "/proc"}
-	nodes, _ := fs.NUMANodes()
+	fs := hostfs.Root{Sys: "/sys", Proc: "/proc"}
+	nodes, _ := numa.ReadNUMANodes(fs)
 	topo := &numa.Topology{Nodes: nodes, Devices: map[string]*numa.PCIDevice{"0000:00:00.0": {Address: "0000:00:00.0", NUMANode: 0}}}
 	r := &process.Reader{FS: fs,
 		Processes: func() ([]nvml.Process, error) { return procs, nil },
@@ -560,8 +561,8 @@ func TestPlacementRealMachine(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rd.Shutdown()
-	fs := numa.FS{Sys: "/sys", Proc: "/proc"}
-	topo, err := fs.Topology()
+	fs := hostfs.Root{Sys: "/sys", Proc: "/proc"}
+	topo, err := numa.ReadTopology(fs)
 	t.Logf("topology: %d nodes, %d GPUs, err %v", len(topo.Nodes), len(topo.GPUs), err)
 	for i := range 3 {
 		start := time.Now()
@@ -600,7 +601,7 @@ func TestPlacementRealMachine(t *testing.T) {
 func placementFixture(t testing.TB, profile string) *process.Reader {
 	t.Helper()
 	root := machine.Load(t, profile)
-	fs := numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
+	fs := hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
 	model := sim.Fixtures()[profile]()
 	index := map[string]int{}
 	var ids []nvml.Identity
@@ -618,7 +619,7 @@ func placementFixture(t testing.TB, profile string) *process.Reader {
 			procs = append(procs, nvml.Process{GPU: i, UUID: ids[i].UUID, PCIBusID: bus, PID: p.PID})
 		}
 	}
-	topo, err := fs.Topology()
+	topo, err := numa.ReadTopology(fs)
 	if err != nil {
 		t.Fatalf("%s topology: %v", profile, err)
 	}

@@ -1,4 +1,8 @@
-// Package scrape serves /metrics from a cache of encoded responses.
+// Package scrape serves /metrics from a cache of encoded responses. It
+// owns the whole exposition below the collectors: the samples a collector
+// renders a snapshot into (Rendered, Samples), their text encoding
+// (text.go), the deflated parts (deflate.go), the registry and this
+// handler. The collectors only render.
 //
 // Every source publishes a new snapshot at most once per sample interval,
 // so the metrics cannot change between two publishes. The handler encodes

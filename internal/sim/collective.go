@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
 )
@@ -85,7 +86,7 @@ func (r *Runner) RunCollectives(ctx context.Context, o probes.CollectiveOptions,
 	if snap == nil {
 		return fail(probes.RunError, fmt.Errorf("simulated driver: %w", err))
 	}
-	topo, _ := r.n.fs.Topology() // a value it could not read is left out, as for the exporter
+	topo, _ := numa.ReadTopology(r.n.fs) // a value it could not read is left out, as for the exporter
 	round := probes.MeasureCollectiveRound(ctx, &collectiveMeasurer{r: r, snap: snap, topo: topo}, o, ids)
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return round, &probes.RunFailure{GPU: gpus, Collectives: true, Result: probes.RunTimeout, Err: errors.New("no round within the deadline; child killed")}
@@ -113,7 +114,7 @@ func (ms *collectiveMeasurer) OpenComm(ctx context.Context, o probes.CollectiveO
 	}
 	c := &comm{r: ms.r, o: o, snap: ms.snap, topo: ms.topo, faults: ms.r.n.Faults(), logged: map[[3]int]bool{}}
 	for _, addr := range o.GPUs {
-		bus := nvml.NormalizeBusID(addr)
+		bus := pciaddr.Normalize(addr)
 		var g *nvml.GPUState
 		for i := range ms.snap.GPUs {
 			if s := &ms.snap.GPUs[i]; s.PCIBusID == bus && !s.Lost {
@@ -212,7 +213,7 @@ func (c *comm) pairLinks() [][]link {
 						nics = c.nicRates()
 					}
 					out[i][j] = link{kind: probes.TransportNet, rate: min(nics[a.PCIBusID], nics[b.PCIBusID]) * netEfficiency,
-						details: []string{c.net0.detail(nvml.NormalizeBusID(a.PCIBusID), nil)}}
+						details: []string{c.net0.detail(pciaddr.Normalize(a.PCIBusID), nil)}}
 					continue
 				}
 				out[i][j] = link{kind: probes.TransportSHM, rate: min(shmBytesPerSecond, host[i], host[j])}

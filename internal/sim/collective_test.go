@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
 )
 
@@ -111,7 +112,7 @@ func TestCollectivesDGXH100(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	topo, _ := n.FS().Topology()
+	topo, _ := numa.ReadTopology(n.FS())
 	transports := probes.CollectivePathFor(snap, topo, r.GPUs).Annotate(r)
 	ar = collResult(t, r, probes.AllReduce, o.SizeBytes)
 	if ratio := ar.BusBytesPerSecond / ar.ExpectedBusBytesPerSecond; ratio < 0.78 || ratio > 0.86 {
@@ -185,7 +186,7 @@ func TestCollectivesTransportFault(t *testing.T) {
 // ports at half rate takes a quarter off, and both down leave no path.
 func TestCollectivesOverTheNICs(t *testing.T) {
 	probe := startNode(t, "dgx-h100", "")
-	topo, err := probe.FS().Topology()
+	topo, err := numa.ReadTopology(probe.FS())
 	if err != nil {
 		t.Fatal(err)
 	}

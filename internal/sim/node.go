@@ -31,10 +31,10 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/internal/sim/nvmlmodel"
-	"github.com/gpulink/gpulink_exporter/numa"
 )
 
 // Config says which node to simulate and how.
@@ -65,7 +65,7 @@ type Node struct {
 	profile Profile
 	logger  *slog.Logger
 	root    string
-	fs      numa.FS
+	fs      hostfs.Root
 	nvml    *nvmlmodel.Library
 	syncer  *machine.Syncer
 	runner  *Runner
@@ -139,7 +139,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n := &Node{
 		cfg: cfg, profile: p, logger: cfg.Logger.With("source", "sim"), root: root,
-		fs:     numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")},
+		fs:     hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")},
 		syncer: syncerWithPauses(root),
 	}
 	n.base = p.Machine()
@@ -362,7 +362,7 @@ func (n *Node) publish() {
 }
 
 // FS is the simulated sysfs and procfs.
-func (n *Node) FS() numa.FS { return n.fs }
+func (n *Node) FS() hostfs.Root { return n.fs }
 
 // CuFileConfig is where the node's tree holds cuFile's configuration (the
 // file is there only on a profile with GPUDirect Storage installed).

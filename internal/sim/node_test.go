@@ -110,7 +110,7 @@ func netIf(t *testing.T, s *nic.Snapshot, name string) nic.NetInterface {
 
 func topology(t *testing.T, n *Node) *numa.Topology {
 	t.Helper()
-	topo, err := n.FS().Topology()
+	topo, err := numa.ReadTopology(n.FS())
 	if err != nil {
 		t.Fatal(err)
 	}

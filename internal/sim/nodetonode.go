@@ -9,9 +9,9 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/nccllog"
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
-	"github.com/gpulink/gpulink_exporter/probes/nccl"
 )
 
 // This node's part of a node-to-node session: a communicator whose other
@@ -29,13 +29,13 @@ import (
 // on ids before initialising, any other is given it.
 func openPeers(ctx context.Context, o probes.CollectiveOptions, ids chan<- string) error {
 	if o.UniqueID != "" {
-		_, err := nccl.ParseUniqueID(o.UniqueID) // checked by Validate too; the child parses it again
+		_, err := probes.ParseUniqueID(o.UniqueID) // checked by Validate too; the child parses it again
 		return err
 	}
 	if ids == nil {
 		return fmt.Errorf("%d of %d ranks are in other processes, and there is no one to hand them the unique id", o.Ranks-len(o.GPUs), o.Ranks)
 	}
-	var id nccl.UniqueID
+	var id probes.UniqueID
 	_, _ = rand.Read(id[:]) // never fails: crypto/rand aborts the program instead
 	select {
 	case ids <- id.String():
@@ -59,7 +59,7 @@ func (c *comm) netLinks() []link {
 		case ports == nil:
 			out[i] = link{kind: probes.TransportNet, why: fmt.Sprintf("the NIC ports cannot be read: %v", err)}
 		default:
-			out[i] = c.railLink(nvml.NormalizeBusID(g.PCIBusID), nics, ports)
+			out[i] = c.railLink(pciaddr.Normalize(g.PCIBusID), nics, ports)
 		}
 	}
 	return out
@@ -71,7 +71,7 @@ func (c *comm) railNICs(g *nvml.GPUState) []*numa.PCIDevice {
 	if c.topo == nil {
 		return nil
 	}
-	d := c.topo.Device(nvml.NormalizeBusID(g.PCIBusID))
+	d := c.topo.Device(pciaddr.Normalize(g.PCIBusID))
 	if d == nil {
 		return nil
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/gpulink/gpulink_exporter/probes"
-	"github.com/gpulink/gpulink_exporter/probes/nccl"
 )
 
 // sessionOptions are a node-to-node session's options on one side: the
@@ -40,7 +39,7 @@ func session(t *testing.T, prober, target *Node, k int) (p, q *probes.Collective
 	case r := <-done:
 		t.Fatalf("the prober's round ended without handing out an id: %+v, %v", r.r, r.err)
 	}
-	if _, err := nccl.ParseUniqueID(id); err != nil {
+	if _, err := probes.ParseUniqueID(id); err != nil {
 		t.Fatalf("the id handed out is not an NCCL unique id: %v", err)
 	}
 	q, err := target.Runner().RunCollectives(context.Background(), sessionOptions(target, k, k, id), nil)

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
 	"github.com/gpulink/gpulink_exporter/probes/cuda/probe"
@@ -80,7 +81,7 @@ func (*measurer) DriverVersion() int { return cudaDriverVersion }
 // Open finds the GPU in the NVML sample, as the child finds it by PCI
 // address.
 func (ms *measurer) Open(_ context.Context, o probes.Options) (probes.GPU, probes.Device, error) {
-	bus := nvml.NormalizeBusID(o.GPU)
+	bus := pciaddr.Normalize(o.GPU)
 	m := &model{r: ms.r, snap: ms.snap, topo: ms.topo, o: o, links: ms.r.n.profile.Links, index: map[string]int{}, ownNode: -1,
 		peers: map[string]bool{}}
 	for i := range ms.snap.GPUs {
@@ -372,7 +373,7 @@ func (r *Runner) noise() float64 {
 // linkUnderLoad reads the GPU's link from the simulated sysfs, as the
 // child does while its copy runs.
 func (r *Runner) linkUnderLoad(bus string) *probes.LinkUnderLoad {
-	l, err := r.n.fs.PCIeLinkOf(bus)
+	l, err := numa.ReadPCIeLink(r.n.fs, bus)
 	if err != nil || !l.Speed.Valid || !l.Width.Valid {
 		return nil
 	}

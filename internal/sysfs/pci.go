@@ -4,23 +4,9 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-)
 
-// IsPCIAddress reports whether s looks like dddd:bb:dd.f.
-func IsPCIAddress(s string) bool {
-	if len(s) != 12 || s[4] != ':' || s[7] != ':' || s[10] != '.' {
-		return false
-	}
-	for i, c := range s {
-		if i == 4 || i == 7 || i == 10 {
-			continue
-		}
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
+)
 
 // ChainOf splits a device's resolved sysfs path into its host bridge and
 // the PCI functions from the top of the tree down to the device itself. It
@@ -31,7 +17,7 @@ func ChainOf(devicesRel string) (hostBridge string, chain []string) {
 		switch {
 		case hostBridge == "" && strings.HasPrefix(part, "pci") && strings.Contains(part, ":"):
 			hostBridge = part
-		case hostBridge != "" && IsPCIAddress(part):
+		case hostBridge != "" && pciaddr.IsSysfs(part):
 			chain = append(chain, part)
 		case hostBridge != "":
 			return hostBridge, chain

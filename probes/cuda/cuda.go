@@ -22,7 +22,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 )
 
 // Kernels is the PTX of the probe kernels, JIT-compiled by the driver.
@@ -131,7 +131,7 @@ func (d *Driver) Device(ordinal int) (Device, error) {
 // DeviceByPCIBusID finds the GPU at a PCI address in any of the usual forms
 // (NVML's 8-digit domain or sysfs's 4-digit one, any case).
 func (d *Driver) DeviceByPCIBusID(addr string) (Device, error) {
-	want := nvml.NormalizeBusID(addr)
+	want := pciaddr.Normalize(addr)
 	n, err := d.DeviceCount()
 	if err != nil {
 		return Device{}, err
@@ -161,7 +161,7 @@ func (dev Device) PCIBusID() (string, error) {
 	if err := dev.d.check("cuDeviceGetPCIBusId", C.gl_cuDeviceGetPCIBusId(dev.d.api, &buf[0], C.int(len(buf)), dev.h)); err != nil {
 		return "", err
 	}
-	return nvml.NormalizeBusID(C.GoString(&buf[0])), nil
+	return pciaddr.Normalize(C.GoString(&buf[0])), nil
 }
 
 // Name is the product name.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpulink/gpulink_exporter/probes"
 	"github.com/gpulink/gpulink_exporter/probes/cuda"
 )
 
@@ -69,13 +70,13 @@ func otherRank() (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	id, err := ParseUniqueID(os.Getenv(helperIDEnv))
+	id, err := probes.ParseUniqueID(os.Getenv(helperIDEnv))
 	if err != nil {
 		return 0, err
 	}
 	deadline, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	comms, err := lib.InitRanks(deadline, id, ranks, rank, 1, func(int) error { return ctx.SetCurrent() })
+	comms, err := lib.InitRanks(deadline, UniqueID(id), ranks, rank, 1, func(int) error { return ctx.SetCurrent() })
 	if err != nil {
 		return 0, err
 	}

@@ -105,9 +105,9 @@ func (e *Error) Error() string {
 }
 
 // ErrLoad is why Open failed: the library is not there, is not NCCL, or
-// is older than 2.14. A collective round whose child could not load NCCL
-// carries it at the start of its Error, and the daemon counts that round
-// as skipped for want of the library (no_library), not as failed.
+// is older than 2.14. The collectives child marks it probes.NoLibrary, and
+// the daemon counts that round as skipped for want of the library
+// (no_library), not as failed.
 var ErrLoad = errors.New("loading NCCL")
 
 // Library is a loaded libnccl.

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpulink/gpulink_exporter/probes"
 )
 
 // Two processes, as a node-to-node probe runs one child on each node (or
@@ -49,7 +51,7 @@ func TestTwoProcessesMeetThroughAUniqueID(t *testing.T) {
 			defer cancel()
 			child := exec.CommandContext(ctx, exe)
 			child.Env = append(os.Environ(), helperEnv+"=rank", helperCUDAEnv+"="+r.cudaPath, helperNCCLEnv+"="+r.ncclPath,
-				helperIDEnv+"="+id.String(), helperRankEnv+"=1", helperRanksEnv+"=2", helperDeviceEnv+"="+strconv.Itoa(tc.childGPU),
+				helperIDEnv+"="+probes.UniqueID(id).String(), helperRankEnv+"=1", helperRanksEnv+"=2", helperDeviceEnv+"="+strconv.Itoa(tc.childGPU),
 				"FAKE_NCCL_HOSTNAME="+tc.childHost, "GORACE=atexit_sleep_ms=0")
 			var stdout, stderr bytes.Buffer
 			child.Stdout, child.Stderr = &stdout, &stderr

@@ -6,14 +6,12 @@ package nccl
 import "C"
 
 import (
-	"encoding/hex"
-	"fmt"
-	"strings"
 	"unsafe"
 )
 
-// UniqueID is what every rank of a communicator is joined by: made once
-// (by rank 0's process) and handed to the others, here as hex text.
+// UniqueID is the 128 bytes of an ncclUniqueId. Its text form and parsing
+// are the probe contract's (probes.UniqueID, the same array), so that the
+// contract needs no cgo; the collectives child converts between the two.
 type UniqueID [128]byte
 
 // NewUniqueID asks NCCL for a fresh id (ncclGetUniqueId). NCCL starts its
@@ -27,32 +25,6 @@ func (l *Library) NewUniqueID() (UniqueID, error) {
 	var id UniqueID
 	copy(id[:], unsafe.Slice((*byte)(unsafe.Pointer(&cid.internal[0])), len(id)))
 	return id, nil
-}
-
-// String is the id in lower-case hex: 256 characters.
-func (id UniqueID) String() string { return hex.EncodeToString(id[:]) }
-
-// ParseUniqueID reads what String wrote; surrounding white space (a
-// newline from a file) is ignored.
-func ParseUniqueID(s string) (UniqueID, error) {
-	var id UniqueID
-	s = strings.TrimSpace(s)
-	if len(s) != 2*len(id) {
-		return id, fmt.Errorf("NCCL unique id: %d characters, want %d hex digits", len(s), 2*len(id))
-	}
-	for i := 0; i < len(s); i++ {
-		if !isHex(s[i]) {
-			return id, fmt.Errorf("NCCL unique id: %q at offset %d is not a hex digit", s[i], i)
-		}
-	}
-	if _, err := hex.Decode(id[:], []byte(s)); err != nil {
-		return UniqueID{}, fmt.Errorf("NCCL unique id: %w", err)
-	}
-	return id, nil
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 // c is the id as NCCL takes it.

@@ -12,7 +12,6 @@ import (
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/probes"
-	"github.com/gpulink/gpulink_exporter/probes/nccl"
 )
 
 // The node's collective round: after a pass over the GPUs, at most every
@@ -169,7 +168,7 @@ func (s *Scheduler) collectiveRound(ctx context.Context, snap *nvml.Snapshot) (f
 		}
 	}
 	// A node without NCCL is not a broken node: no_library, not an error.
-	noLibrary := r != nil && strings.HasPrefix(r.Error, nccl.ErrLoad.Error()+":")
+	noLibrary := r != nil && errors.Is(r.Err(), probes.ErrNoLibrary)
 	var expected []probes.PairTransport
 	if r != nil && len(r.Results) > 0 && s.cfg.CollectiveAnnotate != nil {
 		expected = s.cfg.CollectiveAnnotate(r)

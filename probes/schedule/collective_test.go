@@ -3,7 +3,6 @@ package schedule
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"reflect"
 	"slices"
@@ -15,7 +14,6 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/probes"
-	"github.com/gpulink/gpulink_exporter/probes/nccl"
 )
 
 // fakeCollectives records the collective rounds asked for and answers
@@ -288,8 +286,14 @@ func TestCollectiveRoundResults(t *testing.T) {
 		}, probes.RunError, "", false, true, 1},
 		{"no library", func(_ context.Context, o probes.CollectiveOptions) (*probes.CollectiveRound, error) {
 			return &probes.CollectiveRound{Version: probes.CollectiveContractVersion, GPUs: o.GPUs,
-				Error: fmt.Errorf("%w: libnccl.so.2: cannot open shared object file", nccl.ErrLoad).Error()}, nil
+				Error: "loading NCCL: libnccl.so.2: cannot open shared object file", NoLibrary: true}, nil
 		}, "", SkipNoLibrary, false, true, 0},
+		// The mark, not the text, makes a skip: an error that merely reads
+		// like the binding's is a failed round.
+		{"load error text unmarked", func(_ context.Context, o probes.CollectiveOptions) (*probes.CollectiveRound, error) {
+			return &probes.CollectiveRound{Version: probes.CollectiveContractVersion, GPUs: o.GPUs,
+				Error: "loading NCCL: libnccl.so.2: cannot open shared object file"}, nil
+		}, probes.RunError, "", false, true, 1},
 		{"timeout", func(ctx context.Context, o probes.CollectiveOptions) (*probes.CollectiveRound, error) {
 			return nil, &probes.RunFailure{GPU: strings.Join(o.GPUs, ","), Result: probes.RunTimeout, Err: errors.New("no round within 5m0s; child killed")}
 		}, probes.RunTimeout, "", false, false, 1},

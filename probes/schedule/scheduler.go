@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/probes"
 )
@@ -564,7 +565,7 @@ func (s *Scheduler) busyUtilization(gpus []*nvml.GPUState) map[string]bool {
 			if until, ok := s.probedUntil[gpuKey(w)]; ok && !taken.IsZero() && taken.Before(until.Add(utilizationWindow)) {
 				continue // the probes' own work may be in it
 			}
-			out[nvml.NormalizeBusID(w.PCIBusID)] = true
+			out[pciaddr.Normalize(w.PCIBusID)] = true
 		}
 	}
 	return out

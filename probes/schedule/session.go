@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 )
 
 // Node-to-node sessions (internal/nodeprobe) run an NCCL child on this
@@ -70,7 +71,7 @@ func (s *Scheduler) TryAcquire(n int, only []string) (gpus []SessionGPU, release
 	order := make([]*nvml.GPUState, 0, len(snap.GPUs))
 	for i := range snap.GPUs {
 		if len(only) == 0 || slices.ContainsFunc(only, func(a string) bool {
-			return nvml.NormalizeBusID(a) == nvml.NormalizeBusID(snap.GPUs[i].PCIBusID)
+			return pciaddr.Normalize(a) == pciaddr.Normalize(snap.GPUs[i].PCIBusID)
 		}) {
 			order = append(order, &snap.GPUs[i])
 		}
@@ -79,7 +80,7 @@ func (s *Scheduler) TryAcquire(n int, only []string) (gpus []SessionGPU, release
 		return nil, nil, SessionTooFewGPUs
 	}
 	slices.SortFunc(order, func(a, b *nvml.GPUState) int {
-		return cmp.Compare(nvml.NormalizeBusID(a.PCIBusID), nvml.NormalizeBusID(b.PCIBusID))
+		return cmp.Compare(pciaddr.Normalize(a.PCIBusID), pciaddr.Normalize(b.PCIBusID))
 	})
 	// A sample read while a round or the session before this one ran on
 	// a GPU, or just after, shows that work's kernels, not another's.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/base64"
 	"fmt"
 	"path/filepath"
 	"regexp"
@@ -65,6 +66,7 @@ func checkNodeProbe(objs []object, mode renderMode) []error {
 		} else {
 			errs = append(errs, checkRing(sms[0])...)
 		}
+		errs = append(errs, checkToken(objs, pod, c, sms)...)
 	}
 	if path, ok := flagValue(args, "--node-probe.config.file"); ok {
 		errs = append(errs, checkModulesFile(objs, pod, c, path)...)
@@ -97,6 +99,49 @@ func checkModulesFile(objs []object, pod, c any, path string) []error {
 		return nil
 	}
 	return []error{fmt.Errorf("node-probe: ConfigMap %s is not rendered", cmName)}
+}
+
+// checkToken checks the ring's authentication, on by default with node
+// probes: --node-probe.token-file names a key of a Secret mounted there
+// (a token the exporter takes, where the chart makes the Secret), and
+// the ring ServiceMonitor calls /probe with that token or with the web
+// config's basic auth.
+func checkToken(objs []object, pod, c any, sms []object) []error {
+	var errs []error
+	fail := func(format string, a ...any) { errs = append(errs, fmt.Errorf("node-probe: "+format, a...)) }
+	path, ok := flagValue(argsOf(c), "--node-probe.token-file")
+	if !ok {
+		fail("--node-probe.token-file missing: the ring's endpoints would be open to every host that reaches the node")
+		return errs
+	}
+	dir, key := filepath.Dir(path), filepath.Base(path)
+	vol, _ := mountedVolume(pod, c, dir)
+	secret, _ := dig(vol, "secret", "secretName").(string)
+	if secret == "" {
+		fail("--node-probe.token-file=%s: no Secret mounted at %s", path, dir)
+		return errs
+	}
+	for _, s := range byKind(objs, "Secret") {
+		if s.name() != secret {
+			continue
+		}
+		enc, _ := dig(s, "data", key).(string)
+		tok, err := base64.StdEncoding.DecodeString(enc)
+		if err != nil {
+			fail("Secret %s: key %s is not base64: %v", secret, key, err)
+		} else if _, err := nodeprobe.ParseToken(string(tok)); err != nil {
+			fail("Secret %s: the exporter would refuse its token %s: %v", secret, key, err)
+		}
+	}
+	for _, sm := range sms {
+		for _, ep := range asSlice(dig(sm, "spec", "endpoints")) {
+			bearer := dig(ep, "authorization", "credentials", "name") == secret && dig(ep, "authorization", "credentials", "key") == key
+			if !bearer && dig(ep, "basicAuth") == nil {
+				fail("ServiceMonitor %s calls /probe with neither the token of Secret %s (authorization) nor basic auth", sm.name(), secret)
+			}
+		}
+	}
+	return errs
 }
 
 // nodeLabelMeta is a node label as Kubernetes discovery gives it.

@@ -20,10 +20,18 @@ spec:
         - --node-probe.enabled
         - --node-probe.min-interval=1m
         - --node-probe.config.file=/etc/gpulink-exporter/node-probe/modules.yml
+        - --node-probe.token-file=/etc/gpulink-exporter/node-probe-token/token
         volumeMounts:
         - {name: node-probe-modules, mountPath: /etc/gpulink-exporter/node-probe, readOnly: true}
+        - {name: node-probe-token, mountPath: /etc/gpulink-exporter/node-probe-token, readOnly: true}
       volumes:
       - {name: node-probe-modules, configMap: {name: x-node-probe}}
+      - {name: node-probe-token, secret: {secretName: x-node-probe-token}}
+---
+kind: Secret
+metadata: {name: x-node-probe-token}
+data:
+  token: MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=
 ---
 kind: ConfigMap
 metadata: {name: x-node-probe}
@@ -41,6 +49,7 @@ spec:
   - port: metrics
     path: /probe
     params: {module: [nccl_ring]}
+    authorization: {type: Bearer, credentials: {name: x-node-probe-token, key: token}}
     relabelings:
     - {sourceLabels: [__meta_kubernetes_node_label_gpulink_io_node_probe_prober], regex: .+, action: keep}
     - {sourceLabels: [__address__], targetLabel: __param_target}
@@ -77,6 +86,10 @@ func TestCheckNodeProbe(t *testing.T) {
 		{"prober from the pod", "targetLabel: __address__, replacement", "targetLabel: __tmp, replacement", "no relabeling of __address__ from a node label"},
 		{"no module", "params: {module: [nccl_ring]}", "params: {}", "want one module parameter"},
 		{"no ring", "kind: ServiceMonitor", "kind: PodMonitor", "want 1 ring ServiceMonitor, got 0"},
+		{"no token", "        - --node-probe.token-file=/etc/gpulink-exporter/node-probe-token/token\n", "", "--node-probe.token-file missing"},
+		{"token not mounted", "mountPath: /etc/gpulink-exporter/node-probe-token,", "mountPath: /etc/token,", "no Secret mounted at /etc/gpulink-exporter/node-probe-token"},
+		{"short token", "token: MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=", "token: c2VjcmV0", "the exporter would refuse its token token: the token is 6 characters"},
+		{"/probe without it", "    authorization: {type: Bearer, credentials: {name: x-node-probe-token, key: token}}\n", "", "calls /probe with neither the token"},
 	} {
 		if !strings.Contains(ringRender, tc.old) {
 			t.Fatalf("%s: %q not in the render", tc.name, tc.old)

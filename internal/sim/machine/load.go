@@ -46,7 +46,23 @@ func FixtureNames() []string {
 // has no archive.
 func Load(tb TB, profile string) string {
 	tb.Helper()
-	f, err := os.Open(filepath.Join(testdataDir(), profile+".txtar"))
+	return extract(tb, profile, filepath.Join(testdataDir(), profile+".txtar"))
+}
+
+// LoadCaptured extracts a tree captured from a real machine by
+// scripts/capture-machine.py, numa/testdata/captured/<name>.txtar, as Load
+// does a modelled one. The captured trees are apart from the modelled ones
+// (FixtureNames does not list them) because no model makes them: the
+// tests that read them check the readers against what a kernel really
+// wrote, files the model does not know of included.
+func LoadCaptured(tb TB, name string) string {
+	tb.Helper()
+	return extract(tb, name, filepath.Join(testdataDir(), "captured", name+".txtar"))
+}
+
+func extract(tb TB, profile, archive string) string {
+	tb.Helper()
+	f, err := os.Open(archive)
 	if err != nil {
 		tb.Fatalf("machine: profile %s: %v", profile, err)
 	}

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 )
 
@@ -206,12 +206,12 @@ func New(m *machine.Machine) *Library {
 		for l := range g.NVLinks {
 			k := Link{Up: true, Version: uint32(gonvml.NVLINK_VERSION_4_0), RemoteType: gonvml.NVLINK_DEVICE_TYPE_SWITCH}
 			if sw := m.NVLink.Switches; len(sw) > 0 {
-				k.RemoteBus = nvmlBusID(sw[l%len(sw)])
+				k.RemoteBus = pciaddr.NVMLForm(sw[l%len(sw)])
 			} else {
 				if len(devs) != 2 {
 					panic(fmt.Sprintf("nvmlmodel: %s: NVLinks without switches join two GPUs, not %d", m.Name, len(devs)))
 				}
-				k.RemoteType, k.RemoteBus = gonvml.NVLINK_DEVICE_TYPE_GPU, nvmlBusID(devs[1-i].Addr)
+				k.RemoteType, k.RemoteBus = gonvml.NVLINK_DEVICE_TYPE_GPU, pciaddr.NVMLForm(devs[1-i].Addr)
 			}
 			g.NVLinks[l] = k
 		}
@@ -270,11 +270,6 @@ func newLibrary(s *server.Server, nvlinks int) *Library {
 		g.setDeviceFuncs()
 	}
 	return m
-}
-
-// nvmlBusID turns sysfs's 0000:18:00.0 into NVML's 00000000:18:00.0.
-func nvmlBusID(sysfs string) string {
-	return strings.ToUpper("0000" + sysfs)
 }
 
 // simClusterUUID is the simulated NVLink domain's cluster uuid.
@@ -513,7 +508,7 @@ func (g *GPU) setDeviceFuncs() {
 	d.GetPciInfoFunc = func() (gonvml.PciInfo, gonvml.Return) {
 		var p gonvml.PciInfo
 		return p, g.locked(g.call("GetPciInfo"), func() {
-			p.BusId = cChars(nvmlBusID(g.PciBusID))
+			p.BusId = cChars(pciaddr.NVMLForm(g.PciBusID))
 			p.PciDeviceId = g.Config.PciDeviceId
 		})
 	}

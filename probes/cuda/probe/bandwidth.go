@@ -117,7 +117,7 @@ func (p *gpuProbe) readLinkUnderLoad(l *lane, rate float64) *probes.LinkUnderLoa
 	var readErr error
 	var running bool
 	_, err := p.timed([]*lane{l}, []int{min(max(loops, minLoops), 4*maxLoops)}, func() {
-		link, readErr = p.fs.PCIeLinkOf(p.addr)
+		link, readErr = numa.ReadPCIeLink(p.fs, p.addr)
 		_ = l.w.do(func(*cuda.Context) error { // an error leaves running false
 			done, err := l.end.Done()
 			running = err == nil && !done

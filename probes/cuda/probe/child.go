@@ -8,8 +8,8 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/gpulink/gpulink_exporter/internal/nvml"
-	"github.com/gpulink/gpulink_exporter/numa"
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/probes"
 	"github.com/gpulink/gpulink_exporter/probes/cuda"
 )
@@ -19,7 +19,7 @@ type ChildConfig struct {
 	// Library is the CUDA driver library to load.
 	Library string
 	// FS is where sysfs is, for the link state read under load.
-	FS numa.FS
+	FS hostfs.Root
 	// CuFileLibrary is the cuFile library the storage probes try.
 	CuFileLibrary string
 }
@@ -45,19 +45,19 @@ func RunRound(ctx context.Context, cfg ChildConfig, opts []probes.Options) *prob
 func failedRound(gpus []string, err error) *probes.Round {
 	round := &probes.Round{Version: probes.ContractVersion, Started: time.Now().UTC(), GPUs: []probes.GPURound{}}
 	for _, g := range gpus {
-		round.GPUs = append(round.GPUs, probes.GPURound{PCIBusID: nvml.NormalizeBusID(g), CUDADevice: -1, Results: []probes.Result{}, Error: err.Error()})
+		round.GPUs = append(round.GPUs, probes.GPURound{PCIBusID: pciaddr.Normalize(g), CUDADevice: -1, Results: []probes.Result{}, Error: err.Error()})
 	}
 	return round
 }
 
-func runRound(ctx context.Context, drv *cuda.Driver, fs numa.FS, cufileLib string, opts []probes.Options) *probes.Round {
+func runRound(ctx context.Context, drv *cuda.Driver, fs hostfs.Root, cufileLib string, opts []probes.Options) *probes.Round {
 	return probes.MeasureRound(ctx, cudaMeasurer{drv: drv, fs: fs, cufile: cufileLib}, opts)
 }
 
 // cudaMeasurer is the Measurer over the CUDA driver: the probe child's.
 type cudaMeasurer struct {
 	drv    *cuda.Driver
-	fs     numa.FS
+	fs     hostfs.Root
 	cufile string
 }
 
@@ -79,7 +79,7 @@ const gateTimeout = 5 * time.Second
 // cost.
 type gpuProbe struct {
 	ctx                context.Context
-	fs                 numa.FS
+	fs                 hostfs.Root
 	opts               probes.Options
 	w                  *worker
 	spin, chase, empty *cuda.Function
@@ -107,7 +107,7 @@ type gpuProbe struct {
 // Open finds the GPU, starts its worker and loads the kernels.
 func (m cudaMeasurer) Open(ctx context.Context, o probes.Options) (probes.GPU, probes.Device, error) {
 	found := probes.Device{CUDADevice: -1}
-	addr := nvml.NormalizeBusID(o.GPU)
+	addr := pciaddr.Normalize(o.GPU)
 	dev, err := m.drv.DeviceByPCIBusID(o.GPU)
 	if err != nil {
 		return nil, found, err

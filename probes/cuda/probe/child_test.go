@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
-	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
 	"github.com/gpulink/gpulink_exporter/probes/cuda/cudatest"
 	"github.com/gpulink/gpulink_exporter/probes/sharingtest"
@@ -42,7 +42,7 @@ func fakeMachine(t *testing.T) ChildConfig {
 	t.Helper()
 	t.Setenv("FAKE_CUDA_BUSIDS", gpu0+","+gpu1)
 	root := machine.Load(t, "h200-vm")
-	return ChildConfig{Library: cudatest.Build(t), FS: numa.FS{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}}
+	return ChildConfig{Library: cudatest.Build(t), FS: hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}}
 }
 
 // hostNodes binds to node 0 where this kernel has one (every NUMA kernel

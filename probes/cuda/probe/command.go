@@ -13,7 +13,8 @@ import (
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/alecthomas/units"
 
-	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
 	"github.com/gpulink/gpulink_exporter/probes/cuda"
@@ -25,7 +26,7 @@ type Command struct {
 	Library string
 	// CuFileLibrary is the cuFile library the storage probes try.
 	CuFileLibrary string
-	FS            numa.FS
+	FS            hostfs.Root
 	// GPUs: "all", a PCI address, or an index in PCI address order (which
 	// is nvidia-smi's numbering).
 	GPUs []string
@@ -192,7 +193,7 @@ func (c *Command) judgeSharing(watch *probes.CommandWatch, round *probes.Round, 
 		gr := &round.GPUs[i]
 		var peers []string
 		for _, o := range opts {
-			if nvml.NormalizeBusID(o.GPU) == nvml.NormalizeBusID(gr.PCIBusID) {
+			if pciaddr.Normalize(o.GPU) == pciaddr.Normalize(gr.PCIBusID) {
 				peers = o.Peers
 			}
 		}
@@ -227,7 +228,7 @@ func (c *Command) options(drv *cuda.Driver, template probes.Options) ([]probes.O
 	// read leaves the buffers unbound.
 	topo := c.Topology
 	if topo == nil && !c.NoHostBinding && len(c.HostNodes) == 0 {
-		topo, _ = c.FS.Topology()
+		topo, _ = numa.ReadTopology(c.FS)
 	}
 	var out []probes.Options
 	for _, g := range gpus {

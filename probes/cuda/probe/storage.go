@@ -188,7 +188,7 @@ func (p *gpuProbe) storagePlace(fd int, dir string) (numa.Mount, string) {
 		if real, err := filepath.EvalSymlinks(abs); err == nil {
 			abs = real
 		}
-		mounts, _ := p.fs.Mounts()
+		mounts, _ := numa.ReadMounts(p.fs)
 		for _, m := range mounts {
 			if within(abs, m.MountPoint) && len(m.MountPoint) >= len(mount.MountPoint) {
 				mount = m
@@ -200,7 +200,7 @@ func (p *gpuProbe) storagePlace(fd int, dir string) (numa.Mount, string) {
 		return mount, ""
 	}
 	dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
-	return mount, strings.Join(p.fs.BlockDeviceDrives(dev), ",")
+	return mount, strings.Join(numa.BlockDeviceDrives(p.fs, dev), ",")
 }
 
 func within(path, dir string) bool {

@@ -7,7 +7,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/probes"
 	"github.com/gpulink/gpulink_exporter/probes/cuda"
 	"github.com/gpulink/gpulink_exporter/probes/nccl"
@@ -127,7 +127,8 @@ func (m *ncclMeasurer) OpenComm(ctx context.Context, o probes.CollectiveOptions,
 // process needs it.
 func (m *ncclMeasurer) uniqueID(ctx context.Context, o probes.CollectiveOptions, ids chan<- string) (nccl.UniqueID, error) {
 	if o.UniqueID != "" {
-		return nccl.ParseUniqueID(o.UniqueID)
+		id, err := probes.ParseUniqueID(o.UniqueID)
+		return nccl.UniqueID(id), err
 	}
 	id, err := m.lib.NewUniqueID()
 	if err != nil || o.Ranks == len(o.GPUs) {
@@ -137,7 +138,7 @@ func (m *ncclMeasurer) uniqueID(ctx context.Context, o probes.CollectiveOptions,
 		return id, fmt.Errorf("%d of %d ranks are in other processes, and there is no one to hand them the unique id", o.Ranks-len(o.GPUs), o.Ranks)
 	}
 	select {
-	case ids <- id.String():
+	case ids <- probes.UniqueID(id).String():
 		return id, nil
 	case <-ctx.Done():
 		return id, fmt.Errorf("handing out the unique id: %w", context.Cause(ctx))
@@ -159,7 +160,7 @@ func (c *ncclComm) openGPUs(drv *cuda.Driver) error {
 		if c.since.IsZero() {
 			c.since = time.Now()
 		}
-		g := &commGPU{addr: nvml.NormalizeBusID(addr), rank: c.o.FirstRank + i, ctx: cc}
+		g := &commGPU{addr: pciaddr.Normalize(addr), rank: c.o.FirstRank + i, ctx: cc}
 		c.gpus = append(c.gpus, g)
 		if err := g.open(c.bufBytes); err != nil {
 			return fmt.Errorf("GPU %s: %w", g.addr, err)

@@ -11,8 +11,7 @@ import (
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/alecthomas/units"
-
-	"github.com/gpulink/gpulink_exporter/internal/nvml"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
 	"github.com/gpulink/gpulink_exporter/probes"
 	"github.com/gpulink/gpulink_exporter/probes/cuda"
 	"github.com/gpulink/gpulink_exporter/probes/nccl"
@@ -167,7 +166,7 @@ func (c *CollectiveCommand) Run(ctx context.Context, stdout, stderr io.Writer) i
 		// The daemon names GPUs by address: it gets a round saying why
 		// nothing was measured, not a bare failure.
 		for _, g := range c.GPUs {
-			o.GPUs = probes.AppendNew(o.GPUs, nvml.NormalizeBusID(g))
+			o.GPUs = probes.AppendNew(o.GPUs, pciaddr.Normalize(g))
 		}
 		m = unavailable{err}
 	default:
@@ -182,7 +181,7 @@ func (c *CollectiveCommand) Run(ctx context.Context, stdout, stderr io.Writer) i
 	if m == nil {
 		lib, err := nccl.Open(c.Library)
 		if err != nil {
-			m = unavailable{err}
+			m = unavailable{probes.NoLibrary(err)}
 		} else {
 			defer lib.Close()
 			m = &ncclMeasurer{drv: drv, lib: lib, log: log}

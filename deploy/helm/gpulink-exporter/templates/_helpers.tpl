@@ -403,3 +403,15 @@ allowPrivilegeEscalation).
 Where nccl.hostPath is mounted.
 */}}
 {{- define "gpulink-exporter.ncclDir" -}}/host/nccl{{- end }}
+
+{{/*
+The Secret holding the node-to-node token (nodeProbe.auth), or "" where
+the ring has none: the user's, or the one nodeprobe-token-secret.yaml
+makes.
+*/}}
+{{- define "gpulink-exporter.nodeProbeTokenSecret" -}}
+{{- if and .Values.nodeProbe.enabled .Values.nodeProbe.auth.enabled }}
+{{- .Values.nodeProbe.auth.existingSecret | default (printf "%s-node-probe-token" (include "gpulink-exporter.fullname" .)) }}
+{{- end }}
+{{- end }}
+{{- define "gpulink-exporter.nodeProbeTokenDir" -}}/etc/gpulink-exporter/node-probe-token{{- end }}

@@ -1,4 +1,4 @@
-package collector
+package scrape
 
 import (
 	"bytes"
@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// The snapshot collectors render a snapshot once into samples, and write
-// those in the text formats themselves. Going through client_golang instead
+// The snapshot collectors render a snapshot once into Samples (a
+// Rendered does), and write those in the text formats themselves. Going through client_golang instead
 // (a const metric per series, then Gather, then expfmt) costs about 20
 // allocations per series and, at GOMAXPROCS 1, yields the scrape to the
 // samplers at every collector Gather starts: on the simulated DGX H100 that
@@ -24,7 +24,7 @@ import (
 // the protobuf format) sees exactly what the text shows.
 
 // family is what the text formats say of a metric family besides its
-// samples, kept for every Desc newDesc makes.
+// samples, kept for every Desc NewDesc makes.
 type family struct {
 	name string
 	// omName is the name in OpenMetrics' HELP and TYPE lines: a counter's
@@ -41,6 +41,14 @@ type family struct {
 }
 
 var families sync.Map // *prometheus.Desc -> *family
+
+// NewDesc makes a Desc without constant labels, and keeps what the text
+// formats need of it: every Desc a Samples is given must come from here.
+func NewDesc(fqName, help string, labels []string) *prometheus.Desc {
+	d := prometheus.NewDesc(fqName, help, labels, nil)
+	families.Store(d, newFamily(fqName, help, labels))
+	return d
+}
 
 func newFamily(name, help string, labels []string) *family {
 	f := &family{name: name, omName: strings.TrimSuffix(name, "_total"),
@@ -65,8 +73,8 @@ var (
 	omHelpEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`)
 )
 
-// sample is one rendered series: its label values are out.vals[lo:hi], in
-// the Desc's order.
+// sample is one rendered series: its label values are Samples.vals[lo:hi],
+// in the Desc's order.
 type sample struct {
 	desc   *prometheus.Desc
 	typ    prometheus.ValueType
@@ -74,11 +82,11 @@ type sample struct {
 	lo, hi int32
 }
 
-// out collects the samples of one render. Its slices are reused from one
-// render to the next.
-type out struct {
-	// labels are the values every series added gets first (a GPU's).
-	labels  []string
+// Samples collects the samples of one render. Its slices are reused from
+// one render to the next.
+type Samples struct {
+	// Labels are the values every series added gets first (a GPU's).
+	Labels  []string
 	samples []sample
 	vals    []string
 
@@ -97,14 +105,15 @@ type group struct {
 	id, n, off int // id: the order the family was first met in
 }
 
-func (o *out) reset() {
+func (o *Samples) reset() {
 	clear(o.vals) // the strings belong to the old snapshot
-	o.labels, o.samples, o.vals = nil, o.samples[:0], o.vals[:0]
+	o.Labels, o.samples, o.vals = nil, o.samples[:0], o.vals[:0]
 }
 
-func (o *out) add(d *prometheus.Desc, t prometheus.ValueType, v float64, extra ...string) {
+// Add adds a series of d: its label values are Labels and then extra.
+func (o *Samples) Add(d *prometheus.Desc, t prometheus.ValueType, v float64, extra ...string) {
 	lo := len(o.vals)
-	o.vals = append(o.vals, o.labels...)
+	o.vals = append(o.vals, o.Labels...)
 	o.vals = append(o.vals, extra...)
 	for i := lo; i < len(o.vals); i++ {
 		// Label values must be UTF-8; NVML and sysfs strings are not
@@ -117,7 +126,7 @@ func (o *out) add(d *prometheus.Desc, t prometheus.ValueType, v float64, extra .
 }
 
 // metrics makes a const metric of every sample.
-func (o *out) metrics() []prometheus.Metric {
+func (o *Samples) metrics() []prometheus.Metric {
 	ms := make([]prometheus.Metric, len(o.samples))
 	for i, s := range o.samples {
 		ms[i] = prometheus.MustNewConstMetric(s.desc, s.typ, s.value, o.vals[s.lo:s.hi]...)
@@ -131,7 +140,7 @@ func (o *out) metrics() []prometheus.Metric {
 // keep the order they were rendered in. A sample whose label count does
 // not match its Desc is dropped (Collect would panic on it, and the tests
 // collect every collector).
-func (o *out) appendText(b []byte, openMetrics bool) []byte {
+func (o *Samples) appendText(b []byte, openMetrics bool) []byte {
 	if len(o.samples) == 0 {
 		return b
 	}
