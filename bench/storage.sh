@@ -57,9 +57,15 @@ echo "== machine"
 
 # The cuFile library for the probe, and GDS's tools, wherever they are.
 cufile=${CUFILE_LIB:-}
-wheel=$(python3 -c 'import nvidia.cufile as c; print(list(c.__path__)[0])' 2>/dev/null || true)
+# PyTorch's wheels bring it as nvidia-cufile (nvidia/cufile/lib, or
+# nvidia/cu13/lib for CUDA 13's).
+wheels=$(python3 -c 'import nvidia; print(" ".join(nvidia.__path__))' 2>/dev/null || true)
+wheel=""
+for w in $wheels; do
+  [ -n "$wheel" ] || wheel=$(find "$w" -name 'libcufile.so.0' 2>/dev/null | head -n1)
+done
 for c in /usr/local/cuda/lib64/libcufile.so.0 /usr/local/cuda/targets/x86_64-linux/lib/libcufile.so.0 \
-  "$(ldconfig -p 2>/dev/null | awk '/libcufile.so.0 /{print $NF; exit}')" ${wheel:+"$wheel/lib/libcufile.so.0"}; do
+  "$(ldconfig -p 2>/dev/null | awk '/libcufile.so.0 /{print $NF; exit}')" "$wheel"; do
   [ -z "$cufile" ] && [ -n "$c" ] && [ -e "$c" ] && cufile=$c
 done
 gdsio=$(command -v gdsio || ls /usr/local/cuda/gds/tools/gdsio 2>/dev/null || true)

@@ -2,10 +2,11 @@
 """Judges bench/storage.sh's runs: the storage probe's read bandwidth
 (storage_to_device, median of its samples) against the reference on the
 same drive in the same run, median of runs against median of runs, within
-TOLERANCE (10%). The reference is gdsio where it ran (GPUDirect Storage's
-own tool, through cuFile as the probe is when it loads), else
-storage_ref.py's O_DIRECT read with a copy to the GPU (the probe's posix
-path); dd iflag=direct is printed beside as the drive's bare read rate.
+TOLERANCE (10%). The reference is gdsio where it ran and the probe went
+through cuFile too (native or compat: GPUDirect Storage's own tool, the
+same path), else storage_ref.py's O_DIRECT read with a copy to the GPU
+(the probe's posix path); dd iflag=direct is printed beside as the drive's
+bare read rate.
 Also prints the mode the probe reported beside what gdscheck -p said.
 
 Usage: storage_compare.py OUTDIR   (writes OUTDIR/compare.txt and .json)
@@ -88,7 +89,13 @@ def main():
             return f"{x / 1e9:.3f} GB/s" if x else "-"
         lines.append(f"{os.path.basename(d)}: probe read {gb(probe_reads[-1])} write {gb(probe_writes[-1])}"
                      f" | gdsio {gb(gdsio[-1])} | O_DIRECT+copy (torch) {gb(torch_ref[-1])} | dd iflag=direct {gb(dd[-1])}")
-    ref_name, ref = ("gdsio", med(gdsio)) if med(gdsio) else ("O_DIRECT+copy (torch)", med(torch_ref))
+    # gdsio goes through cuFile: the reference where the probe did too
+    # (native or compat); the probe's posix path is storage_ref.py's.
+    through_cufile = modes and modes <= {"native", "compat"}
+    if med(gdsio) and through_cufile:
+        ref_name, ref = "gdsio", med(gdsio)
+    else:
+        ref_name, ref = "O_DIRECT+copy (torch)", med(torch_ref)
     probe = med(probe_reads)
     result = {"probe_read_median": probe, "probe_write_median": med(probe_writes), "reference": ref_name,
               "reference_median": ref, "dd_median": med(dd), "modes": sorted(modes), "notes": sorted(notes)}
