@@ -17,18 +17,7 @@ import (
 func TestStorageProbes(t *testing.T) {
 	run := func(t *testing.T, profile, faults, dir string) probes.Result {
 		t.Helper()
-		cfg := Config{Profile: profile}
-		if faults != "" {
-			cfg.FaultsFile = filepath.Join(t.TempDir(), "faults.yaml")
-			if err := os.WriteFile(cfg.FaultsFile, []byte(faults), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		n, err := Start(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer n.Close()
+		n := startNode(t, profile, faults)
 		gpu := n.Machine().GPUs()[0].Addr
 		round, err := n.Runner().Run(context.Background(), probes.Options{GPU: gpu, SizeBytes: 64 << 20, Samples: 3,
 			StorageDir: dir, StorageBytes: 1 << 30, Probes: []probes.Kind{probes.StorageToDevice}})
@@ -65,7 +54,10 @@ func TestStorageProbes(t *testing.T) {
 		if err := os.WriteFile(cfg.FaultsFile, []byte("faults:\n- {kind: nvidia_fs_missing}\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Start(cfg); err == nil || !strings.Contains(err.Error(), "no nvidia_fs loaded") {
+		if n, err := Start(cfg); err == nil || !strings.Contains(err.Error(), "no nvidia_fs loaded") {
+			if n != nil {
+				n.Close()
+			}
 			t.Errorf("Start: %v, want the fault refused", err)
 		}
 	})
