@@ -79,6 +79,8 @@ LABEL org.opencontainers.image.title="gpulink_exporter" \
       org.opencontainers.image.source="https://github.com/gpulink/gpulink_exporter" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /src/gpulink_exporter /bin/gpulink_exporter
+# node-problem-detector's custom plugin (deploy/slurm/README.md).
+COPY --from=build /src/gpulink_healthcheck /bin/gpulink_healthcheck
 COPY LICENSE /usr/share/doc/gpulink_exporter/LICENSE
 EXPOSE 9849
 # Non-root by default (65532, no passwd entry needed): enough for NVML, the

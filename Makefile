@@ -3,6 +3,9 @@
 GO        ?= go
 GOFMT     ?= gofmt
 BINARY    := gpulink_exporter
+# The health check for Slurm, NHC and node-problem-detector, a binary of
+# its own (cmd/gpulink_healthcheck says why).
+HEALTHCHECK := gpulink_healthcheck
 TOOLS_BIN := $(CURDIR)/.tools/bin
 TOOLS_LIB := $(CURDIR)/.tools/lib
 PROMTOOL  := $(TOOLS_BIN)/promtool
@@ -33,7 +36,7 @@ export CGO_ENABLED := 1
 # this every cgo compile of it prints screens of warnings.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build run tools cufile test e2e fuzz vet fmt-check lint bench scrapebench ptx-check helm-check chart-sync demo clean
+.PHONY: all build run tools slurm-tools cufile test e2e fuzz vet fmt-check lint bench scrapebench ptx-check helm-check chart-sync demo clean
 
 all: build
 
@@ -41,6 +44,7 @@ all: build
 EXTRA_LDFLAGS ?=
 build:
 	$(GO) build -ldflags '$(LDFLAGS) $(EXTRA_LDFLAGS)' -o $(BINARY) .
+	$(GO) build -ldflags '$(LDFLAGS) $(EXTRA_LDFLAGS)' -o $(HEALTHCHECK) ./cmd/gpulink_healthcheck
 
 run: build
 	./$(BINARY) $(ARGS)
@@ -48,6 +52,11 @@ run: build
 # Real promtool/prometheus/alertmanager from Debian packages (idempotent).
 tools:
 	scripts/fetch-prom-tools.sh $(TOOLS_BIN)
+
+# Debian's slurm-wlm and munge where missing, for the real-Slurm test
+# (e2e/slurm_test.go); their services are not started.
+slurm-tools:
+	scripts/install-slurm.sh
 
 # Debian's real libcufile.so.0 (non-free) for the cuFile binding's test
 # (idempotent; adds the non-free component to apt's sources where missing).
@@ -86,14 +95,18 @@ lint: fmt-check vet $(GOLANGCI_LINT_STAMP)
 # under a real Prometheus and Alertmanager. -race makes the tests slow: go
 # test runs GOMAXPROCS packages at once, which on a small CI machine is
 # about right.
-TEST_ENV := PROMTOOL=$(PROMTOOL) PROMETHEUS=$(PROMETHEUS) ALERTMANAGER=$(ALERTMANAGER) \
+# GPULINK_SLURM_E2E=require: the real-Slurm test fails rather than skips
+# where it cannot run (slurm-tools installs what it needs; it needs root).
+# GPULINK_REAL_LIBCUFILE: the cuFile binding's test loads Debian's real
+# library (cufile fetches it) beside its fake.
+TEST_ENV := PROMTOOL=$(PROMTOOL) PROMETHEUS=$(PROMETHEUS) ALERTMANAGER=$(ALERTMANAGER) GPULINK_SLURM_E2E=require \
             GPULINK_REAL_LIBCUFILE=$(TOOLS_LIB)/libcufile.so.0
-test: tools cufile lint helm-check
+test: tools slurm-tools cufile lint helm-check
 	$(TEST_ENV) $(GO) test -count=1 -race -timeout 20m ./...
 	$(MAKE) fuzz
 
 # Only the end-to-end test, verbose: alert latencies and dashboard queries.
-e2e: tools
+e2e: tools slurm-tools
 	$(TEST_ENV) $(GO) test -count=1 -v -timeout 10m ./e2e
 
 # Helm chart: copies of rules and dashboards current, lint, renders checked
@@ -145,5 +158,5 @@ ptx-check:
 	$(PTXAS) -arch=sm_90 probes/cuda/kernels.ptx -o /dev/null
 
 clean:
-	rm -rf $(BINARY) .device dist
+	rm -rf $(BINARY) $(HEALTHCHECK) .device dist
 	rm -f $(TOOLS_BIN)/scrapebench

@@ -44,6 +44,7 @@ type config struct {
 	cufileLib         string
 	cufileConfig      string
 	sim, simFaults    string
+	simHostProcesses  bool
 	web               *web.FlagConfig
 	log               promslog.Config
 
@@ -135,6 +136,7 @@ func newCLI() *cli {
 	app.Flag("runtime.gomaxprocs", "The target number of CPUs Go will run on (GOMAXPROCS).").Envar("GOMAXPROCS").Default("1").IntVar(&c.maxProcs)
 	app.Flag("sim", "Serve a simulated node instead of this machine: NVML, sysfs/procfs and the probe runner are modelled, everything else is the real exporter. One of: "+strings.Join(sim.ProfileNames(), ", ")+".").PlaceHolder("PROFILE").EnumVar(&c.sim, sim.ProfileNames()...)
 	app.Flag("sim.faults", "YAML file of faults to inject into the simulated node (with --sim); re-read when it changes. Missing or empty: a healthy node.").PlaceHolder("FILE").StringVar(&c.simFaults)
+	app.Flag("sim.host-processes", "With --sim: this machine's processes whose CUDA_VISIBLE_DEVICES names simulated GPUs (by index or UUID) are those GPUs' compute processes, read through --path.procfs: real jobs of a real scheduler (Slurm) in front of the simulated node.").BoolVar(&c.simHostProcesses)
 	for id := range sources {
 		sources[id].register(app, c, sourceID(id))
 	}
@@ -195,6 +197,18 @@ func probeFlags(f flagFunc, c *config) {
 
 // formatFloat writes a flag's default as the flag would be given.
 func formatFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+
+// formatDuration writes a flag's default duration as a person would give
+// it: 10m, not time.Duration's 10m0s.
+func formatDuration(d time.Duration) string {
+	switch {
+	case d > 0 && d%time.Hour == 0:
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	case d > 0 && d%time.Minute == 0:
+		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
+	}
+	return d.String()
+}
 
 // nodeProbeFlags are the node-to-node probes' flags.
 func nodeProbeFlags(f flagFunc, c *config) {

@@ -52,7 +52,11 @@ func run(l *cli, command string, logger *slog.Logger) int {
 	// With --sim the three hardware seams are the simulated node's.
 	var node *sim.Node
 	if c.sim != "" {
-		n, err := sim.Start(sim.Config{Profile: c.sim, FaultsFile: c.simFaults, Logger: logger})
+		cfg := sim.Config{Profile: c.sim, FaultsFile: c.simFaults, Logger: logger}
+		if c.simHostProcesses {
+			cfg.HostProcesses = c.procfs
+		}
+		n, err := sim.Start(cfg)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "simulated node:", err)
 			return 1

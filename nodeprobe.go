@@ -80,9 +80,7 @@ func (w *wiring) nicRate() func(string) float64 {
 	if w.topology == nil || w.nic == nil {
 		return nil
 	}
-	return func(gpu string) float64 {
-		return nodeprobe.NearestNICRate(w.topology.LatestData(), w.nic.LatestData(), gpu)
-	}
+	return probes.Expectations{Topology: w.topology.LatestData, NICs: w.nic.LatestData}.NearestNICRate
 }
 
 // reloadOnHangup re-reads the modules file on every SIGHUP, as

@@ -140,8 +140,8 @@ var sources = [numSources]source{
 	},
 	probeSource: {
 		name:     "probe",
-		interval: durationFlag{"10m", "How often to probe each GPU (with jitter); stretched when a round costs more than --probe.max-duty allows."},
-		timeout:  durationFlag{"60s", "Deadline of one GPU's probe child; past it the child is killed."},
+		interval: durationFlag{formatDuration(schedule.DefaultInterval), "How often to probe each GPU (with jitter); stretched when a round costs more than --probe.max-duty allows."},
+		timeout:  durationFlag{formatDuration(schedule.DefaultTimeout), "Deadline of one GPU's probe child; past it the child is killed."},
 		flags:    probeFlags,
 		ownTimer: true,
 		check:    checkProbes,
@@ -417,11 +417,9 @@ func startProbes(w *wiring, s setting) {
 		return time.Time{}
 	}
 	c.HostNodes = func(addr string) []int { return topo().HostNodes(addr) }
-	c.Annotate = func(g *probes.GPURound) { probes.PathFor(w.nvml.LatestData(), topo(), g.PCIBusID).Annotate(g) }
+	expect := probes.Expectations{GPUs: w.nvml.LatestData, Topology: topo}
+	c.Annotate, c.CollectiveAnnotate = expect.Annotate, expect.AnnotateCollective
 	c.CollectiveOptions.Collectives = typed[probes.Collective](w.cfg.collectiveKinds)
-	c.CollectiveAnnotate = func(r *probes.CollectiveRound) []probes.PairTransport {
-		return probes.CollectivePathFor(w.nvml.LatestData(), topo(), r.GPUs).Annotate(r)
-	}
 	sched, err := schedule.NewScheduler(c)
 	if err != nil {
 		w.err = fmt.Errorf("invalid probe settings: %w", err)

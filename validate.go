@@ -33,10 +33,6 @@ func badDuration(flag string, v time.Duration, want string) error {
 	return &flagError{flag, v.String(), want}
 }
 
-func badFloat(flag string, v float64, want string) error {
-	return &flagError{flag, strconv.FormatFloat(v, 'g', -1, 64), want}
-}
-
 // validate checks every flag before anything starts: the first bad value
 // is returned, naming the flag and what it takes. A missing path that can
 // legitimately appear later (a library the loader finds by name, the
@@ -50,6 +46,8 @@ func (l *cli) validate(command string, logger *slog.Logger) error {
 		return errors.New("--sim serves a simulated node; the collectives command needs real GPUs")
 	case c.sim == "" && c.simFaults != "":
 		return errors.New("--sim.faults needs --sim")
+	case c.sim == "" && c.simHostProcesses:
+		return errors.New("--sim.host-processes needs --sim")
 	case c.maxRequests < 0:
 		return &flagError{"web.max-requests", strconv.Itoa(c.maxRequests), "0 (no limit) or more"}
 	case c.maxProcs < 1:
@@ -153,26 +151,18 @@ func checkSlurm(c *config, st setting, warn func(string, ...any)) error {
 	return nil
 }
 
-// checkProbes checks the scheduler's flags, whatever the policy: a flag
-// that is wrong is wrong before the policy turns the probes on.
+// checkProbes checks the scheduler's flags and the collective round's,
+// whatever the policy, by the check the scheduler itself runs
+// (schedule.SchedulerConfig.Validate, which names the flags): the config
+// as the flags set it, with the row's interval and timeout, the kinds
+// asked for, and the collective options checked as where rounds run.
 func checkProbes(c *config, st setting, warn func(string, ...any)) error {
 	p := c.probe
-	name := func(suffix string) string { return st.name + "." + suffix }
-	switch {
-	case p.FirstDelay < 0:
-		return badDuration(name("first-delay"), p.FirstDelay, "0 (no wait) or more")
-	// Written so that NaN, which the flags parse, is out of every range.
-	case !(p.Jitter >= 0 && p.Jitter <= 0.5):
-		return badFloat(name("jitter"), p.Jitter, "0 (none) to 0.5")
-	case !(p.MaxDuty > 0 && p.MaxDuty <= 1):
-		return badFloat(name("max-duty"), p.MaxDuty, "more than 0 and at most 1 (no bound)")
-	case !(p.UtilizationThreshold >= 0 && p.UtilizationThreshold <= 1):
-		return badFloat(name("utilization-threshold"), p.UtilizationThreshold, "0 (any utilisation is busy) to 1")
-	}
-	// What a round measures with: probes names its flags.
-	o := p.Options
-	o.Probes = typed[probes.Kind](c.probeKinds)
-	if err := o.Validate(); err != nil {
+	p.Interval, p.Timeout = st.interval, st.timeout
+	p.Options.Probes = typed[probes.Kind](c.probeKinds)
+	p.CollectiveOptions.Collectives = typed[probes.Collective](c.collectiveKinds)
+	p.CollectiveRunner = &probes.ChildRunner{} // not run: its options are checked as where it is
+	if err := p.Validate(); err != nil {
 		return err
 	}
 	checkLibrary(c, "cuda.library", c.cudaLib, warn)
@@ -212,22 +202,9 @@ func checkNodeProbe(c *config, st setting, _ func(string, ...any)) error {
 	return nil
 }
 
-// checkCollectives checks the collective round's flags, whatever the
-// probe policy, as checkProbes does the probes'.
+// checkCollectives warns of the collective round's library; its flags'
+// values are checkProbes' (schedule.SchedulerConfig.Validate).
 func checkCollectives(c *config, warn func(string, ...any)) error {
-	p := c.probe
-	switch {
-	case p.CollectiveInterval <= 0:
-		return badDuration("collective.interval", p.CollectiveInterval, "a duration above 0")
-	case p.CollectiveTimeout <= 0:
-		return badDuration("collective.timeout", p.CollectiveTimeout, "a duration above 0")
-	}
-	// What a round measures with: probes names the flags.
-	o := p.CollectiveOptions
-	o.Collectives = typed[probes.Collective](c.collectiveKinds)
-	if err := o.Validate(); err != nil {
-		return err
-	}
 	checkLibrary(c, "nccl.library", c.ncclLib, warn)
 	return nil
 }

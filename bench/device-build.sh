@@ -6,8 +6,11 @@
 # and promtool. There, run .device/scrape.sh, .device/gpu-check.sh OUTDIR
 # and the others (see each script's header).
 #
-# Usage: bench/device-build.sh [--dashboards | --collector-test]
+# Usage: bench/device-build.sh [--dashboards | --collector-test | --slurm]
 #
+# --slurm: for .device/slurm-check.sh, the exporter and gpulink_healthcheck
+# (18 MB: it links Prometheus' PromQL engine) without the test binaries,
+# rssfloor and scrapebench, which that run does not need.
 # --collector-test: add the collector test binary (21 MB) for gpu-check.sh's
 # Go scrape benchmark; left out by default, since with it the tree passes
 # the 64 MiB a device call carries.
@@ -30,12 +33,14 @@ limit=$((64 << 20))
 
 dashboards=false
 collector_test=false
+slurm=false
 case "${1:-}" in
 "") ;;
 --dashboards) dashboards=true ;;
 --collector-test) collector_test=true ;;
+--slurm) slurm=true ;;
 *)
-	echo "usage: $0 [--dashboards | --collector-test]" >&2
+	echo "usage: $0 [--dashboards | --collector-test | --slurm]" >&2
 	exit 2
 	;;
 esac
@@ -47,12 +52,15 @@ export CGO_ENABLED=1
 mkdir -p "$DEVICE"
 # The Makefile's build, so the binary is version-stamped as `make build`
 # stamps it; stripped, to carry less.
-"$MAKE" --no-print-directory build GO="$GO" BINARY="$DEVICE/gpulink_exporter" EXTRA_LDFLAGS='-s -w'
-CGO_ENABLED=0 "$GO" build -ldflags '-s -w' -o "$DEVICE/scrapebench" ./bench/scrapebench
-# The reference of rss.sh: the smallest NVML exporter the same libraries make.
-"$GO" build -ldflags '-s -w' -o "$DEVICE/rssfloor" ./bench/rssfloor
-rm -f "$DEVICE/gpu.test" "$DEVICE/collector.test"
-if ! $dashboards; then
+"$MAKE" --no-print-directory build GO="$GO" BINARY="$DEVICE/gpulink_exporter" HEALTHCHECK="$DEVICE/gpulink_healthcheck" EXTRA_LDFLAGS='-s -w'
+rm -f "$DEVICE/gpu.test" "$DEVICE/collector.test" "$DEVICE/scrapebench" "$DEVICE/rssfloor"
+if ! $slurm; then
+	rm -f "$DEVICE/gpulink_healthcheck"
+	CGO_ENABLED=0 "$GO" build -ldflags '-s -w' -o "$DEVICE/scrapebench" ./bench/scrapebench
+	# The reference of rss.sh: the smallest NVML exporter the same libraries make.
+	"$GO" build -ldflags '-s -w' -o "$DEVICE/rssfloor" ./bench/rssfloor
+fi
+if ! $dashboards && ! $slurm; then
 	"$GO" test -c -tags gpu -ldflags '-s -w' -o "$DEVICE/gpu.test" ./internal/nvml
 fi
 if $collector_test; then
@@ -66,7 +74,7 @@ cp bench/ref/*.py bench/ref/*.cu "$DEVICE/ref/"
 cp dashboards/*.json "$DEVICE/dashboards/"
 cp deploy/prometheus/gpulink.rules.yml "$DEVICE/rules/"
 gzip -9 -c "$tools/promtool" >"$DEVICE/promtool.gz"
-if $dashboards; then
+if $dashboards && ! $slurm; then
 	gzip -9 -c "$tools/prometheus" >"$DEVICE/prometheus.gz"
 else
 	rm -f "$DEVICE/prometheus.gz"

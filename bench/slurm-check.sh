@@ -11,10 +11,14 @@
 #      SLUID folder) with SLURM_JOB_ID=4343 in the process's environment:
 #      job 4343, job_sluid s5K1KKYAYG5D00, step 0.
 # After each run the process exits and its job must leave GPU 0's info.
+# While each process runs, the health check (issue 35) must pass
+# (gpulink_healthcheck: exit 0, "OK: links fit for jobs") over
+# the exporter's scrape; once the exporter is stopped it must say unknown
+# (exit 2).
 #
 # Needs root (it writes /sys/fs/cgroup, a cgroup v2 hierarchy), python3
 # with torch, and two GPUs (with one, GPU 1's mapping check is skipped and
-# says so). Needs no Go: carry .device (bench/device-build.sh) and run
+# says so). Needs no Go: carry .device (bench/device-build.sh --slurm) and run
 #   .device/slurm-check.sh OUTDIR
 # OUTDIR gets the log (slurm-check.log), the exporter's log, each run's
 # /proc/<pid>/cgroup and scrapes. Exits 1 when a check fails, 2 when the
@@ -45,6 +49,8 @@ die() { # the machine cannot run the check
 [ "$(id -u)" = 0 ] || die "needs root to write $cg"
 [ "$(stat -fc %T "$cg" 2>/dev/null)" = cgroup2fs ] || die "$cg is not a cgroup v2 hierarchy ($(stat -fc %T "$cg" 2>&1))"
 [ -x "$bin" ] || die "no exporter at $bin (bench/device-build.sh puts it there)"
+healthcheck=${HEALTHCHECK:-$here/gpulink_healthcheck}
+[ -x "$healthcheck" ] || die "no gpulink_healthcheck at $healthcheck (bench/device-build.sh --slurm puts it there)"
 python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null || die "python3 with torch and CUDA is needed"
 ngpu=$(nvidia-smi -L | grep -c '^GPU')
 echo "$(date -u +%FT%TZ) $(hostname): $ngpu GPUs, $(uname -r), $("$bin" --version 2>&1 | head -1)"
@@ -185,6 +191,13 @@ run() {
 	fi
 	echo "-- errors counted: $(grep -E '^gpulink_source_errors_total\{source="(process|slurm)"\}' "$file" | tr '\n' ' ')"
 
+	# The health check, as slurmd would run it, over this exporter while
+	# the job runs: the node's links judged by the shipped rules.
+	local hc=$out/healthcheck-$name.txt rc=0
+	"$healthcheck" --exporter.url="$url" --state.file="$out/healthcheck.state" >"$hc" 2>&1 || rc=$?
+	cat "$hc"
+	check "$name: healthcheck exits 0 (OK) with the job running (exit $rc)" [ "$rc" = 0 ]
+
 	kill "$pid"
 	wait "$pid" 2>/dev/null
 	local gone=false after=$out/metrics-$name-after.txt
@@ -203,6 +216,13 @@ run() {
 
 run job_id "$scope/job_4242" 4242 ""
 run sluid "$scope/$sluid" 4343 "$sluid" SLURM_JOB_ID=4343 SLURM_JOB_SLUID="$sluid"
+
+# The exporter stopped: the check cannot tell, and says so.
+exporter_stop
+rc=0
+"$healthcheck" --exporter.url="$url" --state.file="$out/healthcheck.state" >"$out/healthcheck-stopped.txt" 2>&1 || rc=$?
+cat "$out/healthcheck-stopped.txt"
+check "healthcheck with the exporter stopped exits 2 (unknown), not 0 (exit $rc)" [ "$rc" = 2 ]
 
 [ -f "$here/promtool.gz" ] && unpack_tools promtool
 if [ -x "$here/promtool" ]; then

@@ -128,18 +128,14 @@ func simulatedDGX(t *testing.T) []prometheus.Collector {
 	sched, err := schedule.NewScheduler(schedule.SchedulerConfig{
 		Policy: schedule.PolicyAlways, Runner: n.Runner(), GPUs: nvmlS.LatestData, Processes: reader.ComputeProcesses,
 		Jitter: probes.DefaultJitter, MaxDuty: probes.DefaultMaxDuty, UtilizationThreshold: probes.DefaultUtilizationThreshold,
-		Options:   probes.Options{SizeBytes: probes.DefaultSizeBytes, Samples: probes.DefaultSamples},
-		HostNodes: func(addr string) []int { return topo.LatestData().HostNodes(addr) },
-		Annotate: func(g *probes.GPURound) {
-			probes.PathFor(nvmlS.LatestData(), topo.LatestData(), g.PCIBusID).Annotate(g)
-		},
+		Options:          probes.Options{SizeBytes: probes.DefaultSizeBytes, Samples: probes.DefaultSamples},
+		HostNodes:        func(addr string) []int { return topo.LatestData().HostNodes(addr) },
+		Annotate:         probes.Expectations{GPUs: nvmlS.LatestData, Topology: topo.LatestData}.Annotate,
 		CollectiveRunner: n.Runner(),
 		CollectiveOptions: probes.CollectiveOptions{SizeBytes: probes.DefaultCollectiveSizeBytes,
 			SmallBytes: probes.DefaultCollectiveSmallBytes, Warmup: probes.DefaultCollectiveWarmup, Iterations: probes.DefaultCollectiveIterations,
 			Samples: probes.DefaultCollectiveSamples},
-		CollectiveAnnotate: func(r *probes.CollectiveRound) []probes.PairTransport {
-			return probes.CollectivePathFor(nvmlS.LatestData(), topo.LatestData(), r.GPUs).Annotate(r)
-		},
+		CollectiveAnnotate: probes.Expectations{GPUs: nvmlS.LatestData, Topology: topo.LatestData}.AnnotateCollective,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -6,13 +6,14 @@ import (
 	"github.com/gpulink/gpulink_exporter/collector"
 	"github.com/gpulink/gpulink_exporter/internal/ncclcheck"
 	"github.com/gpulink/gpulink_exporter/internal/scrape/scrapetest"
+	"github.com/gpulink/gpulink_exporter/probes"
 )
 
 // A node whose NICs call for IB with GPUDirect RDMA on GPU 0 and sockets
 // on a GPU NVML does not know, in a container without /dev/infiniband.
 func TestNCCLCheckMetrics(t *testing.T) {
 	r := &ncclcheck.Report{LibraryPath: "/usr/lib/x86_64-linux-gnu/libnccl.so.2", Version: "2.27.3",
-		Networks: []ncclcheck.GPUNetwork{{GPU: "0000:18:00.0", Network: "IB", GDR: true}, {GPU: "0000:2a:00.0", Network: "Socket"}},
+		Networks: []probes.GPUNetwork{{GPU: "0000:18:00.0", Network: "IB", GDR: true}, {GPU: "0000:2a:00.0", Network: "Socket"}},
 		Items: []ncclcheck.Item{{Check: ncclcheck.CheckLibrary, Status: ncclcheck.StatusOK},
 			{Check: ncclcheck.CheckRDMADevices, Status: ncclcheck.StatusMissing}}}
 	c := collector.NewNCCLCheckCollector(fixed(r), identities{{Index: 0, PCIBusID: "0000:18:00.0"}})

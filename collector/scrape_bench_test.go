@@ -113,9 +113,7 @@ func simNode(tb testing.TB, h *hooks) benchNode {
 		Jitter: probes.DefaultJitter, MaxDuty: probes.DefaultMaxDuty, UtilizationThreshold: probes.DefaultUtilizationThreshold,
 		Options:   probes.Options{SizeBytes: probes.DefaultSizeBytes, Samples: probes.DefaultSamples},
 		HostNodes: func(addr string) []int { return topo.LatestData().HostNodes(addr) },
-		Annotate: func(g *probes.GPURound) {
-			probes.PathFor(nv.LatestData(), topo.LatestData(), g.PCIBusID).Annotate(g)
-		},
+		Annotate:  probes.Expectations{GPUs: nv.LatestData, Topology: topo.LatestData}.Annotate,
 	})
 	if err != nil {
 		tb.Fatal(err)

@@ -16,8 +16,9 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// The alert names CONTRACT.md fixes: the e2e test and the runbook sections of
-// prometheus/README.md use them.
+// The alert names users' routes, silences and inhibitions key on, and
+// that the e2e test (e2e/alerts_test.go) and the runbook sections of
+// prometheus/README.md use: each must stay defined under its name.
 var contractAlerts = []string{
 	"GPUPCIeLinkDowntrained", "GPUProbeHostBandwidthLow", "GPUProbePeerBandwidthLow", "GPUNVLinkDown",
 	"GPUNVLinkErrors", "NICPortRateDegraded", "NICPortDown", "NICPortFlapping", "NICPortErrors",
@@ -233,7 +234,7 @@ func TestAlertConventions(t *testing.T) {
 	}
 	for _, name := range contractAlerts {
 		if !seen[name] {
-			t.Errorf("alert %s (CONTRACT.md) is not defined", name)
+			t.Errorf("alert %s is not defined: users' routes, the e2e test and the runbooks name it", name)
 		}
 	}
 }

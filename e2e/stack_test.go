@@ -41,9 +41,12 @@ func freeAddr(t *testing.T) string {
 }
 
 // buildExporter builds this module's binary into dir.
-func buildExporter(t *testing.T, dir string) string {
-	bin := filepath.Join(dir, "gpulink_exporter")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
+func buildExporter(t *testing.T, dir string) string { return build(t, dir, "gpulink_exporter", ".") }
+
+// build builds the module's package pkg into dir/name.
+func build(t *testing.T, dir, name, pkg string) string {
+	bin := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
 	cmd.Dir = repoRoot(t)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -54,8 +57,8 @@ func buildExporter(t *testing.T, dir string) string {
 
 // start runs a program for the rest of the test with its output in
 // dir/name.log; the cleanup stops it (TERM, then KILL) and prints the log's
-// tail when the test failed.
-func start(t *testing.T, dir, name, bin string, args ...string) {
+// tail when the test failed. stop stops it earlier.
+func start(t *testing.T, dir, name, bin string, args ...string) (stop func()) {
 	logPath := filepath.Join(dir, name+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -69,7 +72,7 @@ func start(t *testing.T, dir, name, bin string, args ...string) {
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
+	stop = sync.OnceFunc(func() {
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 		select {
 		case <-done:
@@ -77,6 +80,9 @@ func start(t *testing.T, dir, name, bin string, args ...string) {
 			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			<-done
 		}
+	})
+	t.Cleanup(func() {
+		stop()
 		logFile.Close()
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
@@ -86,6 +92,7 @@ func start(t *testing.T, dir, name, bin string, args ...string) {
 			t.Logf("--- %s log (tail) ---\n%s", name, b)
 		}
 	})
+	return stop
 }
 
 // waitHTTP polls url until it answers 200 or the deadline passes.

@@ -11,7 +11,11 @@
 //   - what is measured: the probe kinds and collectives, their options
 //     (validated at start, so a bad flag stops the daemon), results and
 //     rounds as the child prints them (result.go, collective.go);
-//   - what a path should give (expect.go, collective_expect.go);
+//   - what a path should give, and nowhere else: a GPU's links
+//     (expect.go), a collective's (collective_expect.go), the network to
+//     another node and what its rail NICs carry (network_expect.go), each
+//     from the NVML, topology and NIC snapshots, joined for the daemon and
+//     the tests by Expectations (expectations.go);
 //   - the round functions, MeasureRound and MeasureCollectiveRound, over
 //     the seam of what a GPU can measure (Measurer, CollectiveMeasurer):
 //     the real children and the simulated node both go through them;
@@ -40,8 +44,9 @@
 // imports both its binding and this contract, sits in a sub-package of
 // its binding. deps_test.go keeps these directions.
 //
-// PathFor, CollectivePathFor and PeerReachable take the NVML sampler's
-// snapshot (internal/nvml): what a path should give is read from the same
-// typed state the daemon samples, and a public copy of that type would only
-// have to be kept in step with it. Every caller is in this module.
+// PathFor, CollectivePathFor, PeerReachable, NetworksFor and NearestNICRate
+// take the samplers' snapshots (internal/nvml, numa, internal/nic): what a
+// path should give is read from the same typed state the daemon samples,
+// and a public copy of those types would only have to be kept in step with
+// them. Every caller is in this module.
 package probes

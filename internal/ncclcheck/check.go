@@ -17,6 +17,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/nccllog"
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/numa"
+	"github.com/gpulink/gpulink_exporter/probes"
 	"github.com/gpulink/gpulink_exporter/probes/nccl"
 )
 
@@ -94,8 +95,8 @@ type Report struct {
 	// Plugin is the network plugin NCCL would load: the file found, or
 	// "" for NCCL's own IB and Socket transports.
 	Plugin string
-	// Networks are what each GPU should use (Expect).
-	Networks []GPUNetwork
+	// Networks are what each GPU should use (probes.NetworksFor).
+	Networks []probes.GPUNetwork
 	Items    []Item
 }
 
@@ -129,7 +130,7 @@ func (r *Report) Write(w io.Writer) error {
 // Check reads the node and reports. topo and ports may be nil (not
 // readable): the expected network is then unknown, or sockets.
 func Check(env Env, topo *numa.Topology, ports *nic.Snapshot) *Report {
-	r := &Report{Networks: Expect(topo, ports)}
+	r := &Report{Networks: probes.NetworksFor(topo, ports)}
 	expected := expectedNetwork(r.Networks)
 	rdma := expected != "" // some GPU's network is RDMA
 	add := func(check string, st Status, format string, args ...any) {
@@ -519,4 +520,15 @@ func (s *Source) Sample(ctx context.Context) (*Report, error) {
 		ports = s.NICs()
 	}
 	return Check(s.Env, topo, ports), ctx.Err()
+}
+
+// expectedNetwork is the RDMA network the GPUs expect ("" for none): the
+// first GPU's that is not sockets.
+func expectedNetwork(es []probes.GPUNetwork) string {
+	for _, e := range es {
+		if e.Network != nccllog.NetworkSocket {
+			return e.Network
+		}
+	}
+	return ""
 }

@@ -62,66 +62,6 @@ func env(root string, vars map[string]string, memlock uint64) Env {
 		Memlock: func() (uint64, error) { return memlock, nil }}
 }
 
-// A DGX H100: eight InfiniBand ports up, each GPU with its own NIC under
-// its PCIe switch (PIX), nvidia_peermem loaded: IB with GPUDirect RDMA for
-// every GPU.
-func TestExpectDGXH100(t *testing.T) {
-	_, topo, ports := node(t, "dgx-h100", nil)
-	es := Expect(topo, ports)
-	if len(es) != 8 {
-		t.Fatalf("%d GPUs, want 8", len(es))
-	}
-	for _, e := range es {
-		if e.Network != "IB" || !e.GDR || e.Path != numa.PathPIX || len(e.RailNICs) != 1 {
-			t.Errorf("%+v: want IB with GPUDirect RDMA over one PIX rail NIC", e)
-		}
-	}
-	// A rail's port down: that GPU's traffic takes another NIC, without
-	// GPUDirect RDMA (the other NICs are across the host bridge).
-	ports.Ports[0].StateID.V, ports.Ports[0].State = 1, "DOWN"
-	es = Expect(topo, ports)
-	if es[0].Network != "IB" || es[0].GDR {
-		t.Errorf("rail port down: %+v, want IB without GPUDirect RDMA", es[0])
-	}
-	// Without peermem or dma-buf, no GPUDirect RDMA anywhere.
-	topo.GPUDirect.PeermemLoaded.V, topo.GPUDirect.DMABufSupported.V = false, false
-	for _, e := range Expect(topo, ports) {
-		if e.GDR {
-			t.Errorf("%+v: GPUDirect RDMA without peermem or dma-buf", e)
-		}
-	}
-	// Every port down: sockets.
-	for i := range ports.Ports {
-		ports.Ports[i].StateID.V = 1
-	}
-	for _, e := range Expect(topo, ports) {
-		if e.Network != "Socket" || e.GDR {
-			t.Errorf("%+v: want Socket", e)
-		}
-	}
-	if Expect(nil, ports) != nil {
-		t.Error("no topology: want nothing")
-	}
-}
-
-// An AWS p5: EFA through the OFI plugin; GPUDirect RDMA where dma-buf or
-// peermem is there (the fixture's kernel and driver offer dma-buf).
-func TestExpectAWSP5(t *testing.T) {
-	_, topo, ports := node(t, "aws-p5", nil)
-	es := Expect(topo, ports)
-	if len(es) != 8 {
-		t.Fatalf("%d GPUs, want 8", len(es))
-	}
-	for _, e := range es {
-		if e.Network != "EFA" || len(e.RailNICs) != 4 {
-			t.Errorf("%+v: want EFA over four rail NICs", e)
-		}
-		if want := topo.GPUDirect.PeermemLoaded.V || topo.GPUDirect.DMABufSupported.V; e.GDR != want {
-			t.Errorf("%+v: GDR %v, want %v (peermem %v, dma-buf %v)", e, e.GDR, want, topo.GPUDirect.PeermemLoaded, topo.GPUDirect.DMABufSupported)
-		}
-	}
-}
-
 func lines(r *Report) string {
 	var b bytes.Buffer
 	_ = r.Write(&b)

@@ -21,6 +21,8 @@ type effects struct {
 	// ended are the PIDs of the profile's processes that have ended
 	// (process_exit): NVML lists them on no GPU.
 	ended map[int]bool
+	// host are the host's processes on each GPU (Config.HostProcesses).
+	host [][]int
 }
 
 type gpuEffects struct {

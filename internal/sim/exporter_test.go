@@ -90,18 +90,14 @@ func newExporterPolicy(t *testing.T, profile, policy string) *exporter {
 		Jitter: probes.DefaultJitter, MaxDuty: probes.DefaultMaxDuty, UtilizationThreshold: probes.DefaultUtilizationThreshold,
 		Options:   probes.Options{SizeBytes: probes.DefaultSizeBytes, Samples: probes.DefaultSamples},
 		HostNodes: func(addr string) []int { return e.topo.LatestData().HostNodes(addr) },
-		Annotate: func(g *probes.GPURound) {
-			probes.PathFor(e.nvml.LatestData(), e.topo.LatestData(), g.PCIBusID).Annotate(g)
-		},
+		Annotate:  probes.Expectations{GPUs: e.nvml.LatestData, Topology: e.topo.LatestData}.Annotate,
 		// A collective round after the first pass; the tests run more
 		// with RunCollectiveRound (the interval is an hour).
 		CollectiveRunner: n.Runner(),
 		CollectiveOptions: probes.CollectiveOptions{SizeBytes: probes.DefaultCollectiveSizeBytes,
 			SmallBytes: probes.DefaultCollectiveSmallBytes, Warmup: probes.DefaultCollectiveWarmup, Iterations: probes.DefaultCollectiveIterations,
 			Samples: probes.DefaultCollectiveSamples},
-		CollectiveAnnotate: func(r *probes.CollectiveRound) []probes.PairTransport {
-			return probes.CollectivePathFor(e.nvml.LatestData(), e.topo.LatestData(), r.GPUs).Annotate(r)
-		},
+		CollectiveAnnotate: probes.Expectations{GPUs: e.nvml.LatestData, Topology: e.topo.LatestData}.AnnotateCollective,
 	})
 	if err != nil {
 		t.Fatal(err)

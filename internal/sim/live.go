@@ -183,7 +183,7 @@ func (l *live) wander(x, target, tau, sd, dt float64) float64 {
 }
 
 // gpuProcs is GPU i's processes now: the profile's that have not ended,
-// and a fault's.
+// a fault's and the host's.
 func (l *live) gpuProcs(i int, eff effects) []gpuProcess {
 	ps := l.procs[i]
 	if len(eff.ended) > 0 {
@@ -191,6 +191,11 @@ func (l *live) gpuProcs(i int, eff effects) []gpuProcess {
 	}
 	if e := eff.gpus[i]; e.newPID != 0 {
 		ps = append(slices.Clip(ps), gpuProcess{pid: e.newPID, memBytes: 24 << 30})
+	}
+	if i < len(eff.host) {
+		for _, pid := range eff.host[i] {
+			ps = append(slices.Clip(ps), gpuProcess{pid: pid, memBytes: 8 << 30})
+		}
 	}
 	return ps
 }

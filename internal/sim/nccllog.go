@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gpulink/gpulink_exporter/internal/ncclcheck"
 	"github.com/gpulink/gpulink_exporter/internal/nccllog"
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/numa"
@@ -20,7 +19,7 @@ import (
 // provider, "Using network"), then a line per connection.
 //
 // The network is what the node's NICs give, as the nccl source expects it
-// (ncclcheck.Expect): NCCL's IB transport over InfiniBand or RoCE ports
+// (probes.NetworksFor): NCCL's IB transport over InfiniBand or RoCE ports
 // that are up, aws-ofi-nccl ("Libfabric", provider efa) over EFA, sockets
 // where no RDMA port is up; GPUDirect RDMA where expected. The
 // nccl_net_socket fault takes the RDMA devices from the container, and
@@ -70,7 +69,7 @@ func (c *comm) readNet() netSetup {
 		s.name = "Libfabric" // aws-ofi-nccl 1.13 on
 	}
 	noGDR := slices.ContainsFunc(c.faults, func(f Fault) bool { return f.Kind == NCCLGDROff })
-	for _, e := range ncclcheck.Expect(c.topo, ports) {
+	for _, e := range probes.NetworksFor(c.topo, ports) {
 		s.gdr[e.GPU] = e.GDR && !noGDR && s.name != nccllog.NetworkSocket
 	}
 	return s

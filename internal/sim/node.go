@@ -55,8 +55,12 @@ type Config struct {
 	// Dir is where the temporary tree is made; default /dev/shm where it
 	// exists (the tree is thousands of small files), else the system's
 	// temporary directory.
-	Dir    string
-	Logger *slog.Logger
+	Dir string
+	// HostProcesses, when set, is the procfs of the machine the node runs
+	// on (/proc): its processes whose CUDA_VISIBLE_DEVICES names
+	// simulated GPUs are those GPUs' compute processes (hostProcesses).
+	HostProcesses string
+	Logger        *slog.Logger
 }
 
 // Node is a running simulated node.
@@ -332,6 +336,9 @@ func (n *Node) Advance(now time.Time) error {
 		dt = min(max(now.Sub(n.last).Seconds(), 0), 60)
 	}
 	eff := n.effects(now)
+	if n.cfg.HostProcesses != "" {
+		eff.host = hostProcesses(n.cfg.HostProcesses, n.uuids(), n.modelledPIDs())
+	}
 	n.live.step(dt, eff)
 	n.nvml.Update(func() { n.live.writeNVML(n.nvml, dt, eff) })
 	// The mocks' record of calls, which only tests read, would grow for ever.
@@ -341,6 +348,7 @@ func (n *Node) Advance(now time.Time) error {
 	m := n.profile.Machine()
 	n.live.writeSysfs(m, dt, eff)
 	n.container(m)
+	linkHostProcesses(m, n.cfg.HostProcesses, eff.host)
 	machine.Pause()
 	err := n.syncer.Sync(m)
 	n.last, n.tickTook, n.tickErr = now, time.Since(start), err
@@ -349,6 +357,27 @@ func (n *Node) Advance(now time.Time) error {
 	}
 	n.publish()
 	return err
+}
+
+// uuids are the GPUs' UUIDs in NVML order.
+func (n *Node) uuids() []string {
+	var out []string
+	n.nvml.Update(func() {
+		for _, g := range n.nvml.GPUs {
+			out = append(out, g.UUID)
+		}
+	})
+	return out
+}
+
+// modelledPIDs are the processes the profile's machine has, which a host
+// process of the same PID must not shadow.
+func (n *Node) modelledPIDs() map[int]bool {
+	out := map[int]bool{}
+	for _, p := range n.base.Processes {
+		out[p.PID] = true
+	}
+	return out
 }
 
 // publish makes the node's state what Status reports. n.mu is held.

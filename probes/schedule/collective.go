@@ -67,33 +67,6 @@ func (c *collectiveState) status() *CollectiveStatus {
 	return &st
 }
 
-// checkCollectiveConfig fills in the collective schedule's defaults and
-// refuses what cannot be right: with a runner, the options' template too
-// (naming the daemon's --collective.* flags).
-func checkCollectiveConfig(cfg *SchedulerConfig) error {
-	if cfg.CollectiveRunner != nil {
-		if err := cfg.CollectiveOptions.Validate(); err != nil {
-			return err
-		}
-	}
-	for _, d := range []struct {
-		name string
-		v    *time.Duration
-		def  time.Duration
-	}{
-		{"interval", &cfg.CollectiveInterval, DefaultCollectiveInterval},
-		{"timeout", &cfg.CollectiveTimeout, DefaultCollectiveTimeout},
-	} {
-		if *d.v < 0 {
-			return fmt.Errorf("collective %s must be positive, got %s", d.name, *d.v)
-		}
-		if *d.v == 0 {
-			*d.v = d.def
-		}
-	}
-	return nil
-}
-
 // RunCollectiveRound runs the node's collective round now, as RunRound
 // runs a pass now: under the round lock, over the GPUs the policy allows
 // at this moment, whatever CollectiveInterval says; it is counted, and

@@ -428,8 +428,8 @@ func TestCollectivesOff(t *testing.T) {
 		edit func(*SchedulerConfig)
 		want string
 	}{
-		{func(c *SchedulerConfig) { c.CollectiveInterval = -time.Hour }, "collective interval must be positive, got -1h0m0s"},
-		{func(c *SchedulerConfig) { c.CollectiveTimeout = -time.Second }, "collective timeout must be positive"},
+		{func(c *SchedulerConfig) { c.CollectiveInterval = -time.Hour }, "--collective.interval=-1h0m0s: want a duration above 0"},
+		{func(c *SchedulerConfig) { c.CollectiveTimeout = -time.Second }, "--collective.timeout=-1s: want a duration above 0"},
 		{func(c *SchedulerConfig) {
 			c.CollectiveRunner, c.CollectiveOptions = &fakeCollectives{}, probes.DefaultCollectiveOptions()
 			c.CollectiveOptions.Iterations = 0

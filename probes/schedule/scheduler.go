@@ -169,47 +169,12 @@ type gpuEntry struct {
 	down bool
 }
 
-// NewScheduler checks cfg and fills in its defaults. An error names what
-// is wrong: for the probe options, the daemon's flag and what it takes.
+// NewScheduler fills in cfg's defaults and checks it (Validate, then the
+// wiring). An error names what is wrong: for a value, the daemon's flag
+// and what it takes.
 func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
-	if cfg.Policy == "" {
-		cfg.Policy = PolicyIdle
-	}
-	if !slices.Contains(Policies, cfg.Policy) {
-		return nil, fmt.Errorf("unknown probe policy %q: want one of %s", cfg.Policy, strings.Join(Policies, ", "))
-	}
-	for _, d := range []struct {
-		name string
-		v    *time.Duration
-		def  time.Duration
-	}{
-		{"interval", &cfg.Interval, 10 * time.Minute},
-		{"timeout", &cfg.Timeout, time.Minute},
-	} {
-		if *d.v < 0 {
-			return nil, fmt.Errorf("probe %s must be positive, got %s", d.name, *d.v)
-		}
-		if *d.v == 0 {
-			*d.v = d.def
-		}
-	}
-	if cfg.FirstDelay < 0 {
-		return nil, fmt.Errorf("probe first delay must be positive or zero, got %s", cfg.FirstDelay)
-	}
-	// No defaults for these three: a zero MaxDuty (the next round never)
-	// is refused, a zero jitter or threshold is taken as asked.
-	if !(cfg.MaxDuty > 0 && cfg.MaxDuty <= 1) {
-		return nil, fmt.Errorf("probe max duty %g outside (0, 1]", cfg.MaxDuty)
-	}
-	if !(cfg.Jitter >= 0 && cfg.Jitter <= 0.5) {
-		return nil, fmt.Errorf("probe jitter %g outside [0, 0.5]", cfg.Jitter)
-	}
-	if !(cfg.UtilizationThreshold >= 0 && cfg.UtilizationThreshold <= 1) {
-		return nil, fmt.Errorf("probe utilization threshold %g outside [0, 1]", cfg.UtilizationThreshold)
-	}
-	// Checked whatever the policy: a flag that is wrong is wrong before
-	// the policy turns the probes on.
-	if err := cfg.Options.Validate(); err != nil {
+	cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.Policy != PolicyOff {
@@ -221,9 +186,6 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		case cfg.Policy == PolicyIdle && cfg.Processes == nil:
 			return nil, errors.New("probe policy idle needs the GPU process list")
 		}
-	}
-	if err := checkCollectiveConfig(&cfg); err != nil {
-		return nil, err
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -747,19 +747,19 @@ func TestSchedulerConfig(t *testing.T) {
 		edit func(*SchedulerConfig)
 		want string
 	}{
-		{"unknown policy", func(c *SchedulerConfig) { c.Policy = "sometimes" }, `unknown probe policy "sometimes": want one of idle, always, off`},
-		{"negative interval", func(c *SchedulerConfig) { c.Interval = -time.Second }, "probe interval must be positive, got -1s"},
-		{"negative timeout", func(c *SchedulerConfig) { c.Timeout = -time.Second }, "probe timeout must be positive"},
-		{"negative first delay", func(c *SchedulerConfig) { c.FirstDelay = -time.Second }, "probe first delay must be positive"},
-		{"jitter too big", func(c *SchedulerConfig) { c.Jitter = 0.6 }, "probe jitter 0.6 outside [0, 0.5]"},
-		{"negative jitter", func(c *SchedulerConfig) { c.Jitter = -0.1 }, "probe jitter -0.1 outside [0, 0.5]"},
-		{"threshold", func(c *SchedulerConfig) { c.UtilizationThreshold = 5 }, "utilization threshold 5 outside [0, 1]"},
-		{"negative threshold", func(c *SchedulerConfig) { c.UtilizationThreshold = -0.1 }, "utilization threshold -0.1 outside [0, 1]"},
-		{"NaN threshold", func(c *SchedulerConfig) { c.UtilizationThreshold = math.NaN() }, "utilization threshold NaN outside [0, 1]"},
-		{"NaN jitter", func(c *SchedulerConfig) { c.Jitter = math.NaN() }, "probe jitter NaN outside [0, 0.5]"},
+		{"unknown policy", func(c *SchedulerConfig) { c.Policy = "sometimes" }, "--probe.policy=sometimes: want one of idle, always, off"},
+		{"negative interval", func(c *SchedulerConfig) { c.Interval = -time.Second }, "--probe.interval=-1s: want a duration above 0"},
+		{"negative timeout", func(c *SchedulerConfig) { c.Timeout = -time.Second }, "--probe.timeout=-1s: want a duration above 0"},
+		{"negative first delay", func(c *SchedulerConfig) { c.FirstDelay = -time.Second }, "--probe.first-delay=-1s: want 0 (no wait) or more"},
+		{"jitter too big", func(c *SchedulerConfig) { c.Jitter = 0.6 }, "--probe.jitter=0.6: want 0 (none) to 0.5"},
+		{"negative jitter", func(c *SchedulerConfig) { c.Jitter = -0.1 }, "--probe.jitter=-0.1: want 0 (none) to 0.5"},
+		{"threshold", func(c *SchedulerConfig) { c.UtilizationThreshold = 5 }, "--probe.utilization-threshold=5: want 0 (any utilisation is busy) to 1"},
+		{"negative threshold", func(c *SchedulerConfig) { c.UtilizationThreshold = -0.1 }, "--probe.utilization-threshold=-0.1: want"},
+		{"NaN threshold", func(c *SchedulerConfig) { c.UtilizationThreshold = math.NaN() }, "--probe.utilization-threshold=NaN: want"},
+		{"NaN jitter", func(c *SchedulerConfig) { c.Jitter = math.NaN() }, "--probe.jitter=NaN: want"},
 		// No default: a zero duty would put the next round off for ever.
-		{"no max duty", func(c *SchedulerConfig) { c.MaxDuty = 0 }, "probe max duty 0 outside (0, 1]"},
-		{"NaN max duty", func(c *SchedulerConfig) { c.MaxDuty = math.NaN() }, "probe max duty NaN outside (0, 1]"},
+		{"no max duty", func(c *SchedulerConfig) { c.MaxDuty = 0 }, "--probe.max-duty=0: want more than 0 and at most 1 (no bound)"},
+		{"NaN max duty", func(c *SchedulerConfig) { c.MaxDuty = math.NaN() }, "--probe.max-duty=NaN: want"},
 		{"unknown probe", func(c *SchedulerConfig) { c.Options.Probes = []probes.Kind{"warp_drive"} }, "--probe.kind=warp_drive: unknown probe; known: host_to_device,"},
 		{"size too big", func(c *SchedulerConfig) { c.Options.SizeBytes = 8 << 30 }, "--probe.size=8GiB: want 1MiB to 4GiB"},
 		{"no samples", func(c *SchedulerConfig) { c.Options.Samples = 0 }, "--probe.samples=0: want 1 to 100"},
@@ -900,7 +900,34 @@ func TestSchedulerKeepsTheDutyCycle(t *testing.T) {
 	if want := []time.Duration{time.Second, 450 * time.Second}; !slices.Equal(slept, want) {
 		t.Errorf("slept %v, want %v", slept, want)
 	}
-	if _, err := NewScheduler(SchedulerConfig{Policy: PolicyIdle, MaxDuty: 2, Runner: f.runner, Options: defaultOptions}); err == nil || !strings.Contains(err.Error(), "max duty 2") {
+	if _, err := NewScheduler(SchedulerConfig{Policy: PolicyIdle, MaxDuty: 2, Runner: f.runner, Options: defaultOptions}); err == nil || !strings.Contains(err.Error(), "--probe.max-duty=2") {
 		t.Errorf("MaxDuty 2: %v", err)
+	}
+}
+
+// One check serves the flags and the scheduler: Validate refuses a zero
+// interval (a flag given 0s) naming the flag, and NewScheduler first
+// gives a config that leaves it zero the default the flag shows.
+func TestSchedulerConfigValidate(t *testing.T) {
+	c := SchedulerConfig{Options: defaultOptions, MaxDuty: probes.DefaultMaxDuty}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--probe.policy=: want one of idle") {
+		t.Errorf("no policy: %v, want --probe.policy named", err)
+	}
+	c.Policy = PolicyIdle
+	if err := c.Validate(); err == nil || err.Error() != "--probe.interval=0s: want a duration above 0" {
+		t.Errorf("zero interval: %v, want --probe.interval named", err)
+	}
+	c.withDefaults()
+	if err := c.Validate(); err != nil {
+		t.Errorf("with the defaults: %v", err)
+	}
+	if c.Interval != DefaultInterval || c.Timeout != DefaultTimeout ||
+		c.CollectiveInterval != DefaultCollectiveInterval || c.CollectiveTimeout != DefaultCollectiveTimeout {
+		t.Errorf("defaults: %+v", c)
+	}
+	var oe *probes.OptionError
+	c.Jitter = 0.7
+	if err := c.Validate(); !errors.As(err, &oe) || oe.Flag != "--probe.jitter" {
+		t.Errorf("jitter 0.7: %v, want a probes.OptionError for --probe.jitter", err)
 	}
 }

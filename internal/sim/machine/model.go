@@ -46,7 +46,7 @@ type Machine struct {
 	Overrides map[string]string
 	// Links add symbolic links, keyed as Overrides, each to the path
 	// relative to the root it points to (written relative to the link's
-	// directory).
+	// directory), or to an absolute path outside the tree.
 	Links map[string]string
 	// NVLink is how the GPUs' NVLinks are wired, for an NVML model to
 	// report (internal/sim/nvmlmodel); nothing under sys shows it, and

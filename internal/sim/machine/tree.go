@@ -43,8 +43,13 @@ func (t *tree) file(p, data string) { t.add(p, entry{data: data}) }
 func (t *tree) line(p string, v any) { t.file(p, fmt.Sprint(v)+"\n") }
 
 // link adds a symlink at p to the root-relative path to, written relative
-// to p's directory as the kernel writes its links.
+// to p's directory as the kernel writes its links; an absolute to leaves
+// the tree (the simulated node's links to the host's processes).
 func (t *tree) link(p, to string) {
+	if path.IsAbs(to) {
+		t.add(p, entry{target: to, isLink: true})
+		return
+	}
 	t.add(p, entry{target: relPath(path.Dir(p), to), isLink: true})
 }
 

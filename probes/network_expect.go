@@ -1,22 +1,19 @@
-// Package ncclcheck says, without running a collective, what an NCCL
-// session between this node and another would use and what it lacks: the
-// NCCL library, the network plugin, the RDMA devices a container must
-// see, the memlock limit RDMA registration needs, GPUDirect RDMA's kernel
-// side, and the network the node's own NICs call for. The check command
-// prints it; the daemon exports it (the nccl source).
-//
-// Everything is read below a filesystem root (Env.Root) and through two
-// functions (the memlock limit, the library's version), so that tests run
-// the same code on fixture trees.
-package ncclcheck
+package probes
 
 import (
 	"slices"
 
 	"github.com/gpulink/gpulink_exporter/internal/nccllog"
 	"github.com/gpulink/gpulink_exporter/internal/nic"
+	"github.com/gpulink/gpulink_exporter/internal/pciaddr"
+	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/numa"
 )
+
+// What a path to another node should give, from the node's NICs: the
+// network NCCL should take from each GPU (NetworksFor, read by the nccl
+// source and the simulated NCCL) and what the GPU's rail NICs carry
+// (NearestNICRate, against which a node-to-node probe is compared).
 
 // GPUNetwork is what NCCL should use between a GPU and other nodes, from
 // the node's NICs: the network of the GPU's rail NICs (numa's RailNICs,
@@ -68,10 +65,10 @@ func upNetwork(ports []nic.RDMAPort, on []string) string {
 	return ""
 }
 
-// Expect works out each GPU's GPUNetwork; nil without a topology. ports
+// NetworksFor works out each GPU's GPUNetwork; nil without a topology. ports
 // may be nil (the NICs could not be read): every GPU then expects
 // sockets.
-func Expect(topo *numa.Topology, ports *nic.Snapshot) []GPUNetwork {
+func NetworksFor(topo *numa.Topology, ports *nic.Snapshot) []GPUNetwork {
 	if topo == nil {
 		return nil
 	}
@@ -111,13 +108,55 @@ func Expect(topo *numa.Topology, ports *nic.Snapshot) []GPUNetwork {
 	return out
 }
 
-// expectedNetwork is the RDMA network the GPUs expect ("" for none): the
-// first GPU's that is not sockets.
-func expectedNetwork(es []GPUNetwork) string {
-	for _, e := range es {
-		if e.Network != nccllog.NetworkSocket {
-			return e.Network
+// NearestNICRate is what the NICs NCCL sends the GPU at gpu (any PCI
+// address form) to another node through carry, one direction, in bytes
+// per second: the GPU's rail (numa.Topology.RailNICs), one ConnectX port
+// on a DGX H100, four EFA devices on an AWS p5. Each NIC counts with its
+// fastest port that is not down (a port that is down reports a rate that
+// means nothing: an InfiniBand port shows SDR), RDMA ports before
+// Ethernet interfaces on the same function. 0 when the topology or the
+// NIC sample is missing, or no rail NIC has a port up with a known rate.
+func NearestNICRate(topo *numa.Topology, nics *nic.Snapshot, gpu string) float64 {
+	if topo == nil || nics == nil {
+		return 0
+	}
+	d := topo.Device(pciaddr.Normalize(gpu))
+	if d == nil {
+		return 0
+	}
+	total := 0.0
+	for _, n := range topo.RailNICs(d) {
+		best := 0.0
+		for _, r := range functionRates(nics, n.Address) {
+			best = max(best, r)
+		}
+		total += best
+	}
+	return total
+}
+
+// functionRates are the rates of the ports on the PCI function at addr
+// that are not down: its RDMA ports, or its network interfaces where it
+// has no RDMA port with a rate.
+func functionRates(nics *nic.Snapshot, addr string) []float64 {
+	var out []float64
+	for i := range nics.Ports {
+		p := &nics.Ports[i]
+		if p.PCIAddress == addr && p.RateBytes.Valid && p.RateBytes.V > 0 && !portDown(p.Up()) {
+			out = append(out, p.RateBytes.V)
 		}
 	}
-	return ""
+	if len(out) > 0 {
+		return out
+	}
+	for i := range nics.Interfaces {
+		f := &nics.Interfaces[i]
+		if f.PCIAddress == addr && f.SpeedBytes.Valid && f.SpeedBytes.V > 0 && !portDown(f.Up()) {
+			out = append(out, f.SpeedBytes.V)
+		}
+	}
+	return out
 }
+
+// portDown reports a state known to be down; unknown is not.
+func portDown(up sampler.Opt[bool]) bool { return up.Valid && !up.V }

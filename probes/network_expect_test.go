@@ -1,4 +1,4 @@
-package nodeprobe
+package probes_test
 
 import (
 	"context"
@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/nic"
 	"github.com/gpulink/gpulink_exporter/internal/sim"
+	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 	"github.com/gpulink/gpulink_exporter/numa"
+	"github.com/gpulink/gpulink_exporter/probes"
 )
 
 // The simulated DGX H100: each GPU has one ConnectX-7 port at 400 Gb/s
@@ -52,7 +55,7 @@ func TestNearestNICRate(t *testing.T) {
 	// NVML's form of the address, as the gate gives it.
 	nvmlForm := "0000" + gpu.Address
 	for _, addr := range []string{gpu.Address, strings.ToUpper(nvmlForm)} {
-		if got := NearestNICRate(topo, nics, addr); got != 50e9 {
+		if got := probes.NearestNICRate(topo, nics, addr); got != 50e9 {
 			t.Errorf("GPU %s: %g, want 400 Gb/s (50e9 bytes/s)", addr, got)
 		}
 	}
@@ -77,7 +80,7 @@ func TestNearestNICRate(t *testing.T) {
 			t.Fatal(err)
 		}
 		topo, nics := read()
-		if got := NearestNICRate(topo, nics, gpu.Address); got != tc.want {
+		if got := probes.NearestNICRate(topo, nics, gpu.Address); got != tc.want {
 			t.Errorf("%s: %g, want %g", tc.fault, got, tc.want)
 		}
 	}
@@ -92,7 +95,7 @@ func TestNearestNICRate(t *testing.T) {
 		{"not a device", topo, nics, "0000:ff:1f.7"},
 		{"no NIC ports", topo, &nic.Snapshot{}, gpu.Address},
 	} {
-		if got := NearestNICRate(tc.topo, tc.nics, tc.addr); got != 0 {
+		if got := probes.NearestNICRate(tc.topo, tc.nics, tc.addr); got != 0 {
 			t.Errorf("%s: %g, want 0 (unknown)", tc.name, got)
 		}
 	}
@@ -120,10 +123,88 @@ func TestNearestNICRateSumsTheRail(t *testing.T) {
 		t.Fatalf("GPU %s: rail of %d NICs, want its tray's four EFAs", gpu.Address, len(rail))
 	}
 	one := 0.0
-	for _, r := range functionRates(nics, rail[0].Address) {
-		one = max(one, r)
+	for _, p := range nics.Ports {
+		if p.PCIAddress == rail[0].Address && p.RateBytes.Valid {
+			one = max(one, p.RateBytes.V)
+		}
 	}
-	if got := NearestNICRate(topo, nics, gpu.Address); one <= 0 || got != 4*one {
+	if got := probes.NearestNICRate(topo, nics, gpu.Address); one <= 0 || got != 4*one {
 		t.Errorf("GPU %s: %g, want the four EFAs' %g", gpu.Address, got, 4*one)
+	}
+}
+
+// nicNode reads a fixture machine's topology and NICs.
+func nicNode(t *testing.T, profile string) (*numa.Topology, *nic.Snapshot) {
+	t.Helper()
+	root := machine.Load(t, profile)
+	fsys := hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
+	topo, err := numa.ReadTopology(fsys)
+	if topo == nil {
+		t.Fatalf("topology: %v", err)
+	}
+	ports, err := (&nic.Reader{FS: fsys}).Sample(context.Background())
+	if ports == nil {
+		t.Fatalf("NICs: %v", err)
+	}
+	return topo, ports
+}
+
+// A DGX H100: eight InfiniBand ports up, each GPU with its own NIC under
+// its PCIe switch (PIX), nvidia_peermem loaded: IB with GPUDirect RDMA for
+// every GPU.
+func TestNetworksForDGXH100(t *testing.T) {
+	topo, ports := nicNode(t, "dgx-h100")
+	es := probes.NetworksFor(topo, ports)
+	if len(es) != 8 {
+		t.Fatalf("%d GPUs, want 8", len(es))
+	}
+	for _, e := range es {
+		if e.Network != "IB" || !e.GDR || e.Path != numa.PathPIX || len(e.RailNICs) != 1 {
+			t.Errorf("%+v: want IB with GPUDirect RDMA over one PIX rail NIC", e)
+		}
+	}
+	// A rail's port down: that GPU's traffic takes another NIC, without
+	// GPUDirect RDMA (the other NICs are across the host bridge).
+	ports.Ports[0].StateID.V, ports.Ports[0].State = 1, "DOWN"
+	es = probes.NetworksFor(topo, ports)
+	if es[0].Network != "IB" || es[0].GDR {
+		t.Errorf("rail port down: %+v, want IB without GPUDirect RDMA", es[0])
+	}
+	// Without peermem or dma-buf, no GPUDirect RDMA anywhere.
+	topo.GPUDirect.PeermemLoaded.V, topo.GPUDirect.DMABufSupported.V = false, false
+	for _, e := range probes.NetworksFor(topo, ports) {
+		if e.GDR {
+			t.Errorf("%+v: GPUDirect RDMA without peermem or dma-buf", e)
+		}
+	}
+	// Every port down: sockets.
+	for i := range ports.Ports {
+		ports.Ports[i].StateID.V = 1
+	}
+	for _, e := range probes.NetworksFor(topo, ports) {
+		if e.Network != "Socket" || e.GDR {
+			t.Errorf("%+v: want Socket", e)
+		}
+	}
+	if probes.NetworksFor(nil, ports) != nil {
+		t.Error("no topology: want nothing")
+	}
+}
+
+// An AWS p5: EFA through the OFI plugin; GPUDirect RDMA where dma-buf or
+// peermem is there (the fixture's kernel and driver offer dma-buf).
+func TestNetworksForAWSP5(t *testing.T) {
+	topo, ports := nicNode(t, "aws-p5")
+	es := probes.NetworksFor(topo, ports)
+	if len(es) != 8 {
+		t.Fatalf("%d GPUs, want 8", len(es))
+	}
+	for _, e := range es {
+		if e.Network != "EFA" || len(e.RailNICs) != 4 {
+			t.Errorf("%+v: want EFA over four rail NICs", e)
+		}
+		if want := topo.GPUDirect.PeermemLoaded.V || topo.GPUDirect.DMABufSupported.V; e.GDR != want {
+			t.Errorf("%+v: GDR %v, want %v (peermem %v, dma-buf %v)", e, e.GDR, want, topo.GPUDirect.PeermemLoaded, topo.GPUDirect.DMABufSupported)
+		}
 	}
 }
