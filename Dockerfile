@@ -12,6 +12,13 @@
 #     --read-only --tmpfs /tmp -e CUDA_CACHE_PATH=/tmp/cuda-cache \
 #     gpulink_exporter --path.sysfs=/host/sys --path.procfs=/host/proc
 #
+# Both architectures, amd64 and arm64 (Grace: GH200, GB200), from one
+# build (docker buildx; the binary is cross-compiled with cgo on the build
+# machine, as make release builds it, so only the final stages' apt runs
+# under emulation):
+#
+#   docker buildx build --platform linux/amd64,linux/arm64 -t ghcr.io/gpulink/gpulink_exporter:$(cat VERSION) --push .
+#
 # Two images, by target:
 #
 #   docker build -t gpulink_exporter .                      # default: with NCCL
@@ -52,12 +59,27 @@
 ARG GO_IMAGE=golang:1.26
 ARG BASE_IMAGE=ubuntu:24.04
 
-FROM ${GO_IMAGE} AS go
+# The toolchain and the build run on the build machine's platform and
+# cross-compile for TARGETARCH: gcc-aarch64-linux-gnu with
+# libc6-dev-arm64-cross (or their amd64 pair) are Ubuntu's, built against
+# the same glibc as the run stage's.
+FROM --platform=$BUILDPLATFORM ${GO_IMAGE} AS go
 
-FROM ${BASE_IMAGE} AS build
-RUN apt-get update \
- && apt-get install -y --no-install-recommends gcc libc6-dev make ca-certificates \
- && rm -rf /var/lib/apt/lists/*
+FROM --platform=$BUILDPLATFORM ${BASE_IMAGE} AS build
+ARG TARGETARCH
+ARG BUILDARCH
+RUN set -eux; \
+    cross=; \
+    if [ "${TARGETARCH:-amd64}" != "${BUILDARCH:-amd64}" ]; then \
+      case "${TARGETARCH}" in \
+        arm64) cross="gcc-aarch64-linux-gnu libc6-dev-arm64-cross" ;; \
+        amd64) cross="gcc-x86-64-linux-gnu libc6-dev-amd64-cross" ;; \
+        *) echo "no cross compiler for ${TARGETARCH}" >&2; exit 1 ;; \
+      esac; \
+    fi; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends gcc libc6-dev make ca-certificates $cross; \
+    rm -rf /var/lib/apt/lists/*
 COPY --from=go /usr/local/go /usr/local/go
 ENV PATH=/usr/local/go/bin:$PATH \
     GOTOOLCHAIN=local \
@@ -71,7 +93,14 @@ COPY . .
 # is in the build context; .dockerignore leaves it out, so "unknown").
 RUN --mount=type=cache,target=/root/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
-    make build && ./gpulink_exporter --version
+    set -eux; \
+    case "${TARGETARCH:-amd64}" in \
+      "${BUILDARCH:-amd64}") cc=gcc ;; \
+      arm64) cc=aarch64-linux-gnu-gcc ;; \
+      amd64) cc=x86_64-linux-gnu-gcc ;; \
+    esac; \
+    GOARCH="${TARGETARCH:-amd64}" CC="$cc" make build; \
+    if [ "${TARGETARCH:-amd64}" = "${BUILDARCH:-amd64}" ]; then ./gpulink_exporter --version; fi
 
 FROM ${BASE_IMAGE} AS slim
 LABEL org.opencontainers.image.title="gpulink_exporter" \

@@ -36,7 +36,7 @@ export CGO_ENABLED := 1
 # this every cgo compile of it prints screens of warnings.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build run tools slurm-tools cufile test e2e fuzz vet fmt-check lint bench scrapebench ptx-check helm-check chart-sync demo clean
+.PHONY: all build run tools slurm-tools test-packages cufile test e2e fuzz vet fmt-check lint bench scrapebench ptx-check helm-check chart-sync demo release arm64-test clean
 
 all: build
 
@@ -49,7 +49,8 @@ build:
 run: build
 	./$(BINARY) $(ARGS)
 
-# Real promtool/prometheus/alertmanager from Debian packages (idempotent).
+# Real promtool/prometheus/alertmanager from Debian packages, with
+# Prometheus's web UI (idempotent).
 tools:
 	scripts/fetch-prom-tools.sh $(TOOLS_BIN)
 
@@ -57,6 +58,12 @@ tools:
 # (e2e/slurm_test.go); their services are not started.
 slurm-tools:
 	scripts/install-slurm.sh
+
+# Debian's chromium (e2e TestDemo), qemu-user-static and the arm64 cross
+# compiler (make arm64-test, make release), installed where missing: root
+# or sudo. make demo needs none of them.
+test-packages:
+	scripts/install-test-packages.sh
 
 # Debian's real libcufile.so.0 (non-free) for the cuFile binding's test
 # (idempotent; adds the non-free component to apt's sources where missing).
@@ -97,16 +104,18 @@ lint: fmt-check vet $(GOLANGCI_LINT_STAMP)
 # about right.
 # GPULINK_SLURM_E2E=require: the real-Slurm test fails rather than skips
 # where it cannot run (slurm-tools installs what it needs; it needs root).
+# e2e's TestDemo loads the demo's Prometheus UI in $CHROMIUM.
 # GPULINK_REAL_LIBCUFILE: the cuFile binding's test loads Debian's real
 # library (cufile fetches it) beside its fake.
-TEST_ENV := PROMTOOL=$(PROMTOOL) PROMETHEUS=$(PROMETHEUS) ALERTMANAGER=$(ALERTMANAGER) GPULINK_SLURM_E2E=require \
+CHROMIUM ?= chromium
+TEST_ENV := PROMTOOL=$(PROMTOOL) PROMETHEUS=$(PROMETHEUS) ALERTMANAGER=$(ALERTMANAGER) GPULINK_SLURM_E2E=require CHROMIUM=$$(command -v $(CHROMIUM)) \
             GPULINK_REAL_LIBCUFILE=$(TOOLS_LIB)/libcufile.so.0
-test: tools slurm-tools cufile lint helm-check
+test: tools slurm-tools test-packages cufile lint helm-check
 	$(TEST_ENV) $(GO) test -count=1 -race -timeout 20m ./...
 	$(MAKE) fuzz
 
 # Only the end-to-end test, verbose: alert latencies and dashboard queries.
-e2e: tools slurm-tools
+e2e: tools slurm-tools test-packages
 	$(TEST_ENV) $(GO) test -count=1 -v -timeout 10m ./e2e
 
 # Helm chart: copies of rules and dashboards current, lint, renders checked
@@ -120,9 +129,11 @@ helm-check:
 chart-sync:
 	scripts/helm-check.sh --sync
 
-# A simulated DGX H100 (FAULTS=file to inject faults) and AWS p5 (Slurm
-# jobs; P5_FAULTS=file) scraped by Prometheus with the shipped rules,
-# alerting to Alertmanager: see scripts/demo.sh.
+# A simulated DGX H100 (FAULTS=file to inject faults: FAULTS=scripts/demo-
+# faults.yml is the example) and AWS p5 (Slurm jobs; P5_FAULTS=file)
+# probing each other node to node, scraped by Prometheus with the shipped
+# rules, alerting to Alertmanager. Ports: EXPORTER, EXPORTER_P5,
+# PROMETHEUS_PORT, ALERTMANAGER_PORT. See scripts/demo.sh.
 demo: build tools
 	scripts/demo.sh
 
@@ -145,6 +156,20 @@ scrapebench:
 # WAIT_METRIC and BENCH_OUT (output directory) are passed through.
 bench: build scrapebench
 	bench/scrape.sh -b ./$(BINARY) -s $(TOOLS_BIN)/scrapebench $(if $(BENCH_OUT),-o $(BENCH_OUT)) -- $(ARGS)
+
+# Release tarballs for linux/amd64 and linux/arm64 (cgo; arm64 with
+# Debian's aarch64-linux-gnu-gcc) and their sha256sums.txt in dist/, laid
+# out as promu lays out the Prometheus projects': scripts/release.sh.
+# PLATFORMS="linux/amd64" for one.
+release: test-packages
+	LDFLAGS='$(LDFLAGS)' scripts/release.sh
+
+# The linux/arm64 build under qemu-user: the parsers' and the simulated
+# node's tests compiled for arm64 and run under qemu-aarch64-static, and
+# the arm64 exporter serving /metrics with --sim. .ci/run runs it after
+# make test. See scripts/arm64-test.sh.
+arm64-test: test-packages
+	scripts/arm64-test.sh
 
 # What is carried to a GPU machine (which has no Go) is built by
 # bench/device-build.sh, outside this Makefile.

@@ -100,9 +100,23 @@ func printTopology(fsys hostfs.Root, cufileConfig string, lib gonvml.Interface, 
 			gpus = append(gpus, numa.MatrixGPU{Address: g.PCIBusID, NVLinks: links[i]})
 		}
 	}
+	if len(gpus) == 0 {
+		// An empty matrix would read as an answer; a person (or a
+		// script's exit status) should learn there was nothing to show.
+		return fmt.Errorf("no GPU on this machine: no NVIDIA GPU under %s/bus/pci/devices%s", fsys.Sys, nvmlSays(initErr))
+	}
 	fmt.Print(topo.Matrix(gpus))
 	fmt.Print(topo.StorageSummary(gpus))
 	return nil
+}
+
+// nvmlSays is what NVML adds to "no GPU": nothing where it answered (with
+// no GPU), why it could not where it did not.
+func nvmlSays(initErr error) string {
+	if initErr == nil {
+		return ", and NVML lists none"
+	}
+	return ", and NVML unavailable (" + initErr.Error() + ")"
 }
 
 // runProbe is the probe command. For a person's table it adds what each

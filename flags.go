@@ -124,6 +124,9 @@ type cli struct {
 func newCLI() *cli {
 	app := kingpin.New("gpulink_exporter", "Prometheus exporter for GPU links: PCIe, NVLink, NICs and NUMA placement.")
 	c := &config{}
+	// The help lists flags as they are registered: the web server's
+	// together (exporter-toolkit's first), then each source's.
+	c.web = kingpinflag.AddFlags(app, defaultAddress)
 	app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&c.metricsPath)
 	app.Flag("web.max-requests", "Maximum number of parallel scrape requests; 0 disables the limit.").Default("10").IntVar(&c.maxRequests)
 	app.Flag("web.disable-exporter-metrics", "Exclude the exporter's own go_* and process_* metrics.").BoolVar(&c.noExporterMetrics)
@@ -141,7 +144,6 @@ func newCLI() *cli {
 		sources[id].register(app, c, sourceID(id))
 	}
 	collectiveFlags(app, c)
-	c.web = kingpinflag.AddFlags(app, defaultAddress)
 	app.Command("serve", "Run the exporter (the default).").Default()
 	l := &cli{app: app, cfg: c, probe: &probe.Command{}, collectives: &collectives.CollectiveCommand{}}
 	l.topology = app.Command("topology", "Print the GPU and NIC topology matrix as nvidia-smi topo -m does, and exit.")
@@ -222,6 +224,11 @@ func nodeProbeFlags(f flagFunc, c *config) {
 // collectiveFlags are the flags of the node's collective round, which the
 // probe scheduler runs after a pass, and of the NCCL library it loads.
 func collectiveFlags(app *kingpin.Application, c *config) {
+	// The NCCL library's first, beside the nccl source's (the last row
+	// of the table), so that the help keeps the --nccl.* flags together.
+	app.Flag("nccl.library", "Path or name of the NCCL library the collective child loads (the image with NCCL sets it through GPULINK_NCCL_LIBRARY).").Envar(collectives.LibraryEnv).Default(nccl.DefaultLibrary).StringVar(&c.ncclLib)
+	app.Flag("nccl.nvls", "Let NCCL use NVLink SHARP (multicast) in the collective child. Off, the child runs with NCCL_NVLS_ENABLE=0: on shared machines a multicast program can put the host's GPUs out of service.").
+		Default("false").BoolVar(&c.ncclNVLS)
 	p := &c.probe
 	app.Flag("collective.interval", "Least time between the node's NCCL collective rounds over every usable GPU (with jitter); a round runs after a probe pass, only when every GPU it uses is idle under --probe.policy, and is stretched when it costs more than --probe.max-duty allows.").
 		Default(schedule.DefaultCollectiveInterval.String()).DurationVar(&p.CollectiveInterval)
@@ -235,9 +242,6 @@ func collectiveFlags(app *kingpin.Application, c *config) {
 	app.Flag("collective.samples", "Timed samples of the iterations per result; the median is exported.").Default(strconv.Itoa(probes.DefaultCollectiveSamples)).IntVar(&p.CollectiveOptions.Samples)
 	app.Flag("collective.kind", "Collective to run (repeatable); default all: "+strings.Join(probes.CollectiveNames(), ", ")+".").
 		EnumsVar(&c.collectiveKinds, probes.CollectiveNames()...)
-	app.Flag("nccl.library", "Path or name of the NCCL library the collective child loads (the image with NCCL sets it through GPULINK_NCCL_LIBRARY).").Envar(collectives.LibraryEnv).Default(nccl.DefaultLibrary).StringVar(&c.ncclLib)
-	app.Flag("nccl.nvls", "Let NCCL use NVLink SHARP (multicast) in the collective child. Off, the child runs with NCCL_NVLS_ENABLE=0: on shared machines a multicast program can put the host's GPUs out of service.").
-		Default("false").BoolVar(&c.ncclNVLS)
 }
 
 // typed is names, which flags checked against the known values, as the

@@ -30,10 +30,10 @@ var commandGlobals = map[string][]string{
 	"probe": {"cuda.library", "cufile.library", "nvml.library", "path.sysfs", "path.procfs", "probe.utilization-threshold"},
 	// The collectives child loads libcuda (its own --library is NCCL's);
 	// run by hand it lists the GPUs' processes through NVML (sysfs for
-	// the sample, procfs for their names). It reads
-	// --probe.utilization-threshold too, as probe does, but does not list
-	// it: its help is already at the 60 lines a command's keeps under.
-	"collectives": {"cuda.library", "nvml.library", "path.sysfs", "path.procfs"},
+	// the sample, procfs for their names) and judges them by
+	// --probe.utilization-threshold, as probe does; --check reads a
+	// simulated node's files with --sim.
+	"collectives": {"cuda.library", "nvml.library", "path.sysfs", "path.procfs", "probe.utilization-threshold", "sim", "sim.faults"},
 	// The matrix is read from sysfs and one NVML sample, of this machine
 	// or of a simulated one.
 	"topology": {"path.sysfs", "path.procfs", "nvml.library", "cufile.config", "sim", "sim.faults"},

@@ -41,12 +41,13 @@ func TestCommandHelpIsItsOwn(t *testing.T) {
 		lists   []string
 	}{
 		{"probe", []string{"gpu", "peer", "probe", "size", "samples", "storage-dir", "storage-size", "output", "cuda.library", "cufile.library", "nvml.library", "path.sysfs", "probe.utilization-threshold", "log.level", "help"}},
-		{"collectives", []string{"gpu", "collective", "size", "small-size", "iters", "samples", "library", "nvls", "output", "cuda.library", "log.level", "help"}},
+		{"collectives", []string{"gpu", "collective", "size", "small-size", "iters", "samples", "library", "nvls", "output", "cuda.library", "log.level", "help",
+			"probe.utilization-threshold", "sim", "sim.faults"}},
 		{"topology", []string{"path.sysfs", "path.procfs", "nvml.library", "cufile.config", "sim", "log.level", "help"}},
 	} {
 		help := helpOf(t, tc.command, "--help")
-		if n := strings.Count(help, "\n"); n >= 60 {
-			t.Errorf("%s --help: %d lines, want under 60:\n%s", tc.command, n, help)
+		if n := strings.Count(help, "\n"); n >= 75 {
+			t.Errorf("%s --help: %d lines, want under 75:\n%s", tc.command, n, help)
 		}
 		if !strings.HasPrefix(help, "usage: gpulink_exporter "+tc.command) {
 			t.Errorf("%s --help does not start with its usage:\n%s", tc.command, help)
@@ -100,5 +101,59 @@ func TestCommandGlobalsExist(t *testing.T) {
 				t.Errorf("commandGlobals[%q] names --%s, which the app does not have", cmd, f)
 			}
 		}
+	}
+}
+
+// Flags are named for what they turn on: kingpin offers --no-<name> of
+// every switch, so a flag named no-... read as --no-no-... in the help
+// (issue 38). The switches the daemon passes its children off keep their
+// spelling: --no-sharing-check and --no-host-node-binding.
+func TestFlagNamesArePositive(t *testing.T) {
+	l := newCLI()
+	m := l.app.Model()
+	flags := m.Flags
+	for _, c := range m.Commands {
+		flags = append(flags, c.Flags...)
+	}
+	for _, f := range flags {
+		if strings.HasPrefix(f.Name, "no-") {
+			t.Errorf("flag --%s is named for what it turns off; kingpin offers --no-%s too", f.Name, f.Name)
+		}
+	}
+	if _, err := l.app.Parse([]string{"probe", "--no-sharing-check", "--no-host-node-binding"}); err != nil {
+		t.Fatal(err)
+	}
+	if !l.probe.NoSharingCheck || !l.probe.NoHostBinding {
+		t.Errorf("probe --no-sharing-check --no-host-node-binding: NoSharingCheck %v, NoHostBinding %v; want both true",
+			l.probe.NoSharingCheck, l.probe.NoHostBinding)
+	}
+	l = newCLI()
+	if _, err := l.app.Parse([]string{"collectives"}); err != nil {
+		t.Fatal(err)
+	}
+	if l.collectives.NoSharingCheck {
+		t.Error("collectives without --no-sharing-check skips the check")
+	}
+}
+
+// The daemon's help lists the flags of one kind together: the web server's
+// (--web.*), then each source's, as sources.go registers them.
+func TestDaemonHelpGroupsFlags(t *testing.T) {
+	var prefixes []string
+	for _, f := range newCLI().app.Model().Flags {
+		p, rest, _ := strings.Cut(f.Name, ".")
+		if p == "collector" {
+			p = rest // a source's switch heads its flags
+		}
+		if n := len(prefixes); n == 0 || prefixes[n-1] != p {
+			prefixes = append(prefixes, p)
+		}
+	}
+	seen := map[string]bool{}
+	for _, p := range prefixes {
+		if seen[p] {
+			t.Errorf("the --%s.* flags are split across the help: %v", p, prefixes)
+		}
+		seen[p] = true
 	}
 }

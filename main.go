@@ -25,6 +25,7 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/hostfs"
 	"github.com/gpulink/gpulink_exporter/internal/scrape"
 	"github.com/gpulink/gpulink_exporter/internal/sim"
+	"github.com/gpulink/gpulink_exporter/probes"
 )
 
 // selfMetricsInterval is how often the exporter's own go_* and process_*
@@ -58,7 +59,7 @@ func run(l *cli, command string, logger *slog.Logger) int {
 		}
 		n, err := sim.Start(cfg)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "simulated node:", err)
+			probes.PrintError(os.Stderr, fmt.Errorf("simulated node: %w", err))
 			return 1
 		}
 		node = n
@@ -69,7 +70,7 @@ func run(l *cli, command string, logger *slog.Logger) int {
 	switch command {
 	case l.topology.FullCommand():
 		if err := printTopology(fsys, c.cufileConfig, newNVML(), logger); err != nil {
-			fmt.Fprintln(os.Stderr, err)
+			probes.PrintError(os.Stderr, err)
 			return 1
 		}
 		return 0

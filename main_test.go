@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -19,6 +20,8 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
 	"github.com/gpulink/gpulink_exporter/internal/scrape"
 	"github.com/gpulink/gpulink_exporter/internal/sim"
+	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
+	"github.com/gpulink/gpulink_exporter/probes"
 )
 
 // runMainEnv makes the test binary run main with its arguments: the end
@@ -301,6 +304,10 @@ func TestWiring(t *testing.T) {
 			[]string{"nccl", "nic", "nvml", "probe", "process", "sim", "slurm", "topology", "xid"}},
 		{[]string{"--no-collector.nccl"},
 			[]string{"nic", "nvml", "probe", "process", "sim", "topology", "xid"}},
+		// The Slurm source's switch: no mapping files read though a
+		// directory is named (and no gpulink_gpu_job_info).
+		{[]string{"--slurm.job-mapping-dir=" + t.TempDir(), "--no-collector.slurm"},
+			[]string{"nccl", "nic", "nvml", "probe", "process", "sim", "topology", "xid"}},
 	} {
 		w, l := wireSim(t, append(c.args, "--sim=dgx-h100")...)
 		var got []string
@@ -428,5 +435,35 @@ func TestCloseStopsSourcesFirst(t *testing.T) {
 	// The watch's event wait is a second; Shutdown's bound five.
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("close took %v: the XID watch was still running when NVML was shut down", d)
+	}
+}
+
+// topology on a machine without GPUs says so and exits non-zero, in the
+// one error form, rather than print an empty matrix and exit 0.
+func TestTopologyWithoutGPUs(t *testing.T) {
+	root := t.TempDir()
+	f, err := os.Open("numa/testdata/no-gpu.txtar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := machine.ExtractTxtar(f, root); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "topology", "--path.sysfs="+filepath.Join(root, "sys"),
+		"--path.procfs="+filepath.Join(root, "proc"), "--nvml.library=/nonexistent/libnvidia-ml.so.1")
+	cmd.Env = append(os.Environ(), runMainEnv+"=1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() <= 0 {
+		t.Errorf("topology without GPUs: %v, want a non-zero exit (stdout %q)", err, stdout.String())
+	}
+	if want := probes.ErrorPrefix + "no GPU on this machine"; !strings.Contains(stderr.String(), want) {
+		t.Errorf("topology without GPUs said %q, want %q", stderr.String(), want)
+	}
+	if stdout.Len() != 0 {
+		t.Errorf("topology without GPUs printed a matrix:\n%s", stdout.String())
 	}
 }

@@ -179,11 +179,12 @@ var sources = [numSources]source{
 			w.reg.MustRegister(collector.NewPodCollector(sample(w, s, r)))
 		},
 	},
-	// No switch: the jobs of the GPU processes' cgroups come with the
-	// process source, and the mapping files are read only where
-	// --slurm.job-mapping-dir names them.
+	// The jobs of the GPU processes' cgroups come with the process
+	// source, and the mapping files are read only where
+	// --slurm.job-mapping-dir names them; the switch turns both off.
 	slurmSource: {
-		name:     "slurm",
+		name: "slurm", on: true,
+		help:     "Which Slurm job holds each GPU (gpulink_gpu_job_info), from the GPU processes' cgroups (with the process collector) and the job-mapping files of --slurm.job-mapping-dir.",
 		interval: durationFlag{"15s", "How often to read --slurm.job-mapping-dir."},
 		flags: func(f flagFunc, c *config) {
 			f("job-mapping-dir", "Directory of Slurm job-mapping files in dcgm-exporter's format (its --hpc-job-mapping-dir), which a prolog writes and an epilog removes: one file per GPU named by its index (or <gpu>.<gpu_instance> for a MIG instance) holding a job ID a line. Its jobs join those of the GPU processes' cgroups on gpulink_gpu_job_info. Empty: not read.").

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"regexp"
 	"strings"
@@ -30,9 +31,21 @@ func expandVariables(expr, instance string) string {
 // check in deploy/ uses) against the e2e Prometheus, with the node
 // variable set to node, and fails on an error or an empty answer.
 func checkDashboards(t *testing.T, s *stack, node string) {
-	ctx := context.Background()
-	n := 0
-	err := fs.WalkDir(dashboards.FS, ".", func(path string, d fs.DirEntry, err error) error {
+	gaps, n, err := dashboardGaps(context.Background(), s, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range gaps {
+		t.Error(g)
+	}
+	t.Logf("%d dashboard queries returned data", n-len(gaps))
+}
+
+// dashboardGaps runs checkDashboards' queries and returns, one line each,
+// those that failed or came back empty, and how many ran. It fails when
+// the dashboards cannot be read or hold no query.
+func dashboardGaps(ctx context.Context, s *stack, node string) (gaps []string, n int, err error) {
+	err = fs.WalkDir(dashboards.FS, ".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".json") {
 			return err
 		}
@@ -42,25 +55,22 @@ func checkDashboards(t *testing.T, s *stack, node string) {
 		}
 		exprs, err := dashboards.Expressions(path, b)
 		if err != nil {
-			t.Errorf("%s: %v", path, err)
+			return fmt.Errorf("%s: %v", path, err)
 		}
 		for _, e := range exprs {
 			n++
 			v, err := s.query(ctx, expandVariables(e.Expr, node))
 			switch {
 			case err != nil:
-				t.Errorf("%s: %v", e.Where, err)
+				gaps = append(gaps, fmt.Sprintf("%s: %v", e.Where, err))
 			case len(v) == 0:
-				t.Errorf("%s: no data for %s", e.Where, e.Expr)
+				gaps = append(gaps, fmt.Sprintf("%s: no data for %s", e.Where, e.Expr))
 			}
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
+	if err == nil && n == 0 {
+		err = fmt.Errorf("no dashboard queries found")
 	}
-	if n == 0 {
-		t.Fatal("no dashboard queries found")
-	}
-	t.Logf("%d dashboard queries returned data", n)
+	return gaps, n, err
 }

@@ -143,14 +143,7 @@ func scaleCode(expr string) (string, time.Duration, error) {
 // the alerts that read it (by name, one level deep is enough here: the
 // shipped recording rules read raw series only).
 func scaleRules(t *testing.T, src, dst string) map[string]alertTiming {
-	b, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f deploy.RuleFile
-	if err := yaml.UnmarshalStrict(b, &f); err != nil {
-		t.Fatalf("%s: %v", src, err)
-	}
+	f := readRules(t, src)
 	recorded := map[string]time.Duration{}
 	timings := map[string]alertTiming{}
 	for gi := range f.Groups {
@@ -217,4 +210,18 @@ func TestScaleExpr(t *testing.T) {
 			t.Errorf("scaleExpr(%q) = %q, %v, %v; want %q, %v", c.in, got, longest, err, c.want, c.longest)
 		}
 	}
+}
+
+// readRules reads a rules file, strictly: a field the shipped rules do
+// not use is an error.
+func readRules(t *testing.T, path string) deploy.RuleFile {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f deploy.RuleFile
+	if err := yaml.UnmarshalStrict(b, &f); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return f
 }

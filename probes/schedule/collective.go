@@ -136,7 +136,7 @@ func (s *Scheduler) collectiveRound(ctx context.Context, snap *nvml.Snapshot) (f
 	if r != nil {
 		r.Contention = probes.JudgeSharing(o.GPUs, nil, watch, r.PID, busyUtil)
 		if c := r.Contention; c.Contended() {
-			s.logger.Info("collective round shared its GPUs with other work; its results are marked contended",
+			s.logger.Debug("collective round shared its GPUs with other work; its results are marked contended",
 				"gpus", len(gpus), "reasons", c.Reasons, "processes", c.Processes)
 		}
 	}
@@ -150,7 +150,12 @@ func (s *Scheduler) collectiveRound(ctx context.Context, snap *nvml.Snapshot) (f
 	case noLibrary:
 		s.logger.Warn("no collective probes: the NCCL library cannot be loaded", "err", r.Error)
 	case result == probes.RunSuccess:
-		s.logger.Debug("collective round", "gpus", len(gpus), "took", took)
+		// The round's one line at INFO, as a probe pass's.
+		args := []any{"gpus", len(gpus), "took", took.Round(time.Millisecond)}
+		if r != nil && r.Contention.Contended() {
+			args = append(args, "contended", r.Contention.Reasons)
+		}
+		s.logger.Info("collective round", args...)
 	default:
 		s.logger.Warn("collective round failed", "gpus", len(gpus), "result", result, "err", why)
 	}

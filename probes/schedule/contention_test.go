@@ -1,9 +1,12 @@
 package schedule
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -281,5 +284,39 @@ func TestSchedulerHungProcessListing(t *testing.T) {
 	g.s.RunRound(context.Background())
 	if got := nonZero(g.gpuStatus(t, 0).Skips); !reflect.DeepEqual(got, map[string]uint64{SkipBusyProcess: 1}) {
 		t.Errorf("idle with NVML hung: skips %v", got)
+	}
+}
+
+// A pass logs one line at INFO whatever shares its GPUs (issue 38: a
+// line per contended GPU per pass filled the log of a busy node); each
+// GPU's detail is at DEBUG.
+func TestSchedulerLogsOneLinePerPass(t *testing.T) {
+	var log bytes.Buffer
+	gpus := []nvml.GPUState{idleGPU(0), idleGPU(1), idleGPU(2)}
+	f := newSched(t, &nvml.Snapshot{GPUs: gpus}, func(c *SchedulerConfig) {
+		c.Policy = PolicyAlways
+		c.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	f.setProcs(proc(0, 99), proc(2, 98))
+	f.s.RunRound(context.Background())
+
+	var info, shared []string
+	for _, l := range strings.Split(strings.TrimSpace(log.String()), "\n") {
+		if strings.Contains(l, "level=INFO") {
+			info = append(info, l)
+		}
+		if strings.Contains(l, "shared the GPU") {
+			shared = append(shared, l)
+			if !strings.Contains(l, "level=DEBUG") {
+				t.Errorf("per GPU line above DEBUG: %s", l)
+			}
+		}
+	}
+	if len(info) != 1 || !strings.Contains(info[0], `msg="probe round"`) ||
+		!strings.Contains(info[0], "gpus=3 probed=3") || !strings.Contains(info[0], `contended_gpus="[0 2]"`) {
+		t.Errorf("INFO lines of a pass with GPUs 0 and 2 shared:\n%s\nwant one probe round line naming them", strings.Join(info, "\n"))
+	}
+	if len(shared) != 2 {
+		t.Errorf("%d per GPU lines of sharing at DEBUG, want 2:\n%s", len(shared), log.String())
 	}
 }

@@ -311,6 +311,29 @@ type roundPass struct {
 	// round's own probes as utilization.
 	snap   *nvml.Snapshot
 	failed bool // a run timed out, crashed or errored
+	// What the pass's one INFO line says (per GPU detail is at DEBUG):
+	// GPUs probed, skipped by reason, and those whose results shared the
+	// GPU with other work or whose run failed, by index.
+	probed          int
+	skipped         map[string]int
+	contended, fail []int
+}
+
+// logSummary is the pass's one line at INFO: a node probed every 10
+// minutes with jobs on its GPUs would otherwise log a line per GPU per
+// pass (issue 38). A failed run is also logged on its own, at WARN.
+func (s *Scheduler) logSummary(rd *roundPass, took time.Duration) {
+	args := []any{"gpus", len(rd.snap.GPUs), "probed", rd.probed, "took", took.Round(time.Millisecond)}
+	if len(rd.skipped) > 0 {
+		args = append(args, "skipped", rd.skipped)
+	}
+	if len(rd.contended) > 0 {
+		args = append(args, "contended_gpus", rd.contended)
+	}
+	if len(rd.fail) > 0 {
+		args = append(args, "failed_gpus", rd.fail)
+	}
+	s.logger.Info("probe round", args...)
 }
 
 // RunRound runs one pass: every GPU in the NVML sample's order, one at a
@@ -328,7 +351,7 @@ func (s *Scheduler) RunRound(ctx context.Context) {
 		return
 	}
 	start := s.now()
-	rd := &roundPass{snap: snap, load: map[string]float64{}}
+	rd := &roundPass{snap: snap, load: map[string]float64{}, skipped: map[string]int{}}
 	s.skipMissing(snap)
 	for i := range snap.GPUs {
 		if ctx.Err() != nil {
@@ -337,6 +360,7 @@ func (s *Scheduler) RunRound(ctx context.Context) {
 		s.visit(ctx, rd, &snap.GPUs[i])
 		s.publish()
 	}
+	s.logSummary(rd, s.now().Sub(start))
 	// The collective round, when due, follows the pass under the same
 	// lock: no probe child runs beside it.
 	if s.coll != nil && ctx.Err() == nil && s.collectiveDue() && s.collectiveRound(ctx, snap) {
@@ -375,6 +399,7 @@ func (s *Scheduler) skipMissing(snap *nvml.Snapshot) {
 // visit probes one GPU or records why not.
 func (s *Scheduler) visit(ctx context.Context, rd *roundPass, g *nvml.GPUState) {
 	if reason := staticSkip(g); reason != "" {
+		rd.skipped[reason]++
 		s.skip(g, reason)
 		return
 	}
@@ -392,6 +417,7 @@ func (s *Scheduler) visit(ctx context.Context, rd *roundPass, g *nvml.GPUState) 
 	}
 	procsOK := procsErr == nil
 	if reason := s.busy(g, procs, procsOK); reason != "" {
+		rd.skipped[reason]++
 		s.skip(g, reason)
 		return
 	}
@@ -449,14 +475,17 @@ func (s *Scheduler) visit(ctx context.Context, rd *roundPass, g *nvml.GPUState) 
 		}
 		gr.Contention = probes.JudgeRound(gr, o.Peers, watch, own, busyUtil)
 		if c := gr.Contention; c.Contended() {
-			s.logger.Info("probe round shared the GPU with other work; its results are marked contended",
+			rd.contended = append(rd.contended, g.Index)
+			s.logger.Debug("probe round shared the GPU with other work; its results are marked contended",
 				"gpu", g.Index, "pci_bus_id", g.PCIBusID, "reasons", c.Reasons, "peers", c.Peers, "processes", c.Processes)
 		}
 	}
+	rd.probed++
 	switch result {
 	case probes.RunSuccess:
 		s.logger.Debug("probed GPU", "gpu", g.Index, "peers", len(o.Peers), "took", took)
 	default:
+		rd.fail = append(rd.fail, g.Index)
 		s.logger.Warn("probe run failed", "gpu", g.Index, "pci_bus_id", g.PCIBusID, "result", result, "err", why)
 	}
 

@@ -3,7 +3,6 @@ package probe
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
 	"slices"
@@ -63,14 +62,14 @@ func AddCommand(app *kingpin.Application, c *Command) *kingpin.CmdClause {
 	cmd.Flag("gpu", "GPU to probe: all, a PCI address, or an index in PCI address order (nvidia-smi's). Repeatable.").Default("all").StringsVar(&c.GPUs)
 	cmd.Flag("peer", "Peer GPU for the peer probes: a PCI address, or all. Repeatable. Default: all when --gpu=all, else none.").StringsVar(&c.Peers)
 	cmd.Flag("host-node", "NUMA node to bind the pinned host buffer to; each is probed in turn. Repeatable. Default: every node with memory, the GPU's own first.").IntsVar(&c.HostNodes)
-	cmd.Flag("no-host-node-binding", "Leave host buffers unbound (a kernel without NUMA support).").BoolVar(&c.NoHostBinding)
+	cmd.Flag("host-node-binding", "Bind host buffers to --host-node (--no-host-node-binding: leave them unbound, for a kernel without NUMA support).").Default("true").SetValue(probes.Negated{P: &c.NoHostBinding})
 	cmd.Flag("probe", "Probe to run: "+probes.KindList()+". Repeatable. Default: all.").StringsVar(&c.Probes)
-	cmd.Flag("size", "Size of one transfer for the bandwidth probes (bytes, or with a unit: 64MiB).").Default(strconv.Itoa(probes.DefaultSizeBytes)).StringVar(&c.Size)
+	cmd.Flag("size", "Size of one transfer for the bandwidth probes (bytes, or with a unit: 64MiB).").Default(units.Base2Bytes(probes.DefaultSizeBytes).String()).StringVar(&c.Size)
 	cmd.Flag("samples", "Timed samples per result; the median is reported.").Default(strconv.Itoa(probes.DefaultSamples)).IntVar(&c.Samples)
 	cmd.Flag("storage-dir", "Directory for the storage probes' file (written, read back, removed). Empty: none.").PlaceHolder("DIR").StringVar(&c.StorageDir)
 	cmd.Flag("storage-size", "Size of the storage probes' file, whole MiB.").Default(units.Base2Bytes(probes.DefaultStorageBytes).String()).StringVar(&c.StorageSize)
 	cmd.Flag("output", "table or json.").Default("table").EnumVar(&c.Output, "table", "json")
-	cmd.Flag("no-sharing-check", "Do not list the GPUs' other processes.").BoolVar(&c.NoSharingCheck)
+	cmd.Flag("sharing-check", "List the GPUs' other processes (--no-sharing-check: do not).").Default("true").SetValue(probes.Negated{P: &c.NoSharingCheck})
 	return cmd
 }
 
@@ -101,7 +100,7 @@ func (c *Command) usageError(err error) error {
 func (c *Command) Run(ctx context.Context, stdout, stderr io.Writer) int {
 	size, err := probes.ParseSize("--size", c.Size)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
+		probes.PrintError(stderr, err)
 		return probes.ExitUsage
 	}
 	var kinds []probes.Kind
@@ -112,18 +111,18 @@ func (c *Command) Run(ctx context.Context, stdout, stderr io.Writer) int {
 	template := probes.Options{Probes: kinds, SizeBytes: size, Samples: c.Samples, StorageDir: c.StorageDir}
 	if c.StorageDir != "" {
 		if template.StorageBytes, err = probes.ParseSize("--storage-size", c.StorageSize); err != nil {
-			fmt.Fprintln(stderr, err)
+			probes.PrintError(stderr, err)
 			return probes.ExitUsage
 		}
 		// cuFile echoes its errors on file descriptor 1, where the round
 		// goes: move them to stderr before it loads.
 		if stdout, err = guardStdout(stdout); err != nil {
-			fmt.Fprintln(stderr, err)
+			probes.PrintError(stderr, err)
 			return probes.ExitUsage
 		}
 	}
 	if err := template.Validate(); err != nil {
-		fmt.Fprintln(stderr, c.usageError(err))
+		probes.PrintError(stderr, c.usageError(err))
 		return probes.ExitUsage
 	}
 	var round *probes.Round
@@ -133,7 +132,7 @@ func (c *Command) Run(ctx context.Context, stdout, stderr io.Writer) int {
 		defer drv.Close()
 		opts, err := c.options(drv, template)
 		if err != nil {
-			fmt.Fprintln(stderr, err)
+			probes.PrintError(stderr, err)
 			return probes.ExitUsage
 		}
 		watch := c.startSharingCheck(opts, stderr)
@@ -144,7 +143,7 @@ func (c *Command) Run(ctx context.Context, stdout, stderr io.Writer) int {
 		// each could not be probed, not a bare failure.
 		round = failedRound(c.GPUs, err)
 	default:
-		fmt.Fprintln(stderr, err)
+		probes.PrintError(stderr, err)
 		return probes.ExitUsage
 	}
 	status := probes.ExitOK
@@ -160,7 +159,7 @@ func (c *Command) Run(ctx context.Context, stdout, stderr io.Writer) int {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", " ")
 		if err := enc.Encode(round); err != nil {
-			fmt.Fprintln(stderr, err)
+			probes.PrintError(stderr, err)
 			return probes.ExitUsage
 		}
 	} else {

@@ -91,7 +91,7 @@ func AddCollectiveCommand(app *kingpin.Application, c *CollectiveCommand) *kingp
 	cmd.Flag("nvls", "Let NCCL use NVLS (multicast), which can put a shared machine's GPUs out of service.").BoolVar(&c.NVLS)
 	cmd.Flag("timeout", "Abort and report what was measured after this long; 0: no limit.").Default("0s").DurationVar(&c.Timeout)
 	cmd.Flag("output", "table or json.").Default("table").EnumVar(&c.Output, "table", "json")
-	cmd.Flag("no-sharing-check", "Do not list the GPUs' other processes.").BoolVar(&c.NoSharingCheck)
+	cmd.Flag("sharing-check", "List the GPUs' other processes (--no-sharing-check: do not).").Default("true").SetValue(probes.Negated{P: &c.NoSharingCheck})
 	return cmd
 }
 
@@ -127,7 +127,7 @@ func (c *CollectiveCommand) usageError(err error) error {
 // probes.ExitGPUFail when the round is printed but has an error in it.
 func (c *CollectiveCommand) Run(ctx context.Context, stdout, stderr io.Writer) int {
 	usage := func(err error) int {
-		fmt.Fprintln(stderr, err)
+		probes.PrintError(stderr, err)
 		return probes.ExitUsage
 	}
 	o, err := c.options()
@@ -214,7 +214,7 @@ func (c *CollectiveCommand) Run(ctx context.Context, stdout, stderr io.Writer) i
 	status := probes.ExitOK
 	if round.Error != "" {
 		status = probes.ExitGPUFail
-		fmt.Fprintln(stderr, "collective round:", round.Error)
+		probes.PrintError(stderr, fmt.Errorf("collective round: %s", round.Error))
 	}
 	for _, r := range round.Results {
 		if r.Error != "" {
@@ -294,7 +294,7 @@ func (c *CollectiveCommand) handOut(ids <-chan string, f *os.File, stderr io.Wri
 			continue
 		}
 		if _, err := fmt.Fprintln(f, id); err != nil {
-			fmt.Fprintf(stderr, "writing the unique id to --id-fd=%d: %v\n", c.IDFD, err)
+			probes.PrintError(stderr, fmt.Errorf("writing the unique id to --id-fd=%d: %v", c.IDFD, err))
 		}
 		f.Close()
 		f = nil

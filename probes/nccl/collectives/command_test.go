@@ -37,7 +37,7 @@ func TestCollectiveCommandDefaults(t *testing.T) {
 }
 
 // Bad values are refused before any library is loaded, naming this
-// command's flags and the value as given.
+// command's flags and the value as given, in the one error form.
 func TestCollectiveCommandUsageErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -54,7 +54,7 @@ func TestCollectiveCommandUsageErrors(t *testing.T) {
 	} {
 		c := parseCollectiveCommand(t, tc.args...)
 		var stdout, stderr bytes.Buffer
-		if st := c.Run(context.Background(), &stdout, &stderr); st != probes.ExitUsage || !strings.HasPrefix(stderr.String(), tc.want) || stdout.Len() != 0 {
+		if st := c.Run(context.Background(), &stdout, &stderr); st != probes.ExitUsage || !strings.HasPrefix(stderr.String(), probes.ErrorPrefix+tc.want) || stdout.Len() != 0 {
 			t.Errorf("%q: status %d, stderr %q, stdout %q; want %d and %q", tc.args, st, stderr.String(), stdout.String(), probes.ExitUsage, tc.want)
 		}
 	}
@@ -78,9 +78,10 @@ func TestCollectiveTable(t *testing.T) {
 	for _, want := range []string{
 		"# NCCL 2.27.3, 2 ranks, ranks 0-1 here: 0000:18:00.0 0000:2a:00.0; 1.50 s",
 		// 256 MiB in 1 ms: 268.44 GB/s, and the bus factor of 2 ranks is 1.
-		"     all_reduce      2    268435456    1000.00   268.44   268.44\n",
-		"     all_gather      2    268435456  error: ncclAllGather: unhandled cuda error\n",
-		"      send_recv   0->1         8192      10.00     0.82     0.82\n",
+		// Sizes with their unit, as every command prints them.
+		"     all_reduce      2      256 MiB    1000.00   268.44   268.44\n",
+		"     all_gather      2      256 MiB  error: ncclAllGather: unhandled cuda error\n",
+		"      send_recv   0->1        8 KiB      10.00     0.82     0.82\n",
 		"#   0 -> 1 p2p (P2P/CUMEM/read) on 2 channel(s)",
 		"#   1 -> 0 p2p (P2P/CUMEM/read) on 1 channel(s)",
 		"# cost: GPU busy 0.250 s, context held 1.250 s, device memory 512 MiB on each GPU",

@@ -13,7 +13,8 @@ import (
 )
 
 // WriteCollectiveTable prints a collective round for a person, as
-// nccl-tests prints its results: size in bytes, time in microseconds,
+// nccl-tests prints its results, but the size with its unit as every
+// command prints sizes (8 KiB, 256 MiB, not 268435456): time in microseconds,
 // algorithm and bus bandwidth in GB/s (decimal); then the transports NCCL
 // chose, one line per pair of ranks.
 func WriteCollectiveTable(w io.Writer, round *probes.CollectiveRound) {
@@ -39,13 +40,13 @@ func WriteCollectiveTable(w io.Writer, round *probes.CollectiveRound) {
 	// Fixed widths, as nccl-tests prints: a header line starts with #.
 	const row = "%1s%14s %6s %12s %10s %8s %8s\n"
 	fmt.Fprintf(w, row, "#", "collective", "ranks", "size", "time", "algbw", "busbw")
-	fmt.Fprintf(w, row, "#", "", "", "(B)", "(us)", "(GB/s)", "(GB/s)")
+	fmt.Fprintf(w, row, "#", "", "", "", "(us)", "(GB/s)", "(GB/s)")
 	for _, r := range round.Results {
 		ranks := strconv.Itoa(r.Ranks)
 		if r.FromRank != nil && r.ToRank != nil {
 			ranks = fmt.Sprintf("%d->%d", *r.FromRank, *r.ToRank)
 		}
-		size := strconv.FormatInt(r.SizeBytes, 10)
+		size := probes.SizeString(r.SizeBytes)
 		if r.Error != "" {
 			fmt.Fprintf(w, "%1s%14s %6s %12s  error: %s\n", "", r.Collective, ranks, size, r.Error)
 			continue
