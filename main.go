@@ -111,6 +111,7 @@ func run(l *cli, command string, logger *slog.Logger) int {
 		return 1
 	}
 	metrics := scrape.NewHandler(reg, w.versions, c.maxRequests, logger)
+	go metrics.Run(ctx)
 	routes := w.routes
 	if c.pprof {
 		routes = append(routes, pprofRoutes()...)

@@ -24,7 +24,9 @@
 #   REFERENCE    1 (default): scrape scrapebench's reference server between
 #                the exporter's scrapes, the exporter's own response from a
 #                server that does nothing else, to tell the machine's tail
-#                from the exporter's; 0: do not
+#                from the exporter's; 0: do not. It runs at GOMAXPROCS (the
+#                variable, which the exporter reads too; default 1, the
+#                exporter's own default)
 #   TRACE        1: also take an execution trace of the exporter over the
 #                scrapes (at most a minute of them) into trace.out, with
 #                --web.enable-pprof added to its flags; bench/tracelat reads
@@ -44,7 +46,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
 
 usage() {
-	sed -n '3,37p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	sed -n '3,39p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
 
@@ -80,7 +82,7 @@ done
 # scrapebench's flags for the reference and the trace; one does not turn
 # the other off.
 sb_args=()
-[[ ${REFERENCE:-1} == 1 ]] && sb_args+=(-reference)
+[[ ${REFERENCE:-1} == 1 ]] && sb_args+=(-reference -reference-gomaxprocs "${GOMAXPROCS:-1}")
 if [[ ${TRACE:-} == 1 ]]; then
 	set -- --web.enable-pprof "$@"
 	sb_args+=(-trace "$out/trace.out")

@@ -95,6 +95,11 @@ type Result struct {
 	RefP90Ms float64 `json:"reference_p90_ms,omitempty"`
 	RefP99Ms float64 `json:"reference_p99_ms,omitempty"`
 	RefMaxMs float64 `json:"reference_max_ms,omitempty"`
+	// The exporter's latency over the reference's, at the median and the
+	// 99th percentile: what the exporter costs a scrape beyond the bytes.
+	RefGOMAXPROCS int     `json:"reference_gomaxprocs,omitempty"`
+	P50OverRef    float64 `json:"p50_over_reference,omitempty"`
+	P99OverRef    float64 `json:"p99_over_reference,omitempty"`
 }
 
 // options are what one measurement runs with: the flags.
@@ -105,6 +110,7 @@ type options struct {
 	waitMetric                           string
 	jsonOut, saveBody, latFile, traceOut string
 	withRef                              bool
+	refProcs                             int
 }
 
 func main() {
@@ -119,7 +125,8 @@ func main() {
 	flag.StringVar(&o.latFile, "latencies", "", "write every measured scrape to this file, one line each: seconds since the first, latency in ms, 1 if it met a new body, the unix time it was sent (to match it with an execution trace of the exporter), and with -reference the reference's latency in ms")
 	flag.StringVar(&o.saveBody, "save-body", "", "write one uncompressed text-format scrape, taken after the measured ones, to this file")
 	flag.StringVar(&o.traceOut, "trace", "", "also fetch an execution trace of the exporter over the measured scrapes (at most a minute of them) into this file, from /debug/pprof/trace (the exporter needs --web.enable-pprof)")
-	flag.BoolVar(&o.withRef, "reference", false, "also scrape a reference server between the exporter's scrapes: this program again, in a process of its own at GOMAXPROCS 1, answering every request with the exporter's first measured response and doing nothing else; its latencies are the floor this machine, loopback, net/http and this client set at that moment")
+	flag.BoolVar(&o.withRef, "reference", false, "also scrape a reference server between the exporter's scrapes: this program again, in a process of its own at -reference-gomaxprocs, answering every request with the exporter's first measured response and doing nothing else; its latencies are the floor this machine, loopback, net/http and this client set at that moment")
+	flag.IntVar(&o.refProcs, "reference-gomaxprocs", 1, "the reference server's GOMAXPROCS: the exporter's, so that both are served by as many threads")
 	serveFile := flag.String("serve-file", "", "be the reference server: answer every request with this file's bytes (used by -reference)")
 	serveType := flag.String("serve-type", "", "the reference server's Content-Type (used by -reference)")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Second, "per-scrape timeout")
@@ -187,7 +194,7 @@ func run(o options) error {
 		// One unmeasured scrape gives the bytes the reference serves.
 		if _, _, _, ctype, _, err := scrape(client, o.url, acceptScrape, true, &buf); err != nil {
 			return err
-		} else if ref, err = startReference(bytes.Clone(buf.Bytes()), ctype); err != nil {
+		} else if ref, err = startReference(bytes.Clone(buf.Bytes()), ctype, o.refProcs); err != nil {
 			return err
 		}
 		defer ref.stop()
@@ -275,6 +282,10 @@ func run(o options) error {
 	res.RefP50Ms, res.RefP90Ms, res.RefP99Ms, res.RefMaxMs = ms(r.P50), ms(r.P90), ms(r.P99), ms(r.Max)
 	l := latency.SpreadOf(lat)
 	res.P50Ms, res.P90Ms, res.P99Ms, res.MaxMs, res.MeanMs = ms(l.P50), ms(l.P90), ms(l.P99), ms(l.Max), ms(l.Mean)
+	if ref != nil && r.P50 > 0 && r.P99 > 0 {
+		res.RefGOMAXPROCS = o.refProcs
+		res.P50OverRef, res.P99OverRef = float64(l.P50)/float64(r.P50), float64(l.P99)/float64(r.P99)
+	}
 
 	printTable(os.Stdout, &res)
 	if o.jsonOut != "" {
@@ -517,8 +528,9 @@ func printTable(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "latency ms        p50 %.3f  p90 %.3f  p99 %.3f  max %.3f  mean %.3f\n",
 		r.P50Ms, r.P90Ms, r.P99Ms, r.MaxMs, r.MeanMs)
 	if r.RefP50Ms > 0 {
-		fmt.Fprintf(w, "reference ms      p50 %.3f  p90 %.3f  p99 %.3f  max %.3f  (the same bytes from a server doing nothing else)\n",
-			r.RefP50Ms, r.RefP90Ms, r.RefP99Ms, r.RefMaxMs)
+		fmt.Fprintf(w, "reference ms      p50 %.3f  p90 %.3f  p99 %.3f  max %.3f  (the same bytes from a server doing nothing else, GOMAXPROCS %d)\n",
+			r.RefP50Ms, r.RefP90Ms, r.RefP99Ms, r.RefMaxMs, r.RefGOMAXPROCS)
+		fmt.Fprintf(w, "over reference    p50 %.2fx  p99 %.2fx\n", r.P50OverRef, r.P99OverRef)
 	}
 	fmt.Fprintf(w, "fresh scrapes     %d of %d met a new body: p50 %.3f  p99 %.3f  max %.3f ms\n",
 		r.Fresh, r.Scrapes-1, r.FreshP50Ms, r.FreshP99Ms, r.FreshMaxMs)

@@ -14,7 +14,7 @@ import (
 
 // The reference is a server that answers every request with the same
 // bytes, doing nothing else: the exporter's own response, in a process of
-// its own with GOMAXPROCS 1 as the exporter runs, scraped by the same
+// its own at the exporter's GOMAXPROCS (-reference-gomaxprocs), scraped by the same
 // client between the exporter's scrapes. Its latencies are what this
 // machine, its loopback, Go's net/http and this client cost at that moment;
 // what the exporter adds to a scrape is the difference. A tail that both
@@ -28,8 +28,9 @@ type reference struct {
 }
 
 // startReference starts this program again as a reference server for body
-// (as the exporter sent it, gzipped or not) with the content type ctype.
-func startReference(body []byte, ctype string) (*reference, error) {
+// (as the exporter sent it, gzipped or not) with the content type ctype,
+// at GOMAXPROCS procs.
+func startReference(body []byte, ctype string, procs int) (*reference, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("reference: %w", err)
@@ -46,7 +47,7 @@ func startReference(body []byte, ctype string) (*reference, error) {
 	f.Close()
 	r := &reference{file: f.Name()}
 	r.cmd = exec.Command(self, "-serve-file", f.Name(), "-serve-type", ctype)
-	r.cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+	r.cmd.Env = append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(procs))
 	r.cmd.Stderr = os.Stderr
 	out, err := r.cmd.StdoutPipe()
 	if err != nil {

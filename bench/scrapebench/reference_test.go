@@ -27,7 +27,7 @@ func TestReferenceServesTheExportersBytes(t *testing.T) {
 	zw.Close()
 	const ctype = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
-	ref, err := startReference(body.Bytes(), ctype)
+	ref, err := startReference(body.Bytes(), ctype, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

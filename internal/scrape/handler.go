@@ -6,29 +6,33 @@
 //
 // Every source publishes a new snapshot at most once per sample interval,
 // so the metrics cannot change between two publishes. The handler encodes
-// (and gzips) once per change, on the first scrape that needs it, and
-// answers every other scrape with the same bytes: that serves a second
-// Prometheus of an HA pair, or anyone scraping faster than the sources
-// sample. A response is never older than MaxAge either, for values derived
-// from the clock (a watcher that has gone quiet turns stale without
-// publishing anything).
+// (and gzips) the formats being scraped once per change, when a source
+// publishes, on that source's goroutine, and answers every scrape with the
+// bytes built last: a scrape, fresh or not, only writes bytes, and never
+// waits behind a sampler or a build (at GOMAXPROCS 1 the scrape that waits
+// on a lock gives the one P to whatever holds it). A response is never
+// older than MaxAge either, for values derived from the clock (a watcher
+// that has gone quiet turns stale without publishing anything).
 //
 // A Prometheus scraping no faster than the sources sample meets new
-// snapshots at every scrape. For that scrape, a Registry lets the snapshot
+// snapshots at every scrape. For it, a Registry lets the snapshot
 // collectors encode themselves (TextCollector): once per snapshot, and
 // deflated apart, so that only what changed is compressed, and a source
-// can do both when it publishes instead of when it is scraped.
+// does both when it publishes, before the handler joins the parts.
 package scrape
 
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,22 +45,56 @@ type Versioned interface {
 	Version() uint64
 }
 
-// Handler serves gathered metrics, cached per version of its sources.
+// Handler serves gathered metrics. What it sends is a generation: the
+// body of each format being scraped, built once for the sources as they
+// were, and never written to after. A source that publishes (a sampler,
+// the probe scheduler) has the handler build the next generation when it
+// publishes, on the source's goroutine, after its collector has rendered
+// the new snapshot; a scrape then only loads the generation and writes
+// its bytes, holding no lock that a source or a build holds, so it never
+// waits behind either. A source that does not publish (the XID watcher)
+// is checked at each scrape: a new version of it, a format not built yet
+// (asked for the first time, or by curl) or a generation older than
+// MaxAge has the scrape build the body itself, as every scrape did
+// before.
 type Handler struct {
 	gatherer prometheus.Gatherer
-	sources  []Versioned
-	logger   *slog.Logger
-	// MaxAge bounds how long a cached response is served.
+	// checked are the sources that do not publish: a generation is only
+	// served for the sum of their versions it was built for.
+	checked []Versioned
+	logger  *slog.Logger
+	// MaxAge bounds how long a generation is served: for values derived
+	// from the clock, and for a source's status that changes without a
+	// publish (a failed sample). While scraped, Run builds a new one
+	// every MaxAge/2.
 	MaxAge time.Duration
 	now    func() time.Time
 	// inFlight bounds concurrent requests; nil means no bound.
 	inFlight chan struct{}
 
-	mu      sync.Mutex
-	version uint64
+	served atomic.Pointer[generation]
+
+	mu    sync.Mutex // held while a generation is built
+	sizes map[cacheKey]int // of the last body of each key, to size the next
+
+	askMu sync.Mutex // held only to note or list asks
+	asked map[cacheKey]*asks
+}
+
+// generation is the bodies built for the sources as they were at taken.
+type generation struct {
+	version uint64 // of the checked sources
 	taken   time.Time
 	bodies  map[cacheKey][]byte
-	sizes   map[cacheKey]int // of the last body, to size the next
+}
+
+// body returns g's body for key if g is still what the sources say; nil
+// if not, or if g is nil.
+func (g *generation) body(key cacheKey, version uint64, now time.Time, maxAge time.Duration) []byte {
+	if g == nil || g.version != version || now.Sub(g.taken) >= maxAge {
+		return nil
+	}
+	return g.bodies[key]
 }
 
 // A gzip writer holds about 1 MB of state: reuse them.
@@ -74,22 +112,30 @@ type cacheKey struct {
 	gzip   bool
 }
 
-// NewHandler serves what g gathers. maxInFlight <= 0 means no limit.
+// NewHandler serves what g gathers, for sources; it builds a generation
+// when any of them that publishes does. maxInFlight <= 0 means no limit.
 func NewHandler(g prometheus.Gatherer, sources []Versioned, maxInFlight int, logger *slog.Logger) *Handler {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{gatherer: g, sources: sources, logger: logger, MaxAge: time.Second, now: time.Now,
-		bodies: map[cacheKey][]byte{}, sizes: map[cacheKey]int{}}
+	h := &Handler{gatherer: g, logger: logger, MaxAge: time.Second, now: time.Now,
+		sizes: map[cacheKey]int{}, asked: map[cacheKey]*asks{}}
 	if maxInFlight > 0 {
 		h.inFlight = make(chan struct{}, maxInFlight)
+	}
+	for _, s := range sources {
+		if p, ok := s.(Publisher); ok {
+			p.OnPublish(h.Refresh)
+		} else {
+			h.checked = append(h.checked, s)
+		}
 	}
 	return h
 }
 
-func (h *Handler) currentVersion() uint64 {
+func (h *Handler) checkedVersion() uint64 {
 	var v uint64
-	for _, s := range h.sources {
+	for _, s := range h.checked {
 		v += s.Version() // versions only grow, so the sum changes with any of them
 	}
 	return v
@@ -122,17 +168,117 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Write(body) //nolint:errcheck // nothing to do about a client that went away
 }
 
+// body is the served generation's body for key, or one built now.
 func (h *Handler) body(key cacheKey) ([]byte, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	v, now := h.currentVersion(), h.now()
-	if v != h.version || now.Sub(h.taken) >= h.MaxAge {
-		clear(h.bodies)
-		h.version, h.taken = v, now
-	}
-	if b, ok := h.bodies[key]; ok {
+	now := h.now()
+	h.ask(key, now)
+	if b := h.served.Load().body(key, h.checkedVersion(), now, h.MaxAge); b != nil {
 		return b, nil
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	// A build that held mu may have made it meanwhile.
+	v, now := h.checkedVersion(), h.now()
+	old := h.served.Load()
+	if b := old.body(key, v, now, h.MaxAge); b != nil {
+		return b, nil
+	}
+	next := &generation{version: v, taken: now, bodies: map[cacheKey][]byte{}}
+	if old != nil && old.version == v && now.Sub(old.taken) < h.MaxAge {
+		// Still good: add this key's body to it.
+		next.taken = old.taken
+		maps.Copy(next.bodies, old.bodies)
+	}
+	b, err := h.build(key)
+	if err != nil {
+		return nil, err
+	}
+	next.bodies[key] = b
+	h.served.Store(next)
+	return b, nil
+}
+
+// Refresh builds a new generation for the formats being scraped, for the
+// sources as they are now: the sources that publish call it then, on
+// their own goroutine. A format asked for now and then (curl) is dropped
+// from the served generation instead, for its next scrape to build; with
+// nobody scraping, that is all it does.
+func (h *Handler) Refresh() {
+	keys := h.scraped(h.now())
+	if len(keys) == 0 {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.served.Store(nil)
+		return
+	}
+	// A scrape that arrived while the source sampled and rendered is
+	// served before this build (see pause).
+	pause()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, now := h.checkedVersion(), h.now()
+	next := &generation{version: v, taken: now, bodies: make(map[cacheKey][]byte, len(keys))}
+	for _, k := range keys {
+		b, err := h.build(k)
+		if err != nil {
+			// The scrape of k builds it again and reports the error.
+			continue
+		}
+		next.bodies[k] = b
+	}
+	h.served.Store(next)
+}
+
+// Run builds a new generation every MaxAge/2 while someone scrapes and
+// no source has published, so that a scrape never finds the served one
+// too old, until ctx ends.
+func (h *Handler) Run(ctx context.Context) {
+	t := time.NewTicker(h.MaxAge / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			h.refreshIfOld()
+		}
+	}
+}
+
+// refreshIfOld builds a new generation if the served one is MaxAge/2 old.
+func (h *Handler) refreshIfOld() {
+	if g := h.served.Load(); g != nil && h.now().Sub(g.taken) >= h.MaxAge/2 {
+		h.Refresh()
+	}
+}
+
+// ask notes that key was asked for at now.
+func (h *Handler) ask(key cacheKey, now time.Time) {
+	h.askMu.Lock()
+	defer h.askMu.Unlock()
+	a := h.asked[key]
+	if a == nil {
+		a = &asks{}
+		h.asked[key] = a
+	}
+	a.ask(now)
+}
+
+// scraped lists the keys a scraper keeps asking for (see asks.regular).
+func (h *Handler) scraped(now time.Time) []cacheKey {
+	h.askMu.Lock()
+	defer h.askMu.Unlock()
+	var keys []cacheKey
+	for k, a := range h.asked {
+		if a.regular(now) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// build encodes key's body. h.mu is held.
+func (h *Handler) build(key cacheKey) ([]byte, error) {
 	body, gatherErr, err := h.encode(key)
 	if gatherErr != nil {
 		// Like promhttp's ContinueOnError: serve what could be gathered.
@@ -141,7 +287,7 @@ func (h *Handler) body(key cacheKey) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	h.bodies[key], h.sizes[key] = body, len(body)
+	h.sizes[key] = len(body)
 	return body, nil
 }
 
@@ -202,3 +348,13 @@ func acceptsGzip(h http.Header) bool {
 	}
 	return false
 }
+
+// pause parks the calling goroutine for a moment, between the parts of
+// the work a publish does (render, encode, deflate, build). At GOMAXPROCS
+// 1 a goroutine that never blocks holds off every other one, and the
+// network is only polled when the P has nothing else to run: a scrape
+// that arrives meanwhile is not even read. runtime.Gosched does not help
+// (the yielding goroutine runs again before the poll); a sleep parks it
+// and the scheduler polls. The simulated node pauses in the same way
+// (machine.Pause).
+func pause() { time.Sleep(time.Microsecond) }

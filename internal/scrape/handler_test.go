@@ -31,9 +31,7 @@ func (g *countingGatherer) Gather() ([]*dto.MetricFamily, error) {
 
 func setup(t *testing.T) (*Handler, *countingGatherer, *version, prometheus.Gauge) {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	gauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "test_value", Help: "A value."})
-	reg.MustRegister(gauge)
+	reg, gauge := gaugeRegistry()
 	g := &countingGatherer{Gatherer: reg}
 	v := &version{}
 	return NewHandler(g, []Versioned{v}, 2, nil), g, v, gauge

@@ -36,12 +36,19 @@ func (a *asks) ask(now time.Time) {
 	a.last = now
 }
 
+// askSlack is how much later than twice its interval a scraper may come
+// and still count as regular: a scraper's interval jitters by its own
+// scheduling and the target's answer, which for one that comes every few
+// milliseconds (a benchmark) is most of its interval.
+const askSlack = time.Second
+
 // regular reports whether the format is being scraped: asked before, and
-// last within twice the longer of the last two gaps (two gaps, so that
-// the two Prometheus servers of an HA pair count as one scraper).
+// last within twice the longer of the last two gaps, and askSlack (two
+// gaps, so that the two Prometheus servers of an HA pair count as one
+// scraper).
 func (a *asks) regular(now time.Time) bool {
 	g := max(a.gaps[0], a.gaps[1])
-	return g > 0 && g <= maxScrapeGap && now.Sub(a.last) <= 2*g
+	return g > 0 && g <= maxScrapeGap && now.Sub(a.last) <= 2*g+askSlack
 }
 
 // Rendered renders a source's snapshot once into samples and serves them
@@ -142,6 +149,10 @@ func (s *Rendered[T]) prepare() {
 	for f := range s.asked {
 		for z := range s.asked[f] {
 			if s.asked[f][z].regular(now) && s.update() {
+				// Render and encode apart: see pause. No scrape
+				// waits on s.mu (the handler builds when this
+				// is done), so holding it while parked costs none.
+				pause()
 				s.encode(f, z)
 			}
 		}

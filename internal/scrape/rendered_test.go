@@ -136,7 +136,7 @@ func TestEncodedWhenPublished(t *testing.T) {
 		t.Error("the scrape encoded again what the publish had")
 	}
 	// The scraper gone: nothing is encoded after twice its interval.
-	now = now.Add(31 * time.Second)
+	now = now.Add(35 * time.Second) // over twice 15 s, and the second of slack
 	src.publish([]float64{6})
 	if renders != 3 {
 		t.Error("rendered with no scraper for twice its interval")

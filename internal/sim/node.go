@@ -93,6 +93,8 @@ type Node struct {
 	tickErr  error
 	errors   uint64
 	closed   bool
+	// published are called after each publish (OnPublish).
+	published []func()
 
 	// status is what Status reports, kept apart from mu so that a scrape
 	// never waits on a tick writing the tree.
@@ -388,6 +390,19 @@ func (n *Node) publish() {
 	}
 	n.status.Store(&st)
 	n.version.Add(1)
+	for _, f := range n.published {
+		f()
+	}
+}
+
+// OnPublish has f called after every change of Status, as a sampler's,
+// so that the /metrics handler builds its next body then rather than at
+// the next scrape. f runs with the node's lock held: it must not call
+// the node's Reload, Faults, Advance or Close.
+func (n *Node) OnPublish(f func()) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.published = append(n.published, f)
 }
 
 // FS is the simulated sysfs and procfs.

@@ -1074,3 +1074,22 @@ func TestFabricDownAndRecoveryAction(t *testing.T) {
 		t.Errorf("after removal: GPU 6 fabric %+v, GPU 7 recovery %+v", g.Fabric, snap.GPUs[7].RecoveryAction)
 	}
 }
+
+// TestPublishedAfterEachTick: the node says when its status changes, with
+// the new status and version in place, so that the /metrics handler builds
+// its next body then.
+func TestPublishedAfterEachTick(t *testing.T) {
+	n := startNode(t, "dgx-h100", "")
+	var seen []uint64
+	n.OnPublish(func() {
+		if st := n.Status(); !st.Up {
+			t.Errorf("published before the status was up: %+v", st)
+		}
+		seen = append(seen, n.Version())
+	})
+	step(t, n, time.Second)
+	step(t, n, time.Second)
+	if len(seen) != 2 || seen[1] != n.Version() || seen[0] >= seen[1] {
+		t.Errorf("versions seen by the hook %v, the node's now %d: want one per tick, the latest last", seen, n.Version())
+	}
+}
