@@ -282,7 +282,7 @@ func (w *wiring) startSources() error {
 		}
 	}
 	if w.anyOn(func(s *source) bool { return s.usesTopology }) {
-		w.topology = sample(w, w.cfg.src[topologySource], &numa.TopologyReader{FS: w.fsys})
+		w.topology = sample(w, w.cfg.src[topologySource], &numa.TopologyReader{FS: w.fsys, CuFileConfig: w.cfg.cufileConfig})
 	}
 	for id := range sources {
 		if s := w.cfg.src[id]; s.on && w.err == nil {
@@ -404,7 +404,7 @@ func startProbes(w *wiring, s setting) {
 			return
 		}
 		c.Runner = &probes.ChildRunner{Logger: w.logger, Command: []string{exe, "probe",
-			"--cuda.library=" + w.cfg.cudaLib, "--path.sysfs=" + w.fsys.Sys, "--path.procfs=" + w.fsys.Proc}}
+			"--cuda.library=" + w.cfg.cudaLib, "--cufile.library=" + w.cfg.cufileLib, "--path.sysfs=" + w.fsys.Sys, "--path.procfs=" + w.fsys.Proc}}
 		c.CollectiveRunner = &probes.ChildRunner{Logger: w.logger, Command: collectivesCommand(exe, w.cfg)}
 	}
 	topo := func() *numa.Topology { return nil } // unbound host buffers, no PCIe expectation

@@ -20,6 +20,7 @@ type TopologyCollector struct {
 	scrape.Rendered[*numa.Topology]
 	ids interface{ Identities() []nvml.Identity }
 	d   topologyDescs
+	s   storageDescs
 }
 
 type topologyDescs struct {
@@ -92,6 +93,7 @@ func NewTopologyCollector(src scrape.Source[*numa.Topology], ids interface{ Iden
 		iommuTranslated: gpuDesc("iommu", "translated",
 			"1 if the GPU's IOMMU group translates DMA (type DMA or DMA-FQ), 0 if it passes it through (identity) or the GPU has no IOMMU group."),
 	}}
+	c.s = newStorageDescs()
 	for _, name := range numa.NUMAStatCounters {
 		c.d.nodeStat[name] = newDesc("numa_node", numaStatMetric(name),
 			"numastat "+name+": pages allocated, by the kernel's accounting.", node...)
@@ -120,6 +122,7 @@ func (c *TopologyCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, name := range numa.NUMAStatCounters {
 		ch <- c.d.nodeStat[name]
 	}
+	c.s.describe(ch)
 }
 
 func (c *TopologyCollector) render(o *out, t *numa.Topology) {
@@ -142,6 +145,7 @@ func (c *TopologyCollector) render(o *out, t *numa.Topology) {
 	c.renderLinks(o, t)
 	c.renderGPUs(o, t)
 	c.renderGPUDirect(o, t)
+	c.s.render(o, t)
 }
 
 // acsRedirects are the ACS controls that redirect peer traffic, by kind.
@@ -258,6 +262,7 @@ func (c *TopologyCollector) renderGPUs(o *out, t *numa.Topology) {
 		if v, ok := t.GPUDirect.IOMMUTranslated[g.Address]; ok {
 			o.optBool(c.d.iommuTranslated, v)
 		}
+		c.s.renderGPU(o, t, g)
 	}
 	o.Labels = nil
 	for up, n := range uplinkGPUs {

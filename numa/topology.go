@@ -24,6 +24,10 @@ type Topology struct {
 	GPUs, NICs, NVMe []*PCIDevice
 	// GPUDirect is ACS on the GPUs' paths, peermem and IOMMU mode.
 	GPUDirect GPUDirect
+	// Mounts are the filesystems on NVMe drives; GDS is GPUDirect
+	// Storage's state (storage.go, gds.go).
+	Mounts []DriveMount
+	GDS    GDS
 }
 
 // ReadTopology reads NUMA nodes and the PCIe tree under root. Values that
@@ -89,6 +93,8 @@ func ReadTopology(root hostfs.Root) (*Topology, error) {
 	slices.SortFunc(topo.NICs, byAddr)
 	slices.SortFunc(topo.NVMe, byAddr)
 	topo.GPUDirect = f.readGPUDirect(&t, topo)
+	topo.Mounts = f.driveMounts(&t, topo.NVMe)
+	topo.GDS = f.readGDS(&t)
 	return topo, t.Err()
 }
 
@@ -220,12 +226,24 @@ func (t *Topology) NearestNICs(d *PCIDevice) ([]*PCIDevice, PathClass) {
 // where keep is nil): the nearest usable NICs, where keep says which can
 // carry traffic (internal/nic's Usable). None when it keeps none.
 func (t *Topology) NearestNICsAmong(d *PCIDevice, keep func(*PCIDevice) bool) ([]*PCIDevice, PathClass) {
+	among := t.NICs
+	if keep != nil {
+		among = nil
+		for _, n := range t.NICs {
+			if keep(n) {
+				among = append(among, n)
+			}
+		}
+	}
+	return t.nearest(d, among)
+}
+
+// nearest are the devices of among with the closest path class to d, in
+// among's order, and that class.
+func (t *Topology) nearest(d *PCIDevice, among []*PCIDevice) ([]*PCIDevice, PathClass) {
 	var best PathClass
 	var out []*PCIDevice
-	for _, n := range t.NICs {
-		if keep != nil && !keep(n) {
-			continue
-		}
+	for _, n := range among {
 		p := t.Path(d, n)
 		switch {
 		case len(out) == 0 || p < best:
