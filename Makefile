@@ -7,6 +7,7 @@ BINARY    := gpulink_exporter
 # its own (cmd/gpulink_healthcheck says why).
 HEALTHCHECK := gpulink_healthcheck
 TOOLS_BIN := $(CURDIR)/.tools/bin
+TOOLS_LIB := $(CURDIR)/.tools/lib
 PROMTOOL  := $(TOOLS_BIN)/promtool
 PROMETHEUS   := $(TOOLS_BIN)/prometheus
 ALERTMANAGER := $(TOOLS_BIN)/alertmanager
@@ -35,7 +36,7 @@ export CGO_ENABLED := 1
 # this every cgo compile of it prints screens of warnings.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build run tools slurm-tools test-packages test e2e fuzz vet fmt-check lint bench scrapebench ptx-check helm-check chart-sync demo release arm64-test clean
+.PHONY: all build run tools slurm-tools test-packages cufile test e2e fuzz vet fmt-check lint bench scrapebench ptx-check helm-check chart-sync demo release arm64-test clean
 
 all: build
 
@@ -63,6 +64,11 @@ slurm-tools:
 # or sudo. make demo needs none of them.
 test-packages:
 	scripts/install-test-packages.sh
+
+# Debian's real libcufile.so.0 (non-free) for the cuFile binding's test
+# (idempotent; adds the non-free component to apt's sources where missing).
+cufile:
+	scripts/fetch-cufile.sh $(TOOLS_LIB)
 
 vet:
 	$(GO) vet ./...
@@ -99,9 +105,12 @@ lint: fmt-check vet $(GOLANGCI_LINT_STAMP)
 # GPULINK_SLURM_E2E=require: the real-Slurm test fails rather than skips
 # where it cannot run (slurm-tools installs what it needs; it needs root).
 # e2e's TestDemo loads the demo's Prometheus UI in $CHROMIUM.
+# GPULINK_REAL_LIBCUFILE: the cuFile binding's test loads Debian's real
+# library (cufile fetches it) beside its fake.
 CHROMIUM ?= chromium
-TEST_ENV := PROMTOOL=$(PROMTOOL) PROMETHEUS=$(PROMETHEUS) ALERTMANAGER=$(ALERTMANAGER) GPULINK_SLURM_E2E=require CHROMIUM=$$(command -v $(CHROMIUM))
-test: tools slurm-tools test-packages lint helm-check
+TEST_ENV := PROMTOOL=$(PROMTOOL) PROMETHEUS=$(PROMETHEUS) ALERTMANAGER=$(ALERTMANAGER) GPULINK_SLURM_E2E=require CHROMIUM=$$(command -v $(CHROMIUM)) \
+            GPULINK_REAL_LIBCUFILE=$(TOOLS_LIB)/libcufile.so.0
+test: tools slurm-tools test-packages cufile lint helm-check
 	$(TEST_ENV) $(GO) test -count=1 -race -timeout 20m ./...
 	$(MAKE) fuzz
 

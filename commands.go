@@ -76,8 +76,8 @@ func commandNVML(c *config, fsys hostfs.Root, logger *slog.Logger, sample, shari
 
 // printTopology is the topology command: one NVML sample for the NVLink
 // counts (none without a driver), the PCIe tree from sysfs.
-func printTopology(fsys hostfs.Root, lib gonvml.Interface, logger *slog.Logger) error {
-	topo, err := numa.ReadTopology(fsys)
+func printTopology(fsys hostfs.Root, cufileConfig string, lib gonvml.Interface, logger *slog.Logger) error {
+	topo, err := (&numa.TopologyReader{FS: fsys, CuFileConfig: cufileConfig}).Sample(context.Background())
 	if topo == nil {
 		return err
 	}
@@ -106,6 +106,7 @@ func printTopology(fsys hostfs.Root, lib gonvml.Interface, logger *slog.Logger) 
 		return fmt.Errorf("no GPU on this machine: no NVIDIA GPU under %s/bus/pci/devices%s", fsys.Sys, nvmlSays(initErr))
 	}
 	fmt.Print(topo.Matrix(gpus))
+	fmt.Print(topo.StorageSummary(gpus))
 	return nil
 }
 
@@ -122,7 +123,7 @@ func nvmlSays(initErr error) string {
 // path should give: one NVML sample and the PCIe tree, as the daemon uses
 // them (without NVML only the PCIe part is known).
 func runProbe(p *probe.Command, c *config, fsys hostfs.Root, logger *slog.Logger) int {
-	p.Library, p.FS = c.cudaLib, fsys
+	p.Library, p.CuFileLibrary, p.FS = c.cudaLib, c.cufileLib, fsys
 	snap, check, done, unavailable := commandNVML(c, fsys, logger, p.Output == "table", !p.NoSharingCheck)
 	defer done()
 	p.Sharing, p.SharingUnavailable = check, unavailable

@@ -63,7 +63,7 @@ var layers = []struct {
 		"internal/nvml", "internal/nic", "internal/process", "internal/dcgm", "internal/kubelet", "internal/slurm", "numa",
 		"internal/sim/machine", "internal/sim/nvmlmodel"}},
 	{"probe contract", []string{"probes"}},
-	{"bindings, children and scheduling", []string{"probes/cuda", "probes/nccl", "probes/schedule",
+	{"bindings, children and scheduling", []string{"probes/cuda", "probes/nccl", "probes/cufile", "probes/schedule",
 		"internal/ncclcheck", "internal/nodeprobe", "internal/sim"}},
 	{"serving", []string{"internal/scrape"}},
 	{"collector", []string{"collector"}},

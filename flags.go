@@ -18,8 +18,10 @@ import (
 	"github.com/gpulink/gpulink_exporter/internal/dcgm"
 	"github.com/gpulink/gpulink_exporter/internal/nodeprobe"
 	"github.com/gpulink/gpulink_exporter/internal/sim"
+	"github.com/gpulink/gpulink_exporter/numa"
 	"github.com/gpulink/gpulink_exporter/probes"
 	"github.com/gpulink/gpulink_exporter/probes/cuda/probe"
+	"github.com/gpulink/gpulink_exporter/probes/cufile"
 	"github.com/gpulink/gpulink_exporter/probes/nccl"
 	"github.com/gpulink/gpulink_exporter/probes/nccl/collectives"
 	"github.com/gpulink/gpulink_exporter/probes/schedule"
@@ -39,6 +41,8 @@ type config struct {
 	maxProcs          int
 	sysfs, procfs     string
 	cudaLib           string
+	cufileLib         string
+	cufileConfig      string
 	sim, simFaults    string
 	simHostProcesses  bool
 	web               *web.FlagConfig
@@ -130,6 +134,8 @@ func newCLI() *cli {
 	app.Flag("path.sysfs", "sysfs mount point.").Default("/sys").StringVar(&c.sysfs)
 	app.Flag("path.procfs", "procfs mount point.").Default("/proc").StringVar(&c.procfs)
 	app.Flag("cuda.library", "Path or name of the CUDA driver library the probes load.").Default("libcuda.so.1").StringVar(&c.cudaLib)
+	app.Flag("cufile.library", "cuFile (GPUDirect Storage) library the storage probes try, else O_DIRECT.").Envar(cufile.LibraryEnv).Default(cufile.DefaultLibrary).StringVar(&c.cufileLib)
+	app.Flag("cufile.config", "cuFile's configuration file, as cuFile finds it ($CUFILE_ENV_PATH_JSON, else /etc/cufile.json): the topology source reports whether it allows compatibility mode.").Envar(numa.CuFileConfigEnv).Default(numa.DefaultCuFileConfig).StringVar(&c.cufileConfig)
 	app.Flag("runtime.gomaxprocs", "The target number of CPUs Go will run on (GOMAXPROCS).").Envar("GOMAXPROCS").Default("1").IntVar(&c.maxProcs)
 	app.Flag("sim", "Serve a simulated node instead of this machine: NVML, sysfs/procfs and the probe runner are modelled, everything else is the real exporter. One of: "+strings.Join(sim.ProfileNames(), ", ")+".").PlaceHolder("PROFILE").EnumVar(&c.sim, sim.ProfileNames()...)
 	app.Flag("sim.faults", "YAML file of faults to inject into the simulated node (with --sim); re-read when it changes. Missing or empty: a healthy node.").PlaceHolder("FILE").StringVar(&c.simFaults)
@@ -185,7 +191,9 @@ func probeFlags(f flagFunc, c *config) {
 	f("jitter", "Spread of the probe interval and first delay, as a fraction of them (0 to 0.5), so a fleet does not probe in step; 0: none, rounds exactly every interval.").Default(formatFloat(probes.DefaultJitter)).Float64Var(&c.probe.Jitter)
 	f("size", "Size of one transfer for the bandwidth probes; each probe holds at most two such buffers on the GPU and two pinned on the host.").Default(units.Base2Bytes(probes.DefaultSizeBytes).String()).BytesVar((*units.Base2Bytes)(&c.probe.Options.SizeBytes))
 	f("samples", "Timed samples per probe result; the median is exported.").Default(strconv.Itoa(probes.DefaultSamples)).IntVar(&c.probe.Options.Samples)
-	f("kind", "Probe to run (repeatable); default all.").EnumsVar(&c.probeKinds, probes.KindNames()...)
+	f("kind", "Probe to run (repeatable); default all (the storage probes only with --probe.storage-dir).").EnumsVar(&c.probeKinds, probes.KindNames()...)
+	f("storage-dir", "Directory on the drive the storage probes measure (device_to_storage, storage_to_device): each round writes a file of --probe.storage-size there from GPU memory, reads it back into it, and removes it. Empty: no storage probes, since they spend the drive's bandwidth.").PlaceHolder("DIR").StringVar(&c.probe.Options.StorageDir)
+	f("storage-size", "Size of the storage probes' file: written once, read --probe.samples times, in whole MiB.").Default(units.Base2Bytes(probes.DefaultStorageBytes).String()).BytesVar((*units.Base2Bytes)(&c.probe.Options.StorageBytes))
 	f("utilization-threshold", "NVML utilisation (0..1) above which a GPU is busy: the idle policy skips it, and a round beside it is marked contended. 0: any utilisation is busy.").Default(formatFloat(probes.DefaultUtilizationThreshold)).Float64Var(&c.probe.UtilizationThreshold)
 }
 

@@ -27,7 +27,7 @@ var commandGlobals = map[string][]string{
 	// The probe child loads libcuda; the table a person reads adds what
 	// each path should give, from one NVML sample and the PCIe tree; what
 	// shares the GPUs is judged as the daemon judges it.
-	"probe": {"cuda.library", "nvml.library", "path.sysfs", "path.procfs", "probe.utilization-threshold"},
+	"probe": {"cuda.library", "cufile.library", "nvml.library", "path.sysfs", "path.procfs", "probe.utilization-threshold"},
 	// The collectives child loads libcuda (its own --library is NCCL's);
 	// run by hand it lists the GPUs' processes through NVML (sysfs for
 	// the sample, procfs for their names) and judges them by
@@ -36,7 +36,7 @@ var commandGlobals = map[string][]string{
 	"collectives": {"cuda.library", "nvml.library", "path.sysfs", "path.procfs", "probe.utilization-threshold", "sim", "sim.faults"},
 	// The matrix is read from sysfs and one NVML sample, of this machine
 	// or of a simulated one.
-	"topology": {"path.sysfs", "path.procfs", "nvml.library", "sim", "sim.faults"},
+	"topology": {"path.sysfs", "path.procfs", "nvml.library", "cufile.config", "sim", "sim.faults"},
 }
 
 // ownFlagsMarker is where the usage template lists the flags.

@@ -40,10 +40,10 @@ func TestCommandHelpIsItsOwn(t *testing.T) {
 		command string
 		lists   []string
 	}{
-		{"probe", []string{"gpu", "peer", "probe", "size", "samples", "output", "cuda.library", "nvml.library", "path.sysfs", "probe.utilization-threshold", "log.level", "help"}},
+		{"probe", []string{"gpu", "peer", "probe", "size", "samples", "storage-dir", "storage-size", "output", "cuda.library", "cufile.library", "nvml.library", "path.sysfs", "probe.utilization-threshold", "log.level", "help"}},
 		{"collectives", []string{"gpu", "collective", "size", "small-size", "iters", "samples", "library", "nvls", "output", "cuda.library", "log.level", "help",
 			"probe.utilization-threshold", "sim", "sim.faults"}},
-		{"topology", []string{"path.sysfs", "path.procfs", "nvml.library", "sim", "log.level", "help"}},
+		{"topology", []string{"path.sysfs", "path.procfs", "nvml.library", "cufile.config", "sim", "log.level", "help"}},
 	} {
 		help := helpOf(t, tc.command, "--help")
 		if n := strings.Count(help, "\n"); n >= 75 {

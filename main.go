@@ -65,10 +65,11 @@ func run(l *cli, command string, logger *slog.Logger) int {
 		node = n
 		defer node.Close()
 		fsys, newNVML = node.FS(), node.NVML
+		c.cufileConfig = node.CuFileConfig()
 	}
 	switch command {
 	case l.topology.FullCommand():
-		if err := printTopology(fsys, newNVML(), logger); err != nil {
+		if err := printTopology(fsys, c.cufileConfig, newNVML(), logger); err != nil {
 			probes.PrintError(os.Stderr, err)
 			return 1
 		}

@@ -90,6 +90,7 @@ var badValues = map[string][][]string{
 	"probe.utilization-threshold": {{"-0.5"}, {"1.01"}, {"NaN"}},
 	"probe.size":                  {{"8GiB"}, {"0"}, {"512KiB"}},
 	"probe.samples":               {{"0"}, {"-3"}, {"101"}},
+	"probe.storage-size":          {{"0", "--probe.storage-dir=/data"}, {"1025KiB", "--probe.storage-dir=/data"}, {"65GiB", "--probe.storage-dir=/data"}},
 	"node-probe.min-interval":     {{"-1s"}},
 	"collective.interval":         {{"0s"}, {"-1h"}},
 	"collective.timeout":          {{"0s"}, {"-5m"}},

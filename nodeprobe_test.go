@@ -198,7 +198,7 @@ func TestNodeProbeBetweenSimulatedNodes(t *testing.T) {
 	}
 	// Ring and send/recv, both nodes' ranks: 4 channels each way, over
 	// InfiniBand with GPUDirect RDMA.
-	if n, _ := gauge(mfs, "gpulink_node_probe_channels", "gdr", "1", "network", "IB", "transport", "net"); n != 8 || len(mfs["gpulink_node_probe_channels"].GetMetric()) != 1 {
+	if n, _ := gauge(mfs, "gpulink_node_probe_channels", "gdr", "1", "network", "IB", "plugin", "IB", "transport", "net"); n != 8 || len(mfs["gpulink_node_probe_channels"].GetMetric()) != 1 {
 		t.Errorf("channels %v, want 8 over IB with GPUDirect RDMA only", mfs["gpulink_node_probe_channels"])
 	}
 

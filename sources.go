@@ -200,6 +200,14 @@ var sources = [numSources]source{
 		start: func(w *wiring, s setting) {
 			w.nic = sample(w, s, &nic.Reader{FS: w.fsys})
 			w.reg.MustRegister(collector.NewNICCollector(w.nic))
+			// Each GPU's nearest usable NIC: the ports joined with the
+			// PCIe tree, where a source that reads it is on (w.topology
+			// nil: nothing rendered).
+			var ids interface{ Identities() []nvml.Identity }
+			if w.reader != nil {
+				ids = w.reader
+			}
+			w.reg.MustRegister(collector.NewNearestNICCollector(w.nic, w.topology, ids))
 		},
 	},
 	// Not sampled: node-to-node probes run when Prometheus asks /probe
@@ -274,7 +282,7 @@ func (w *wiring) startSources() error {
 		}
 	}
 	if w.anyOn(func(s *source) bool { return s.usesTopology }) {
-		w.topology = sample(w, w.cfg.src[topologySource], &numa.TopologyReader{FS: w.fsys})
+		w.topology = sample(w, w.cfg.src[topologySource], &numa.TopologyReader{FS: w.fsys, CuFileConfig: w.cfg.cufileConfig})
 	}
 	for id := range sources {
 		if s := w.cfg.src[id]; s.on && w.err == nil {
@@ -396,7 +404,7 @@ func startProbes(w *wiring, s setting) {
 			return
 		}
 		c.Runner = &probes.ChildRunner{Logger: w.logger, Command: []string{exe, "probe",
-			"--cuda.library=" + w.cfg.cudaLib, "--path.sysfs=" + w.fsys.Sys, "--path.procfs=" + w.fsys.Proc}}
+			"--cuda.library=" + w.cfg.cudaLib, "--cufile.library=" + w.cfg.cufileLib, "--path.sysfs=" + w.fsys.Sys, "--path.procfs=" + w.fsys.Proc}}
 		c.CollectiveRunner = &probes.ChildRunner{Logger: w.logger, Command: collectivesCommand(exe, w.cfg)}
 	}
 	topo := func() *numa.Topology { return nil } // unbound host buffers, no PCIe expectation

@@ -62,10 +62,11 @@ func NewCollectiveCollector(src scrape.Source[*schedule.Status]) *CollectiveColl
 			"Time of one send/recv from gpu to peer_gpu at the small size in the latest collective round.", pair...),
 		channels: newDesc("collective", "channels",
 			"Channels NCCL connected from gpu to peer_gpu in the latest collective round, by transport: p2p (NVLink, or PCIe peer to peer), "+
-				"shm (through host memory), net (the network), collnet, nvls, unknown. For net and collnet, network is what carried them "+
-				"(Socket, IB, RoCE, EFA, or a plugin's own name) and gdr 1 where GPUDirect RDMA did, 0 where the data went through host "+
-				"memory; both empty for the others. A pair without a series had no connection.",
-			append(slices.Clone(pair), "transport", "network", "gdr")...),
+				"shm (through host memory), net (the network), collnet, nvls, unknown. For net and collnet, network is the fabric that carried "+
+				"them (Socket, IB, RoCE, EFA, or other where NCCL's log does not tell), plugin the network plugin's own name (IB, gIB, "+
+				"Libfabric, Socket...; other where it is no plain name) and gdr 1 where GPUDirect RDMA did, 0 where the data went through "+
+				"host memory; all three empty for the others. A pair without a series had no connection.",
+			append(slices.Clone(pair), "transport", "network", "plugin", "gdr")...),
 		expectedTransport: newDesc("collective", "expected_transport_info",
 			"The transport NCCL should connect gpu to peer_gpu with, from the links: p2p where NVLink joins them or NVML reports PCIe peer "+
 				"to peer writes, else shm; value 1. A channel on another transport is a fallback.", append(slices.Clone(pair), "transport")...),
@@ -214,8 +215,8 @@ func (c *CollectiveCollector) renderRound(o *probeOut, st *schedule.CollectiveSt
 }
 
 type channelKey struct {
-	from, to           int
-	kind, network, gdr string
+	from, to                   int
+	kind, network, plugin, gdr string
 }
 
 func (c *CollectiveCollector) renderTransports(o *probeOut, st *schedule.CollectiveStatus,
@@ -226,8 +227,8 @@ func (c *CollectiveCollector) renderTransports(o *probeOut, st *schedule.Collect
 	var order []channelKey
 	channels := map[channelKey]map[int]bool{}
 	for _, t := range st.Last.Transports {
-		kind, network, gdr := t.Labels()
-		k := channelKey{t.FromRank, t.ToRank, kind, network, gdr}
+		kind, network, plugin, gdr := t.Labels()
+		k := channelKey{t.FromRank, t.ToRank, kind, network, plugin, gdr}
 		if channels[k] == nil {
 			channels[k] = map[int]bool{}
 			order = append(order, k)
@@ -238,7 +239,7 @@ func (c *CollectiveCollector) renderTransports(o *probeOut, st *schedule.Collect
 		g, gBus, ok1 := gpuOf(k.from)
 		p, pBus, ok2 := gpuOf(k.to)
 		if ok1 && ok2 {
-			o.once(d.channels, prometheus.GaugeValue, float64(len(channels[k])), g, gBus, p, pBus, k.kind, k.network, k.gdr)
+			o.once(d.channels, prometheus.GaugeValue, float64(len(channels[k])), g, gBus, p, pBus, k.kind, k.network, k.plugin, k.gdr)
 		}
 	}
 	for _, t := range st.ExpectedTransports {

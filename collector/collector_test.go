@@ -323,13 +323,14 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 	n.reg = prometheus.NewRegistry()
 	n.reg.MustRegister(collector.NewNVMLCollector(n.nvml), collector.NewXIDCollector(n.xid, n.reader),
 		collector.NewTopologyCollector(pn.topo, n.reader), collector.NewNICCollector(nic),
+		collector.NewNearestNICCollector(nic, pn.topo, n.reader),
 		collector.NewProcessCollector(pn.place, true),
 		collector.NewExporterCollector(n.nvml, n.xid, pn.topo, nic, pn.place))
 	n.m.SendXID(0, 48)
 	testwait.Until(t, func() bool { return len(n.xid.Counts()) == 1 })
 	body := n.scrape(t)
 	promtoolCheck(t, "dgx-h100-faults", body)
-	for _, family := range []string{"gpulink_gpu_info", "gpulink_topology_gpu_nic_path", "gpulink_nic_port_up",
+	for _, family := range []string{"gpulink_gpu_info", "gpulink_topology_gpu_nic_path", "gpulink_topology_gpu_nearest_usable_nic_path", "gpulink_nic_port_up",
 		"gpulink_net_interface_up", "gpulink_process_misaffine", "gpulink_numa_node_distance", "gpulink_pcie_link_width"} {
 		if !strings.Contains(body, "\n"+family+"{") {
 			t.Errorf("family %s missing from the scrape", family)

@@ -161,6 +161,7 @@ func simulatedDGX(t *testing.T) []prometheus.Collector {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collector.NewNVMLCollector(nvmlS, collector.WithNVLinkSpeed(true)), collector.NewXIDCollector(xid, reader),
 		collector.NewTopologyCollector(topo, reader), collector.NewNICCollector(nic),
+		collector.NewNearestNICCollector(nic, topo, reader),
 		collector.NewProcessCollector(place, true), collector.NewJobCollector(place, nil),
 		collector.NewProbeCollector(sched), collector.NewCollectiveCollector(sched),
 		collector.NewNCCLCheckCollector(check, reader),

@@ -23,6 +23,7 @@ var probeRunResults = []string{probes.RunSuccess, probes.RunPartial, probes.RunE
 type ProbeCollector struct {
 	scrape.Rendered[*schedule.Status]
 	d probeDescs
+	s probeStorageDescs
 }
 
 type probeDescs struct {
@@ -104,13 +105,14 @@ func NewProbeCollector(src scrape.Source[*schedule.Status]) *ProbeCollector {
 		contendedRounds: gpuDesc("probe", "contended_rounds_total",
 			"Probe rounds of the GPU with contended results, by the first reason: other_process, utilization or sample_spread, the "+
 				"GPU's own before a peer's. A reason appears when first counted.", "reason"),
-	}}
+	}, s: newProbeStorageDescs()}
 	c.Init(src, rendering(c.render))
 	return c
 }
 
 // Describe implements prometheus.Collector.
 func (c *ProbeCollector) Describe(ch chan<- *prometheus.Desc) {
+	c.s.describe(ch)
 	d := &c.d
 	for _, desc := range []*prometheus.Desc{d.bandwidth, d.expected, d.latency, d.failed, d.linkGen,
 		d.linkWidth, d.lastSuccess, d.lastRound, d.duration, d.runs, d.skips, d.busy, d.context, d.deviceMemory,
@@ -194,6 +196,9 @@ func (c *ProbeCollector) renderRound(o *probeOut, g *probes.GPURound) {
 			node = numaLabel(*r.HostNUMANode)
 		}
 		size := strconv.FormatInt(r.SizeBytes, 10)
+		if c.s.render(o, r) {
+			continue
+		}
 		ok := r.Error == "" && (r.BytesPerSecond > 0 || r.Seconds > 0)
 		if !ok {
 			o.once(d.failed, prometheus.GaugeValue, 1, string(r.Probe), r.Direction, r.Peer, node)

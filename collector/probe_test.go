@@ -341,8 +341,8 @@ func TestProbeDescribe(t *testing.T) {
 			t.Errorf("%s rendered but not described", name)
 		}
 	}
-	if len(described) != 19 {
-		t.Errorf("%d families described, want 19", len(described))
+	if len(described) != 21 {
+		t.Errorf("%d families described, want 21", len(described))
 	}
 }
 

@@ -20,6 +20,7 @@ type TopologyCollector struct {
 	scrape.Rendered[*numa.Topology]
 	ids interface{ Identities() []nvml.Identity }
 	d   topologyDescs
+	s   storageDescs
 }
 
 type topologyDescs struct {
@@ -62,7 +63,8 @@ func NewTopologyCollector(src scrape.Source[*numa.Topology], ids interface{ Iden
 			"PCIe path class from the GPU to a NIC, as nvidia-smi topo -m names it (label path); the value is NVML's level: 10 PIX, 20 PXB, 30 PHB, 40 NODE, 50 SYS.",
 			"device", "nic_pci_bus_id", "path"),
 		gpuNearestNIC: gpuDesc("topology", "gpu_nearest_nic_info",
-			"The NICs closest to the GPU (all that tie); value 1.", "device", "nic_pci_bus_id", "path"),
+			"The NICs closest to the GPU (all that tie), whatever their state; value 1. gpulink_topology_gpu_nearest_usable_nic_info "+
+				"names those that can carry traffic.", "device", "nic_pci_bus_id", "path"),
 		gpuNearestLevel: gpuDesc("topology", "gpu_nearest_nic_path",
 			"Path class to the GPU's nearest NIC as NVML's level (10 PIX ... 50 SYS); 50 means every NIC is across the socket interconnect.", "path"),
 		gpuPair: newDesc("topology", "gpu_pair_pcie_path",
@@ -91,6 +93,7 @@ func NewTopologyCollector(src scrape.Source[*numa.Topology], ids interface{ Iden
 		iommuTranslated: gpuDesc("iommu", "translated",
 			"1 if the GPU's IOMMU group translates DMA (type DMA or DMA-FQ), 0 if it passes it through (identity) or the GPU has no IOMMU group."),
 	}}
+	c.s = newStorageDescs()
 	for _, name := range numa.NUMAStatCounters {
 		c.d.nodeStat[name] = newDesc("numa_node", numaStatMetric(name),
 			"numastat "+name+": pages allocated, by the kernel's accounting.", node...)
@@ -119,6 +122,7 @@ func (c *TopologyCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, name := range numa.NUMAStatCounters {
 		ch <- c.d.nodeStat[name]
 	}
+	c.s.describe(ch)
 }
 
 func (c *TopologyCollector) render(o *out, t *numa.Topology) {
@@ -141,6 +145,7 @@ func (c *TopologyCollector) render(o *out, t *numa.Topology) {
 	c.renderLinks(o, t)
 	c.renderGPUs(o, t)
 	c.renderGPUDirect(o, t)
+	c.s.render(o, t)
 }
 
 // acsRedirects are the ACS controls that redirect peer traffic, by kind.
@@ -205,19 +210,26 @@ func (c *TopologyCollector) renderLinks(o *out, t *numa.Topology) {
 	}
 }
 
-func (c *TopologyCollector) renderGPUs(o *out, t *numa.Topology) {
+// gpuLabelsOf gives a GPU of the topology its GPU labels (gpu, uuid,
+// pci_bus_id): its NVML index and UUID where ids (may be nil) knows its
+// address, else empty, the GPU known by its address alone.
+func gpuLabelsOf(ids interface{ Identities() []nvml.Identity }) func(*numa.PCIDevice) []string {
 	byAddr := map[string]nvml.Identity{}
-	if c.ids != nil {
-		for _, id := range c.ids.Identities() {
+	if ids != nil {
+		for _, id := range ids.Identities() {
 			byAddr[id.PCIBusID] = id
 		}
 	}
-	labelsOf := func(d *numa.PCIDevice) []string {
+	return func(d *numa.PCIDevice) []string {
 		if id, ok := byAddr[d.Address]; ok {
 			return []string{strconv.Itoa(id.Index), id.UUID, d.Address}
 		}
 		return []string{"", "", d.Address}
 	}
+}
+
+func (c *TopologyCollector) renderGPUs(o *out, t *numa.Topology) {
+	labelsOf := gpuLabelsOf(c.ids)
 	uplinkGPUs := map[string]int{}
 	for _, g := range t.GPUs {
 		o.Labels = labelsOf(g)
@@ -250,6 +262,7 @@ func (c *TopologyCollector) renderGPUs(o *out, t *numa.Topology) {
 		if v, ok := t.GPUDirect.IOMMUTranslated[g.Address]; ok {
 			o.optBool(c.d.iommuTranslated, v)
 		}
+		c.s.renderGPU(o, t, g)
 	}
 	o.Labels = nil
 	for up, n := range uplinkGPUs {

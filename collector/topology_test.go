@@ -32,7 +32,13 @@ func fixtureFS(t *testing.T, profile string) hostfs.Root {
 
 func topologyCollector(t *testing.T, fs hostfs.Root, ids identities) *collector.TopologyCollector {
 	t.Helper()
-	s := sampler.New[*numa.Topology]("topology", &numa.TopologyReader{FS: fs}, sampler.Options{Interval: time.Hour})
+	return topologyCollectorWith(t, fs, "", ids)
+}
+
+// topologyCollectorWith reads cuFile's configuration at cufileConfig too.
+func topologyCollectorWith(t *testing.T, fs hostfs.Root, cufileConfig string, ids identities) *collector.TopologyCollector {
+	t.Helper()
+	s := sampler.New[*numa.Topology]("topology", &numa.TopologyReader{FS: fs, CuFileConfig: cufileConfig}, sampler.Options{Interval: time.Hour})
 	s.SampleOnce(context.Background())
 	if s.Latest() == nil {
 		t.Fatalf("no topology sample: %+v", s.Status())

@@ -32,7 +32,7 @@ var contractAlerts = []string{
 
 // alertName is the naming rule written at the top of the rules file and in
 // prometheus/README.md: a subject from its table, then UpperCamelCase words.
-var alertName = regexp.MustCompile(`^(GPU|GPUDirect|PCIe|NIC|NetInterface|NCCL|NodeProbe|GPULink)[A-Z][A-Za-z0-9]*$`)
+var alertName = regexp.MustCompile(`^(GPU|GPUDirect|PCIe|NIC|NetInterface|NCCL|NodeProbe|GPULink|Storage)[A-Z][A-Za-z0-9]*$`)
 
 const runbookBase = "https://github.com/gpulink/gpulink_exporter/blob/main/deploy/prometheus/README.md#alert-"
 

@@ -71,7 +71,23 @@ var injected = []struct {
 	{`{kind: nic_down, device: mlx5_0}`, []string{"NICPortDown device=mlx5_0", "NodeProbeFailing", "NodeProbeStarved"},
 		[]string{"NodeProbeFailing", "NodeProbeStarved"}, 0},
 	{`{kind: nic_flapping, device: mlx5_2, period: 3s}`, []string{"NICPortFlapping device=mlx5_2"}, nil, 0},
+	// Every NIC on socket 1 (mlx5_4 and mlx5_5 under switch C, mlx5_6
+	// and mlx5_7 under switch D, the Ethernet port mlx5_9) down: GPUs 4-7
+	// have no usable NIC on their side of the machine. Socket 0 keeps
+	// mlx5_1 and mlx5_3 up beside its faults.
+	{`{kind: nic_down, device: mlx5_4}`, []string{"NICPortDown device=mlx5_4", "GPUUsableNICAcrossSockets gpu=4"}, nil, 0},
+	{`{kind: nic_down, device: mlx5_5}`, []string{"NICPortDown device=mlx5_5", "GPUUsableNICAcrossSockets gpu=5"}, nil, 0},
+	{`{kind: nic_down, device: mlx5_6}`, []string{"NICPortDown device=mlx5_6", "GPUUsableNICAcrossSockets gpu=6"}, nil, 0},
+	{`{kind: nic_down, device: mlx5_7}`, []string{"NICPortDown device=mlx5_7", "GPUUsableNICAcrossSockets gpu=7"}, nil, 0},
+	{`{kind: nic_down, device: mlx5_9}`, []string{"NICPortDown device=mlx5_9"}, nil, 0},
 	{`{kind: nic_symbol_errors, device: mlx5_3, per_second: 5}`, []string{"NICPortErrors device=mlx5_3"}, nil, 0},
+	// Storage: nvidia-fs unloaded where GDS is installed, so cuFile would
+	// read the data RAID (/raid, XFS) through a host bounce buffer, which
+	// the storage probes (--probe.storage-dir=/raid) now report too; they
+	// stay quiet as the mount form names nvidia-fs. Drive 1a:00.0, a
+	// member of that RAID, trains x2 of x4.
+	{`{kind: nvidia_fs_missing}`, []string{"GPUDirectStorageCompatMode"}, nil, 0},
+	{`{kind: pcie_width, device: "0000:1a:00.0", width: 2}`, []string{"StorageDriveLinkDowntrained pci_bus_id=0000:1a:00.0"}, nil, 0},
 	// NCCL's transports and collective bandwidth are
 	// TestNCCLNetworkAlertsEndToEnd's (nccl_transport there): here the
 	// profile's jobs hold GPUs 0, 2 and 4 (and process_far_socket starts
@@ -248,8 +264,12 @@ func startRing(t *testing.T, cost string) *ring {
 		"--probe.max-duty=1", "--nvml.interval=1s", "--nvml.slow-interval=1s", "--nic.interval=1s", "--topology.interval=1s", "--process.interval=1s",
 		"--collective.interval=1s", "--collective.warmup=1", "--collective.iterations=5", "--collective.samples=1",
 		"--node-probe.enabled", "--node-probe.min-interval=1s", "--nccl.interval=1s", "--node-probe.token-file=" + tokenFile}
-	start(t, dir, "exporter-dgx", bin, append([]string{"--sim=dgx-h100", "--sim.faults=" + r.dgxFaults, "--web.listen-address=" + r.dgx}, common...)...)
-	start(t, dir, "exporter-p5", bin, append([]string{"--sim=aws-p5", "--sim.faults=" + r.p5Faults, "--web.listen-address=" + r.p5}, common...)...)
+	// The storage probes read each profile's data drives: natively on the
+	// DGX (GDS installed), through compatibility mode on the p5 (none).
+	start(t, dir, "exporter-dgx", bin, append([]string{"--sim=dgx-h100", "--sim.faults=" + r.dgxFaults, "--web.listen-address=" + r.dgx,
+		"--probe.storage-dir=/raid"}, common...)...)
+	start(t, dir, "exporter-p5", bin, append([]string{"--sim=aws-p5", "--sim.faults=" + r.p5Faults, "--web.listen-address=" + r.p5,
+		"--probe.storage-dir=/opt/dlami/nvme"}, common...)...)
 	waitHTTP(t, "http://"+r.dgx+"/metrics", 30*time.Second)
 	waitHTTP(t, "http://"+r.p5+"/metrics", 30*time.Second)
 	// A ring of two: each node probes the other, both every 3 s in one

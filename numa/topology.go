@@ -24,6 +24,10 @@ type Topology struct {
 	GPUs, NICs, NVMe []*PCIDevice
 	// GPUDirect is ACS on the GPUs' paths, peermem and IOMMU mode.
 	GPUDirect GPUDirect
+	// Mounts are the filesystems on NVMe drives; GDS is GPUDirect
+	// Storage's state (storage.go, gds.go).
+	Mounts []DriveMount
+	GDS    GDS
 }
 
 // ReadTopology reads NUMA nodes and the PCIe tree under root. Values that
@@ -89,6 +93,8 @@ func ReadTopology(root hostfs.Root) (*Topology, error) {
 	slices.SortFunc(topo.NICs, byAddr)
 	slices.SortFunc(topo.NVMe, byAddr)
 	topo.GPUDirect = f.readGPUDirect(&t, topo)
+	topo.Mounts = f.driveMounts(&t, topo.NVMe)
+	topo.GDS = f.readGDS(&t)
 	return topo, t.Err()
 }
 
@@ -213,9 +219,31 @@ func (p PathClass) String() string {
 // NearestNICs are the NICs with the closest path class to d, in address
 // order, and that class. None when the machine has no NIC.
 func (t *Topology) NearestNICs(d *PCIDevice) ([]*PCIDevice, PathClass) {
+	return t.NearestNICsAmong(d, nil)
+}
+
+// NearestNICsAmong is NearestNICs over the NICs keep accepts (every NIC
+// where keep is nil): the nearest usable NICs, where keep says which can
+// carry traffic (internal/nic's Usable). None when it keeps none.
+func (t *Topology) NearestNICsAmong(d *PCIDevice, keep func(*PCIDevice) bool) ([]*PCIDevice, PathClass) {
+	among := t.NICs
+	if keep != nil {
+		among = nil
+		for _, n := range t.NICs {
+			if keep(n) {
+				among = append(among, n)
+			}
+		}
+	}
+	return t.nearest(d, among)
+}
+
+// nearest are the devices of among with the closest path class to d, in
+// among's order, and that class.
+func (t *Topology) nearest(d *PCIDevice, among []*PCIDevice) ([]*PCIDevice, PathClass) {
 	var best PathClass
 	var out []*PCIDevice
-	for _, n := range t.NICs {
+	for _, n := range among {
 		p := t.Path(d, n)
 		switch {
 		case len(out) == 0 || p < best:
@@ -333,6 +361,20 @@ func (t *Topology) SlowestHop(d *PCIDevice, max bool) (hop Hop, ok bool) {
 		}
 	}
 	return hop, ok
+}
+
+// LinkImpaired reports whether d's own PCIe link is down (width 0) or
+// trained narrower than both its ends support. Its generation is not
+// judged: a link may lower it to save power while idle (GPUs do), so only
+// a reading under load proves a slow one. false where the width is not
+// known.
+func (t *Topology) LinkImpaired(d *PCIDevice) bool {
+	hops := t.HostPath(d)
+	if len(hops) == 0 {
+		return false
+	}
+	l := hops[0].Link
+	return l.Width.Valid && (l.Width.V == 0 || l.MaxWidth.Valid && l.Width.V < l.MaxWidth.V)
 }
 
 // Uplink is the link nearest the CPU on d's path, named by its lower end:

@@ -381,3 +381,66 @@ func TestNICLinks(t *testing.T) {
 		}
 	}
 }
+
+// TestNearestNICsAmong: the nearest of the NICs a filter keeps. On the
+// two-NIC DGX (one ConnectX-7 per socket, mlx5_6 beside GPUs 6 and 7)
+// without mlx5_6, GPUs 4-7 reach only mlx5_2, across the sockets; without
+// either, none.
+func TestNearestNICsAmong(t *testing.T) {
+	topo := loadTopology(t, "dgx-h100-two-nics-faults")
+	except := func(names ...string) func(*numa.PCIDevice) bool {
+		return func(n *numa.PCIDevice) bool { return !strings.Contains(strings.Join(names, ","), n.Name()) }
+	}
+	for _, tc := range []struct {
+		keep func(*numa.PCIDevice) bool
+		want []string // per GPU in dgxGPUs order: "names path"
+	}{
+		{nil, []string{"mlx5_2 NODE", "mlx5_2 NODE", "mlx5_2 PIX", "mlx5_2 PIX", "mlx5_6 NODE", "mlx5_6 NODE", "mlx5_6 PIX", "mlx5_6 PIX"}},
+		{except("mlx5_6"), []string{"mlx5_2 NODE", "mlx5_2 NODE", "mlx5_2 PIX", "mlx5_2 PIX", "mlx5_2 SYS", "mlx5_2 SYS", "mlx5_2 SYS", "mlx5_2 SYS"}},
+		{except("mlx5_2", "mlx5_6"), []string{" ", " ", " ", " ", " ", " ", " ", " "}},
+	} {
+		for i, addr := range dgxGPUs {
+			nics, p := topo.NearestNICsAmong(topo.Device(addr), tc.keep)
+			got := nicNames(nics) + " "
+			if len(nics) > 0 {
+				got += p.String()
+			}
+			if got != tc.want[i] {
+				t.Errorf("GPU%d nearest kept NICs %q, want %q", i, got, tc.want[i])
+			}
+		}
+	}
+	// NearestNICs is every NIC's.
+	for _, addr := range dgxGPUs {
+		a, pa := topo.NearestNICs(topo.Device(addr))
+		b, pb := topo.NearestNICsAmong(topo.Device(addr), nil)
+		if nicNames(a) != nicNames(b) || pa != pb {
+			t.Errorf("%s: NearestNICs %s %s, NearestNICsAmong(nil) %s %s", addr, nicNames(a), pa, nicNames(b), pb)
+		}
+	}
+}
+
+// A NIC's own link is impaired where it is down (width 0) or narrower
+// than both ends support; a slower generation is not judged (a link may
+// lower it when idle), nor an unknown width.
+func TestLinkImpaired(t *testing.T) {
+	some := sampler.Some[int]
+	for _, tc := range []struct {
+		link numa.PCIeLink
+		want bool
+	}{
+		{numa.PCIeLink{Width: some(16), MaxWidth: some(16), Speed: sampler.Some(32e9), MaxSpeed: sampler.Some(32e9)}, false},
+		{numa.PCIeLink{Width: some(8), MaxWidth: some(16)}, true},
+		{numa.PCIeLink{Width: some(0), MaxWidth: some(16)}, true},
+		{numa.PCIeLink{Width: some(0)}, true},
+		{numa.PCIeLink{Width: some(16), MaxWidth: some(16), Speed: sampler.Some(16e9), MaxSpeed: sampler.Some(32e9)}, false},
+		{numa.PCIeLink{MaxWidth: some(16)}, false},
+		{numa.PCIeLink{}, false},
+	} {
+		d := &numa.PCIDevice{Address: "0000:19:00.0", Kind: numa.KindNIC, Link: tc.link}
+		topo := &numa.Topology{Devices: map[string]*numa.PCIDevice{d.Address: d}, NICs: []*numa.PCIDevice{d}}
+		if got := topo.LinkImpaired(d); got != tc.want {
+			t.Errorf("%+v: LinkImpaired %v, want %v", tc.link, got, tc.want)
+		}
+	}
+}

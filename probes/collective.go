@@ -90,9 +90,10 @@ type Transport struct {
 	// Detail is NCCL's own name for it: "P2P/CUMEM/read", "NET/Socket/0",
 	// "NET/IB/0/GDRDMA", "SHM/direct/direct".
 	Detail string `json:"detail,omitempty"`
-	// Network is what carries a net or collnet connection, as nccllog
-	// names it: Socket, IB, RoCE, EFA, or a plugin's own name; "" for the
-	// others. GDR says GPUDirect RDMA carries it (its detail has
+	// Network is the fabric that carries a net or collnet connection, as
+	// nccllog names it: Socket, IB, RoCE, EFA, or "other" where the log
+	// does not tell; "" for the others. The plugin's own name is in
+	// Detail (Labels' plugin). GDR says GPUDirect RDMA carries it (its detail has
 	// "/GDRDMA"); false for the others.
 	Network string `json:"network,omitempty"`
 	GDR     bool   `json:"gdr,omitempty"`

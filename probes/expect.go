@@ -1,6 +1,8 @@
 package probes
 
 import (
+	"strings"
+
 	"github.com/gpulink/gpulink_exporter/internal/nvml"
 	"github.com/gpulink/gpulink_exporter/numa"
 )
@@ -25,6 +27,11 @@ type Path struct {
 	// address: the NVLinks that join the two, or where none do, PCIe
 	// peer-to-peer through the host (the slower GPU's host rate).
 	PeerBytesPerSecond map[string]float64
+	// StorageBytesPerSecond is one direction between the GPU and each NVMe
+	// drive, by the drive's PCI address: the slowest hop between the two at
+	// best supported state, which is the drive's own link, the GPU's, or
+	// an uplink either shares with the CPU where the path crosses it.
+	StorageBytesPerSecond map[string]float64
 }
 
 // nvlinkDataRate is an NVLink's payload rate in one direction by the
@@ -170,6 +177,16 @@ func PathFor(snap *nvml.Snapshot, topo *numa.Topology, busID string) Path {
 		}
 		p.PeerBytesPerSecond[peer] = rate
 	}
+	if topo != nil {
+		if gpu := topo.Device(busID); gpu != nil {
+			p.StorageBytesPerSecond = map[string]float64{}
+			for _, d := range topo.NVMe {
+				if h, ok := topo.SlowestHopBetween(gpu, d, true); ok {
+					p.StorageBytesPerSecond[d.Address] = h.Bandwidth(true)
+				}
+			}
+		}
+	}
 	return p
 }
 
@@ -185,8 +202,31 @@ func (p Path) Expect(r Result) float64 {
 		return p.HBMBytesPerSecond
 	case PeerCopy, PeerBidirectional:
 		return p.PeerBytesPerSecond[r.Peer]
+	case StorageToDevice, DeviceToStorage:
+		return p.storage(r.StorageDrive)
 	}
 	return 0
+}
+
+// storage is what the drives (comma-joined, several under a RAID) should
+// give the GPU together: each one's path, added, and no more than the
+// GPU's own link to the host carries; 0 when any drive's path is unknown.
+func (p Path) storage(drives string) float64 {
+	if drives == "" {
+		return 0
+	}
+	sum := 0.0
+	for _, d := range strings.Split(drives, ",") {
+		bw := p.StorageBytesPerSecond[d]
+		if bw == 0 {
+			return 0
+		}
+		sum += bw
+	}
+	if p.HostBytesPerSecond > 0 {
+		sum = min(sum, p.HostBytesPerSecond)
+	}
+	return sum
 }
 
 // Annotate sets ExpectedBytesPerSecond on every result of g.

@@ -269,3 +269,25 @@ func TestExpectAndAnnotate(t *testing.T) {
 		}
 	}
 }
+
+// A DGX H100 drive on its GPU's switch is bound by its own Gen4 x4 link;
+// one across the socket by the same link (the GPU's and the uplinks are
+// wider), so the class of the path shows in the topology, not here.
+func TestPathStorage(t *testing.T) {
+	topo := topology(t, "dgx-h100")
+	p := probes.PathFor(nil, topo, "0000:18:00.0")
+	if len(p.StorageBytesPerSecond) != 4 {
+		t.Fatalf("storage paths %v, want the 4 drives", p.StorageBytesPerSecond)
+	}
+	gen4x4 := 4 * 16e9 * 128 / 130 / 8
+	wantNear(t, "GPU to its switch's drive", p.StorageBytesPerSecond["0000:1a:00.0"], gen4x4)
+	r := probes.Result{Probe: probes.StorageToDevice, StorageDrive: "0000:1a:00.0"}
+	wantNear(t, "expect", p.Expect(r), gen4x4)
+	// An md RAID over two drives: each one's path, added.
+	r.StorageDrive = "0000:1a:00.0,0000:3c:00.0"
+	wantNear(t, "expect RAID", p.Expect(r), 2*gen4x4)
+	r.StorageDrive = ""
+	if got := p.Expect(r); got != 0 {
+		t.Errorf("no drive known: expect %v, want 0 (unknown)", got)
+	}
+}

@@ -16,6 +16,9 @@ const (
 	MinSizeBytes = 1 << 20
 	MaxSizeBytes = 4 << 30
 	MaxSamples   = 100
+	// MaxStorageBytes bounds the storage probes' file: what a drive gives
+	// shows within a second or two, and a probe should not fill a disk.
+	MaxStorageBytes = 64 << 30
 )
 
 // OptionError is an option out of its range. It names the daemon's flag
@@ -45,6 +48,18 @@ func (o Options) Validate() error {
 		if !slices.Contains(Kinds, k) {
 			return &OptionError{Flag: "--probe.kind", Value: string(k), Want: "unknown probe; known: " + KindList()}
 		}
+		if slices.Contains(StorageKinds, k) && o.StorageDir == "" {
+			return &OptionError{Flag: "--probe.kind", Value: string(k), Want: "the storage probes need a directory (--probe.storage-dir)"}
+		}
+	}
+	if o.StorageDir == "" {
+		return nil
+	}
+	// O_DIRECT moves whole blocks: a file of whole MiB is whole blocks on
+	// every drive and filesystem.
+	if o.StorageBytes < MinSizeBytes || o.StorageBytes > MaxStorageBytes || o.StorageBytes%MinSizeBytes != 0 {
+		return &OptionError{Flag: "--probe.storage-size", Value: units.Base2Bytes(o.StorageBytes).String(),
+			Want: fmt.Sprintf("want whole MiB from %s to %s", units.Base2Bytes(MinSizeBytes), units.Base2Bytes(MaxStorageBytes))}
 	}
 	return nil
 }

@@ -25,11 +25,20 @@ const (
 	HostLatency       Kind = "host_latency"       // pointer chase by one GPU thread in pinned host memory
 	PeerLatency       Kind = "peer_latency"       // pointer chase in the peer's memory
 	LaunchLatency     Kind = "launch_latency"     // empty kernel, launch to completion seen by the host
+	// The storage probes run only where Options.StorageDir names a
+	// directory: they spend a drive's bandwidth. The write comes first, since
+	// it makes the file the read reads.
+	DeviceToStorage Kind = "device_to_storage" // GPU memory written to a file of the probe's own
+	StorageToDevice Kind = "storage_to_device" // that file read into GPU memory (cuFile, else O_DIRECT and a copy)
 )
 
 // Kinds lists every probe kind in run order.
 var Kinds = []Kind{HostToDevice, DeviceToHost, HostBidirectional, DeviceLocalCopy,
-	PeerCopy, PeerBidirectional, HostLatency, PeerLatency, LaunchLatency}
+	PeerCopy, PeerBidirectional, HostLatency, PeerLatency, LaunchLatency,
+	DeviceToStorage, StorageToDevice}
+
+// StorageKinds are the probes that touch a drive.
+var StorageKinds = []Kind{DeviceToStorage, StorageToDevice}
 
 // KindNames are the probe kinds as strings, in run order (for flags and
 // error messages).
@@ -54,7 +63,40 @@ const (
 	DirLocal    = "local"
 	DirToPeer   = "to_peer"   // written by this GPU into the peer
 	DirFromPeer = "from_peer" // written by the peer into this GPU
+	// DirStorageToDevice and DirDeviceToStorage are the storage probes'.
+	DirStorageToDevice = "storage_to_device"
+	DirDeviceToStorage = "device_to_storage"
 )
+
+// How a storage probe moved its bytes (Result.StorageMode).
+const (
+	// StorageNative: cuFile with nvidia-fs serving the file's storage,
+	// DMA between drive and GPU memory.
+	StorageNative = "native"
+	// StorageCompat: cuFile in compatibility mode, which bounces through
+	// host memory: what GDS does silently when nvidia-fs is not loaded or
+	// does not serve the filesystem.
+	StorageCompat = "compat"
+	// StoragePOSIX: no cuFile (the library is absent or its driver would
+	// not open): O_DIRECT reads into pinned host memory, then a copy.
+	StoragePOSIX = "posix"
+)
+
+// Why a storage probe did not run (Skip.Reason).
+const (
+	SkipStorageMissingDir = "missing_dir"  // the directory is not there, or not a directory
+	SkipStorageDiskFull   = "disk_full"    // too little free space for the probe's file
+	SkipStorageNoDirectIO = "no_direct_io" // the filesystem refuses O_DIRECT (tmpfs, some FUSE)
+	SkipStoragePermission = "permission"   // the probe may not create a file there
+)
+
+// Skip is a probe that did not run, and why; not a failure of the path.
+type Skip struct {
+	Reason string `json:"reason"`
+	Detail string `json:"detail"`
+}
+
+func (s *Skip) Error() string { return s.Reason + ": " + s.Detail }
 
 // Result is one measurement. Exactly one of BytesPerSecond and Seconds is
 // set when Error is empty.
@@ -84,6 +126,18 @@ type Result struct {
 	// ExpectedBytesPerSecond is what the path should give at most (see
 	// Expect); 0 when the path is not known.
 	ExpectedBytesPerSecond float64 `json:"expected_bytes_per_second,omitempty"`
+
+	// Storage probes: how the bytes moved (StorageNative, StorageCompat,
+	// StoragePOSIX), the filesystem the file was on, and the NVMe drive
+	// under it (sysfs form; empty where it is no local NVMe drive).
+	StorageMode       string `json:"storage_mode,omitempty"`
+	StorageFilesystem string `json:"storage_filesystem,omitempty"`
+	StorageDrive      string `json:"storage_drive,omitempty"`
+	// StorageNote says, in posix mode, why cuFile did not move the bytes.
+	StorageNote string `json:"storage_note,omitempty"`
+	// Skipped is set, and nothing else of the outcome, when the probe did
+	// not run for a reason of its setting rather than of the path.
+	Skipped *Skip `json:"skipped,omitempty"`
 
 	Error string `json:"error,omitempty"`
 }
@@ -180,6 +234,12 @@ type Options struct {
 	// Samples is how many timed samples each result's median is taken
 	// over, after one warm-up.
 	Samples int
+	// StorageDir is where the storage probes write their file; empty
+	// leaves them out of the round.
+	StorageDir string
+	// StorageBytes is the size of the storage probes' file: written once,
+	// read Samples times.
+	StorageBytes int64
 }
 
 // Default sizes: 64 MiB transfers sit where the borrowed H200's host copies
@@ -191,4 +251,8 @@ type Options struct {
 const (
 	DefaultSizeBytes = 64 << 20
 	DefaultSamples   = 3
+	// DefaultStorageBytes: 1 GiB is a few tenths of a second on an NVMe
+	// drive, long enough that opening the file and the first request's
+	// latency are a small part of it.
+	DefaultStorageBytes = 1 << 30
 )

@@ -2,6 +2,7 @@ package probes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -78,6 +79,28 @@ type GPU interface {
 	Close() float64
 }
 
+// StorageGPU is a GPU that can measure storage: the probe child's and the
+// simulated node's. The file is the GPU's own, in dir, o.StorageBytes
+// long; the first call makes it, and Close removes it. A *Skip error says
+// the probe did not run for a reason of its setting (a missing directory, a
+// full disk, a filesystem without O_DIRECT).
+type StorageGPU interface {
+	// StorageWrite writes the file from GPU memory, once.
+	StorageWrite(dir string) (StorageMeasured, error)
+	// StorageRead reads the file into GPU memory, Samples times.
+	StorageRead(dir string) (StorageMeasured, error)
+}
+
+// StorageMeasured is a storage probe's rate and how it got it: the
+// Result fields of the same names.
+type StorageMeasured struct {
+	Rate       Measured
+	Mode       string
+	Filesystem string
+	Drive      string
+	Note       string
+}
+
 // Measured is one measurement: the median of its samples, and the lowest
 // and highest of them (0 where not known).
 type Measured struct {
@@ -144,6 +167,9 @@ func measureGPU(ctx context.Context, m Measurer, o Options) (g GPURound) {
 		if ctx.Err() != nil {
 			break
 		}
+		if slices.Contains(StorageKinds, kind) && o.StorageDir == "" {
+			continue // off unless a directory is named
+		}
 		g.Results = append(g.Results, r.run(kind)...)
 	}
 	return g
@@ -203,6 +229,8 @@ func (r *gpuRound) run(kind Kind) []Result {
 	case LaunchLatency:
 		seconds, n, err := r.dev.LaunchLatency()
 		return []Result{withSeconds(Result{Probe: kind, Samples: n}, seconds, err)}
+	case DeviceToStorage, StorageToDevice:
+		return []Result{r.storage(kind)}
 	}
 	return []Result{{Probe: kind, Error: fmt.Sprintf("unknown probe %q", kind)}}
 }
@@ -266,6 +294,31 @@ func (r *gpuRound) peer(kind Kind, addr string) []Result {
 		seconds, err = r.dev.PeerLatency(addr)
 	}
 	return []Result{withSeconds(base, seconds, err)}
+}
+
+// storage measures one storage probe in o.StorageDir.
+func (r *gpuRound) storage(kind Kind) Result {
+	res := Result{Probe: kind, Direction: DirStorageToDevice, SizeBytes: r.o.StorageBytes, Samples: r.o.Samples}
+	if kind == DeviceToStorage {
+		res.Direction, res.Samples = DirDeviceToStorage, 1
+	}
+	sg, ok := r.dev.(StorageGPU)
+	if !ok {
+		return errResult(res, errors.New("this measurer cannot measure storage"))
+	}
+	var m StorageMeasured
+	var err error
+	if kind == DeviceToStorage {
+		m, err = sg.StorageWrite(r.o.StorageDir)
+	} else {
+		m, err = sg.StorageRead(r.o.StorageDir)
+	}
+	res.StorageMode, res.StorageFilesystem, res.StorageDrive, res.StorageNote = m.Mode, m.Filesystem, m.Drive, m.Note
+	if skip, ok := errors.AsType[*Skip](err); ok {
+		res.Skipped = skip
+		return res
+	}
+	return withRate(res, m.Rate, err)
 }
 
 func directed(r Result, dir string) Result {

@@ -370,3 +370,65 @@ func TestMeasureRoundSampleExtremes(t *testing.T) {
 		t.Error("the round does not say which process measured it")
 	}
 }
+
+// storageRecorder is a recorder that measures storage too.
+type storageRecorder struct {
+	recorder
+	skip error
+}
+
+func (r *storageRecorder) Open(ctx context.Context, o Options) (GPU, Device, error) {
+	_, d, err := r.recorder.Open(ctx, o)
+	return r, d, err
+}
+
+func (r *storageRecorder) StorageWrite(dir string) (StorageMeasured, error) {
+	m, err := r.measured(r.record("write %s", dir))
+	if r.skip != nil {
+		return StorageMeasured{}, r.skip
+	}
+	return StorageMeasured{Rate: m, Mode: StorageCompat, Filesystem: "xfs", Drive: "0000:1a:00.0"}, err
+}
+
+func (r *storageRecorder) StorageRead(dir string) (StorageMeasured, error) {
+	m, err := r.measured(r.record("read %s", dir))
+	if r.skip != nil {
+		return StorageMeasured{}, r.skip
+	}
+	return StorageMeasured{Rate: m, Mode: StorageNative, Filesystem: "xfs", Drive: "0000:1a:00.0"}, err
+}
+
+func TestMeasureRoundStorage(t *testing.T) {
+	o := Options{GPU: "0000:18:00.0", SizeBytes: 1 << 20, Samples: 3, Probes: []Kind{StorageToDevice, DeviceToStorage, LaunchLatency}}
+	// No directory: the storage probes are left out, asked for or not.
+	rec := &storageRecorder{}
+	g := MeasureRound(context.Background(), rec, []Options{o}).GPUs[0]
+	if len(g.Results) != 1 || g.Results[0].Probe != LaunchLatency {
+		t.Errorf("without a directory: %+v, want the launch latency alone", g.Results)
+	}
+	// With one: the write first (it makes the file), each labelled with
+	// how it moved its bytes.
+	o.StorageDir, o.StorageBytes = "/raid", 1<<30
+	rec = &storageRecorder{}
+	g = MeasureRound(context.Background(), rec, []Options{o}).GPUs[0]
+	want := []string{"open 0000:18:00.0 size=1048576 samples=3", "launch_latency", "write /raid", "read /raid", "close"}
+	if !reflect.DeepEqual(rec.calls, want) {
+		t.Errorf("calls %q, want %q", rec.calls, want)
+	}
+	w, r := g.Results[1], g.Results[2]
+	if w.Probe != DeviceToStorage || w.Direction != DirDeviceToStorage || w.Samples != 1 || w.StorageMode != StorageCompat ||
+		r.Probe != StorageToDevice || r.Samples != 3 || r.SizeBytes != 1<<30 || r.StorageMode != StorageNative || r.StorageDrive != "0000:1a:00.0" || r.BytesPerSecond == 0 {
+		t.Errorf("storage results %+v %+v", w, r)
+	}
+	// A skip is neither a value nor a failure.
+	rec = &storageRecorder{skip: &Skip{Reason: SkipStorageMissingDir, Detail: "/raid: no such file or directory"}}
+	g = MeasureRound(context.Background(), rec, []Options{o}).GPUs[0]
+	if s := g.Results[2].Skipped; s == nil || s.Reason != SkipStorageMissingDir || g.Results[2].Error != "" || !g.OK() {
+		t.Errorf("skipped: %+v", g.Results[2])
+	}
+	// A measurer that cannot measure storage says so.
+	g = MeasureRound(context.Background(), &recorder{}, []Options{o}).GPUs[0]
+	if e := g.Results[2].Error; !strings.Contains(e, "cannot measure storage") {
+		t.Errorf("plain recorder: %+v", g.Results[2])
+	}
+}

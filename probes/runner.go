@@ -154,6 +154,9 @@ func (o Options) Args() []string {
 	for _, k := range o.Probes {
 		args = append(args, "--probe="+string(k))
 	}
+	if o.StorageDir != "" {
+		args = append(args, "--storage-dir="+o.StorageDir, "--storage-size="+strconv.FormatInt(o.StorageBytes, 10))
+	}
 	return append(args, "--size="+strconv.FormatInt(o.SizeBytes, 10), "--samples="+strconv.Itoa(o.Samples))
 }
 

@@ -27,6 +27,8 @@ func TestRunnerOptionsArgs(t *testing.T) {
 			Probes: []Kind{HostToDevice, PeerCopy}, SizeBytes: 1 << 20, Samples: 7},
 			[]string{"--gpu=" + testGPU, "--peer=0000:2a:00.0", "--peer=0000:3a:00.0", "--host-node=1", "--host-node=0",
 				"--probe=host_to_device", "--probe=peer_copy", "--size=1048576", "--samples=7"}},
+		{"storage", Options{GPU: testGPU, HostNodes: []int{0}, SizeBytes: 1 << 20, Samples: 2, StorageDir: "/raid/probe", StorageBytes: 1 << 30},
+			[]string{"--gpu=" + testGPU, "--host-node=0", "--storage-dir=/raid/probe", "--storage-size=1073741824", "--size=1048576", "--samples=2"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.o.Args(); !reflect.DeepEqual(got, tc.want) {

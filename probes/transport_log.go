@@ -30,20 +30,21 @@ func TransportsOf(log io.Reader) []Transport {
 var TransportKinds = []string{TransportP2P, TransportSHM, TransportNet, TransportCollNet, TransportNVLS, TransportUnknown}
 
 // Labels are t's label values on the channel families: its transport (a
-// TransportKinds), the network that carries it ("" off the network) and
-// gdr, "1" where GPUDirect RDMA carries it and "0" where not ("" off the
-// network).
-func (t Transport) Labels() (transport, network, gdr string) {
+// TransportKinds), the fabric that carries it (nccllog's NetworkOf: "" off
+// the network), the network plugin's own name (nccllog's PluginOf, from
+// the detail: "IB", "gIB", "Libfabric") and gdr, "1" where GPUDirect RDMA
+// carries it and "0" where not; plugin and gdr "" off the network.
+func (t Transport) Labels() (transport, network, plugin, gdr string) {
 	transport = t.Kind
 	if !slices.Contains(TransportKinds, transport) {
 		transport = TransportUnknown
 	}
 	if t.Network == "" || (transport != TransportNet && transport != TransportCollNet) {
-		return transport, "", ""
+		return transport, "", "", ""
 	}
 	gdr = "0"
 	if t.GDR {
 		gdr = "1"
 	}
-	return transport, t.Network, gdr
+	return transport, t.Network, nccllog.PluginOf(t.Detail), gdr
 }

@@ -109,7 +109,7 @@ for ((i = 0; i < 600; i++)); do
 	sleep 0.5
 done
 # The sources publish one after another: count once three scrapes, 2 s
-# apart, agree (an amd64 build serves 2395 on dgx-h100).
+# apart, agree (an amd64 build serves 2419 on dgx-h100).
 same=0
 for ((i = 0; series > 0 && same < 2 && i < 30; i++)); do
 	sleep 2

@@ -16,7 +16,8 @@ Only what the exporter reads is kept (an allowlist, as node_exporter's
 fixtures keep what its collectors read): every PCI device and its ancestors
 up to the root complex with their identity, link and NUMA attributes and
 config space; the network, InfiniBand and NVMe devices below them; the NUMA
-nodes; the nvidia modules; the IOMMU groups; and for --pid, the process's
+nodes; the nvidia modules; the IOMMU groups; the block devices, mounts,
+nvidia-fs counters and cuFile configuration; and for --pid, the process's
 cgroup, comm, numa_maps, stat, status, environ and every thread's stat.
 Nothing is written anywhere but standard output: this script only reads.
 """
@@ -196,6 +197,23 @@ def capture_sys(a):
             a.link(d)
 
 
+def capture_storage(a):
+    # What numa/storage.go and numa/gds.go read: every block device's link
+    # and, where it leads, its dev number, whether it is a partition, and
+    # the layers below it (md and device-mapper members, a native-multipath
+    # head's paths); the mount table the exporter sees; nvidia-fs's
+    # counters; cuFile's configuration.
+    for p in glob.glob(R("/sys/dev/block/*")):
+        a.link(p)
+        real = os.path.realpath(p)
+        files_in(a, real, {"dev", "partition"}, set())
+        for sub in ("slaves", "multipath"):
+            for s in glob.glob(os.path.join(real, sub, "*")):
+                a.link(s)
+    for p in ("/proc/self/mountinfo", "/proc/driver/nvidia-fs/stats", "/etc/cufile.json"):
+        a.any(R(p))
+
+
 def capture_proc(a, pid):
     base = R("/proc/%d" % pid)
     for n in ("cgroup", "comm", "numa_maps", "stat", "status", "environ"):
@@ -218,6 +236,7 @@ def main():
         return 2
     a = Archive()
     capture_sys(a)
+    capture_storage(a)
     a.any(R("/proc/sys/kernel/osrelease"))
     for pid in args.pid:
         if not os.path.isdir(R("/proc/%d" % pid)):

@@ -15,11 +15,26 @@
 //	NVLS comm 0x55d0c0a0 headRank 0 nHeads 8 ...               (INIT|NVLS)
 //	Using network IB                                           (INIT)
 //	NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE ; OOB ...  (INIT|NET)
+//	NET/IB : Made virtual device [8] name=mlx5_0+mlx5_1 ...    (NET, 2.24 on)
 //	NET/OFI Selected provider is efa, fabric is efa-direct (found 16 nics)  (INIT|NET)
 //
-// Every line this package reads is logged under INIT, so NCCL_DEBUG=INFO
-// with the default NCCL_DEBUG_SUBSYS shows them all; the probes ask for
-// INIT,P2P,SHM,NET in case a version logs one without INIT.
+// The IB transport's device list has taken four forms; a channel's
+// NET/IB/<n> names the n-th device of it, whatever number it prints:
+//
+//	[0]mlx5_0:1/IB                           2.14-2.19, 2.24-2.30.4
+//	[0]={[0] mlx5_2:1/RoCE, [1] mlx5_3:1/RoCE} [2]mlx5_4:1/RoCE
+//	                                         2.20-2.23: a card's ports merged into
+//	                                         one device; a plain one prints its
+//	                                         port's number (2), not its own (1)
+//	[0]mlx5_0:1:3:0/IB, [1]mlx5_1:1::0/IB    2.30.7: rail and plane after the port
+//	[0]mlx5_0:1/IB/SHARP                     HPC-X's plugin
+//
+// From 2.24 NCCL may join ports into a virtual device numbered after the
+// physical ones, and says so in a "Made virtual device" line.
+//
+// Every line this package reads but the virtual devices is logged under
+// INIT, so NCCL_DEBUG=INFO with the default NCCL_DEBUG_SUBSYS shows them;
+// the probes ask for INIT,P2P,SHM,NET, which shows those too.
 package nccllog
 
 import (
@@ -42,13 +57,20 @@ const (
 	KindUnknown = "unknown"
 )
 
-// Networks a connection's Network names besides a plugin's own name.
+// Networks (fabrics) NetworkOf names.
 const (
 	NetworkSocket = "Socket" // NCCL's TCP socket transport
 	NetworkIB     = "IB"     // InfiniBand through NCCL's IB verbs transport (or a plugin built on it)
-	NetworkRoCE   = "RoCE"   // RDMA over Converged Ethernet, through the same transport
+	NetworkRoCE   = "RoCE"   // RDMA over Converged Ethernet, through the same transport or GCP's gIB
 	NetworkEFA    = "EFA"    // AWS Elastic Fabric Adapter, through aws-ofi-nccl's libfabric provider efa
+	// NetworkOther is a plugin whose fabric the log does not tell: an
+	// unknown plugin, or aws-ofi-nccl on a provider other than efa.
+	NetworkOther = "other"
 )
+
+// PluginOther is the plugin label of a network whose name is not a plain
+// name (PluginOf).
+const PluginOther = "other"
 
 // Connection is one connection line: rank From sends to rank To on
 // Channel. A CollNet line names one rank; its other end, the network's
@@ -80,10 +102,16 @@ type Connection struct {
 // IBDevice is one device of NCCL's IB transport's device list
 // ("NET/IB : Using [0]mlx5_0:1/RoCE ..."), which both IB and RoCE use.
 type IBDevice struct {
+	// Index is the device's number as the channels name it (NET/IB/<n>):
+	// its place in the list, which 2.20-2.23 do not always print.
 	Index int
-	Name  string
-	Port  int
-	// LinkLayer is "IB", "RoCE" or, from 2.26, "UNSPECIFIED".
+	// Name is the port's device, or a merged device's ports' joined by
+	// "+" as NCCL names it ("mlx5_2+mlx5_3"); Port the (first) port.
+	Name string
+	Port int
+	// LinkLayer is "IB", "RoCE" or, from 2.26, "UNSPECIFIED"; for a
+	// merged device its ports', which NCCL merges only when they share
+	// it.
 	LinkLayer string
 }
 
@@ -94,6 +122,9 @@ type Log struct {
 	Network string
 	// IBDevices are the IB transport's devices, from its last device list.
 	IBDevices []IBDevice
+	// IBVirtual are, by number, the devices NCCL made of the IB
+	// transport's ports (2.24 on), as the names of those ports' devices.
+	IBVirtual map[int][]string
 	// OFIProvider and OFIFabric are aws-ofi-nccl's libfabric provider and
 	// fabric ("efa", "efa-direct"); "" where the plugin did not log them
 	// (the fabric only from aws-ofi-nccl 1.14).
@@ -110,8 +141,16 @@ var (
 	collNetLine = regexp.MustCompile(`NCCL INFO Coll(?:Net)? (\d+)(?:/(\d+))? : (\d+) \[(send|receive)\]\s+via\s+(\S.*)$`)
 	nvlsLine    = regexp.MustCompile(`NCCL INFO NVLS comm 0x[0-9a-fA-F]+ headRank -?\d+ nHeads \d+`)
 	networkLine = regexp.MustCompile(`NCCL INFO Using network (\S.*)$`)
-	ibListLine  = regexp.MustCompile(`NCCL INFO NET/IB ?: Using((?: \[\d+\][^\s:\[]+:\d+/\S+)+)`)
-	ibDevice    = regexp.MustCompile(`\[(\d+)\]([^\s:\[]+):(\d+)/(\S+)`)
+	// The list runs from "Using" to " ; OOB" (or "[RO]; OOB").
+	ibListLine = regexp.MustCompile(`NCCL INFO NET/IB ?: Using( \[.*?) ?(?:\[RO\])?; OOB `)
+	// One device: a port ("[0]mlx5_0:1/IB", with 2.30.7's rail and plane
+	// "[0]mlx5_0:1:3:0/IB", HPC-X's "[0]mlx5_0:1/IB/SHARP"), or
+	// 2.20-2.23's merged ports ("[0]={[0] mlx5_2:1/RoCE, [1] mlx5_3:1/RoCE}").
+	ibDevice = regexp.MustCompile(`^ \[\d+\](?:(` + ibPort + `)|=\{((?:\[\d+\] ` + ibPort + `(?:, )?)+)\})`)
+	ibPortRe = regexp.MustCompile(ibPort)
+	// "Made virtual device [4] name=mlx5_0+mlx5_1 speed=... ndevs=2"
+	// (2.30.7 adds rail and plane).
+	ibVirtualLine = regexp.MustCompile(`NCCL INFO NET/IB ?: Made virtual device \[(\d+)\] name=(\S+)`)
 	// 1.6 to 1.13: "Selected Provider is efa (found 4 nics)"; 1.14 on:
 	// "Selected provider is efa, fabric is efa-direct (found 16 nics)".
 	ofiProviderLine = regexp.MustCompile(`NET/OFI Selected [Pp]rovider is ([^,\s]+)(?:, fabric is (\S+))?`)
@@ -119,6 +158,11 @@ var (
 	// a proxy rank "(n)" may follow the device (PXN).
 	netDetail = regexp.MustCompile(`^(?:NET|COLLNET)/([^/]+)/(\d+)(?:\(\d+\))?(.*)$`)
 )
+
+// ibPort is one port in the device list: name, port, rail and plane
+// (2.30.7; either may be empty), link layer and what HPC-X's plugin adds
+// ("/SHARP").
+const ibPort = `([^\s:\[\]{},]+):(\d+)(?::-?\d*)?(?::-?\d+)?/([A-Za-z]+)(?:/[A-Za-z]+)?`
 
 // maxLog bounds what is read: a communicator logs a few thousand lines;
 // anything past this is not its setup.
@@ -160,6 +204,13 @@ func Parse(r io.Reader) *Log {
 		}
 		if m := ibListLine.FindStringSubmatch(line); m != nil {
 			l.IBDevices = parseIBDevices(m[1])
+			continue
+		}
+		if m := ibVirtualLine.FindStringSubmatch(line); m != nil {
+			if l.IBVirtual == nil {
+				l.IBVirtual = map[int][]string{}
+			}
+			l.IBVirtual[atoi(m[1])] = strings.Split(m[2], "+")
 			continue
 		}
 		if m := ofiProviderLine.FindStringSubmatch(line); m != nil {
@@ -232,70 +283,96 @@ func kindOf(detail string) string {
 	return KindUnknown
 }
 
+// parseIBDevices reads the device list, each device numbered by its place
+// in it; it stops at the first entry it cannot read.
 func parseIBDevices(list string) []IBDevice {
 	var out []IBDevice
-	for _, m := range ibDevice.FindAllStringSubmatch(list, -1) {
-		// "IB", "RoCE", and with the HPC-X plugin "IB/SHARP".
-		layer, _, _ := strings.Cut(m[4], "/")
-		out = append(out, IBDevice{Index: atoi(m[1]), Name: m[2], Port: atoi(m[3]), LinkLayer: layer})
+	for list != "" {
+		m := ibDevice.FindStringSubmatchIndex(list)
+		if m == nil {
+			break
+		}
+		entry := list[:m[1]]
+		d := IBDevice{Index: len(out)}
+		for i, p := range ibPortRe.FindAllStringSubmatch(entry, -1) {
+			switch {
+			case i == 0:
+				d.Name, d.Port, d.LinkLayer = p[1], atoi(p[2]), p[3]
+			default:
+				d.Name += "+" + p[1]
+				if d.LinkLayer != p[3] {
+					d.LinkLayer = ""
+				}
+			}
+		}
+		out = append(out, d)
+		list = list[m[1]:]
 	}
 	return out
 }
 
-// maxNetworkName bounds a network's name as a label value: a plugin names
-// itself, and nothing past this is a name.
-const maxNetworkName = 32
-
-// NetworkOf is the network that carries c, as the label says it: Socket,
-// IB, RoCE, EFA, or the plugin's own name; "" for a connection that is not
-// over a network (p2p, shm, nvls), or one whose name cannot be read.
+// NetworkOf is the fabric that carries c, as the network label says it:
+// Socket, IB, RoCE, EFA, or "other" where the log does not tell; "" for a
+// connection that is not over a network (p2p, shm, nvls), or one whose
+// name cannot be read. The plugin's own name is PluginOf's.
 //
 //   - NCCL's IB transport names itself IB for InfiniBand and RoCE alike,
-//     and so do the plugins built on it (HPC-X's IBext, IBext_v8): the
-//     device list tells them apart by each device's link layer.
+//     and so do the plugins built on it (HPC-X's IBext, IBext_v8; its
+//     CollNet, SHARP): the device list tells them apart by each device's
+//     link layer.
+//   - GCP's gIB (A3 Ultra, A4, A4X) is the IB transport on Google's RoCE
+//     network, and logs no device list of NCCL's.
 //   - aws-ofi-nccl names itself "AWS Libfabric" (to 1.12), "Libfabric"
 //     (1.13 on) or "OFI" (if NCCL_NET says so), whatever libfabric
 //     provider it runs on: only the provider line says efa.
 //   - "NET/Socket : Using ..." is logged even where IB is chosen: only
 //     the connection's own NET/Socket says sockets.
 func (l *Log) NetworkOf(c Connection) string {
-	if c.Kind != KindNet && c.Kind != KindCollNet {
+	if (c.Kind != KindNet && c.Kind != KindCollNet) || c.Net == "" {
 		return ""
 	}
-	name := c.Net
-	switch {
-	case name == "":
-		return ""
-	case c.Kind == KindCollNet:
-		// The CollNet plugin's name (SHARP).
+	switch name := c.Net; {
+	case c.Kind == KindCollNet || isIBName(name):
+		return l.ibLinkLayer(c.Device)
 	case name == NetworkSocket:
 		return NetworkSocket
-	case strings.HasPrefix(name, "IB"):
-		return l.ibLinkLayer(c.Device)
-	case isOFIName(name):
-		if l.OFIProvider == "efa" {
-			return NetworkEFA
-		}
+	case name == "gIB":
+		return NetworkRoCE
+	case isOFIName(name) && l.OFIProvider == "efa":
+		return NetworkEFA
 	}
-	return labelSafe(name)
+	return NetworkOther
 }
 
-// ibLinkLayer is IB or RoCE for the IB transport's device dev: its link
-// layer in the device list, or where dev is not listed, the one link
-// layer all listed devices share; IB where the list does not tell.
+// ibName is how NCCL's IB transport and HPC-X's plugin built on it name
+// themselves: IB, IBext, IBext_v<api version>.
+var ibName = regexp.MustCompile(`^IB(?:ext(?:_v\d{1,2})?)?$`)
+
+func isIBName(name string) bool { return ibName.MatchString(name) }
+
+// ibLinkLayer is IB or RoCE for the IB transport's device dev: the link
+// layer of the ports of the virtual device dev, else of the listed
+// device dev, else the one link layer all listed devices share; IB where
+// the list does not tell.
 func (l *Log) ibLinkLayer(dev int) string {
+	var devs []IBDevice
+	if ports, ok := l.IBVirtual[dev]; ok && len(ports) > 1 {
+		for _, d := range l.IBDevices {
+			if slices.Contains(ports, d.Name) {
+				devs = append(devs, d)
+			}
+		}
+	} else if dev >= 0 && dev < len(l.IBDevices) {
+		devs = l.IBDevices[dev : dev+1]
+	} else {
+		devs = l.IBDevices
+	}
 	layer := ""
-	for _, d := range l.IBDevices {
-		if d.Index == dev {
-			layer = d.LinkLayer
-			break
+	for i, d := range devs {
+		if i > 0 && d.LinkLayer != layer {
+			return NetworkIB
 		}
-		switch {
-		case layer == "":
-			layer = d.LinkLayer
-		case layer != d.LinkLayer:
-			layer = "mixed"
-		}
+		layer = d.LinkLayer
 	}
 	if layer == "RoCE" {
 		return NetworkRoCE
@@ -308,16 +385,28 @@ var OFINames = []string{"AWS Libfabric", "Libfabric", "OFI"}
 
 func isOFIName(name string) bool { return slices.Contains(OFINames, name) }
 
-// labelSafe is name, cut to maxNetworkName bytes of printable ASCII; ""
-// where nothing printable is left.
-func labelSafe(name string) string {
-	var b strings.Builder
-	for i := 0; i < len(name) && b.Len() < maxNetworkName; i++ {
-		if c := name[i]; c >= 0x20 && c < 0x7f {
-			b.WriteByte(c)
-		}
+// pluginName is a name a plugin can give itself: letters, digits and
+// "_.-+", words apart by single spaces ("AWS Libfabric"), at most 32
+// bytes, starting with a letter.
+var pluginName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.+-]*(?: [A-Za-z0-9_.+-]+)*$`)
+
+// maxPluginName bounds a plugin's name as a label value.
+const maxPluginName = 32
+
+// PluginOf is the name of the network (NCCL's own transport or the
+// plugin) a net or collnet connection's detail names ("IB" for
+// "NET/IB/0/GDRDMA", "gIB", "Libfabric", "Socket", "SHARP"), as the
+// plugin label says it: PluginOther where that is not a plain name
+// (pluginName); "" for a detail that names no network.
+func PluginOf(detail string) string {
+	m := netDetail.FindStringSubmatch(detail)
+	if m == nil {
+		return ""
 	}
-	return strings.TrimSpace(b.String())
+	if len(m[1]) > maxPluginName || !pluginName.MatchString(m[1]) {
+		return PluginOther
+	}
+	return m[1]
 }
 
 // atoi is for digits the expressions above matched, or nothing: 0. A

@@ -262,7 +262,7 @@ func TestProbeSuccess(t *testing.T) {
 			t.Errorf("k=%d: no all_reduce latency", k)
 		}
 		// Two channels from each rank to its counterpart, both ways.
-		if ch, _ := s.value("gpulink_node_probe_channels", "gdr", "1", "network", "IB", "transport", "net"); ch != float64(4*k) {
+		if ch, _ := s.value("gpulink_node_probe_channels", "gdr", "1", "network", "IB", "plugin", "IB", "transport", "net"); ch != float64(4*k) {
 			t.Errorf("k=%d: net channels %g, want %d", k, ch, 4*k)
 		}
 

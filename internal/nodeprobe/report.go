@@ -36,9 +36,10 @@ var (
 		"Time of one operation of the collective at the module's small size, median of its samples.", []string{"collective", "gpu"}, nil)
 	channelsDesc = prometheus.NewDesc("gpulink_node_probe_channels",
 		"Connections NCCL made in the session, both nodes' ranks, by transport (p2p, shm, net, collnet, nvls, unknown); "+
-			"between two nodes anything but net is a misconfiguration. For net and collnet, network is what carried them (Socket, IB, "+
-			"RoCE, EFA, or a plugin's own name) and gdr 1 where GPUDirect RDMA did, 0 where the data went through host memory; both "+
-			"empty for the others.", []string{"transport", "network", "gdr"}, nil)
+			"between two nodes anything but net is a misconfiguration. For net and collnet, network is the fabric that carried them "+
+			"(Socket, IB, RoCE, EFA, or other where NCCL's log does not tell), plugin the network plugin's own name (IB, gIB, Libfabric, "+
+			"Socket...; other where it is no plain name) and gdr 1 where GPUDirect RDMA did, 0 where the data went through host memory; "+
+			"all three empty for the others.", []string{"transport", "network", "plugin", "gdr"}, nil)
 	attemptsDesc = prometheus.NewDesc("gpulink_node_probe_attempts",
 		"Tries the probe took: 1, or more where either node was in another session (declined_session) and the prober "+
 			"waited and tried again within its budget.", nil, nil)
@@ -114,7 +115,7 @@ func (o *outcome) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	for l, n := range o.channels() {
-		gauge(channelsDesc, float64(n), l.transport, l.network, l.gdr)
+		gauge(channelsDesc, float64(n), l.transport, l.network, l.plugin, l.gdr)
 	}
 }
 
@@ -283,7 +284,7 @@ func (o *outcome) channels() map[channelLabels]int {
 			}
 			seen[key] = true
 			var l channelLabels
-			l.transport, l.network, l.gdr = t.Labels()
+			l.transport, l.network, l.plugin, l.gdr = t.Labels()
 			out[l]++
 		}
 	}
@@ -291,7 +292,7 @@ func (o *outcome) channels() map[channelLabels]int {
 }
 
 // channelLabels are a gpulink_node_probe_channels series' labels.
-type channelLabels struct{ transport, network, gdr string }
+type channelLabels struct{ transport, network, plugin, gdr string }
 
 // Sides of a session: gpulink_node_probe_failure_info's side label.
 const (

@@ -49,6 +49,8 @@ func ApplyFaults(m *machine.Machine, faults []Fault) {
 				m.Processes = slices.DeleteFunc(m.Processes, func(p machine.Process) bool { return p.PID == f.PID })
 			case ACSRedirect, PeermemMissing:
 				applyGPUDirect(m, gpus, f)
+			case NVFSMissing:
+				applyStorage(m, f)
 			}
 		}
 	}

@@ -104,6 +104,10 @@ func CheckFaults(name string, m *machine.Machine, faults []Fault) error {
 			if problem := checkPeermemMissing(m); problem != "" {
 				return fail("kind", "%s", problem)
 			}
+		case NVFSMissing:
+			if problem := checkNVFSMissing(m); problem != "" {
+				return fail("kind", "%s", problem)
+			}
 		}
 	}
 	return nil

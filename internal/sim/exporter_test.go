@@ -108,6 +108,7 @@ func newExporterPolicy(t *testing.T, profile, policy string) *exporter {
 		{"xid", collector.NewXIDCollector(e.xid, reader)},
 		{"topology", collector.NewTopologyCollector(e.topo, reader)},
 		{"nic", collector.NewNICCollector(e.nic)},
+		{"nearest usable NIC", collector.NewNearestNICCollector(e.nic, e.topo, reader)},
 		{"process", collector.NewProcessCollector(e.place, true)},
 		{"job", collector.NewJobCollector(e.place, nil)},
 		{"probe", collector.NewProbeCollector(e.sched)},

@@ -51,6 +51,9 @@ const (
 	// NCCLGDROff: NCCL's network connections go without GPUDirect RDMA
 	// (staged through host memory) where the node calls for it.
 	NCCLGDROff FaultKind = "nccl_gdr_off"
+	// NVFSMissing: nvidia-fs not loaded where GPUDirect Storage is
+	// installed; cuFile falls back to compatibility mode (storage.go).
+	NVFSMissing FaultKind = "nvidia_fs_missing"
 )
 
 // fieldSpec says which fields a kind takes, each by its YAML name, in the
@@ -85,12 +88,13 @@ var kindFields = map[FaultKind]fieldSpec{
 	NCCLTransport:    {required: []string{"transport"}, optional: []string{"gpus"}},
 	NCCLNetSocket:    {},
 	NCCLGDROff:       {},
+	NVFSMissing:      {},
 }
 
 // FaultKinds lists the kinds in the order the fault file documents them.
 var FaultKinds = []FaultKind{PCIeWidth, PCIeGeneration, NVLinkDown, NVLinkErrors, NICRate, NICDown,
 	NICFlapping, NICSymbolErrors, ProcessFarSocket, ProcessFarMemory, ProcessExit, Throttle, XID, ProbeBandwidth, ProbeLatency, FabricDown,
-	RecoveryAction, ACSRedirect, PeermemMissing, NCCLTransport, NCCLNetSocket, NCCLGDROff}
+	RecoveryAction, ACSRedirect, PeermemMissing, NCCLTransport, NCCLNetSocket, NCCLGDROff, NVFSMissing}
 
 // ThrottleReasons are the clock event reasons a throttle fault may hold
 // active: the ones a healthy GPU never shows for long.

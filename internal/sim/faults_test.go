@@ -44,6 +44,7 @@ faults:
 - {kind: nccl_transport,    transport: net, gpus: [3]}
 - {kind: nccl_net_socket}
 - {kind: nccl_gdr_off}
+- {kind: nvidia_fs_missing}
 `
 
 func TestParseContractFile(t *testing.T) {
@@ -78,6 +79,7 @@ func TestParseContractFile(t *testing.T) {
 		{Kind: NCCLTransport, GPU: -1, PeerGPU: -1, Transport: "net", GPUs: "3"},
 		{Kind: NCCLNetSocket, GPU: -1, PeerGPU: -1},
 		{Kind: NCCLGDROff, GPU: -1, PeerGPU: -1},
+		{Kind: NVFSMissing, GPU: -1, PeerGPU: -1},
 	}
 	if len(faults) != len(want) {
 		t.Fatalf("got %d faults, want %d: %+v", len(faults), len(want), faults)

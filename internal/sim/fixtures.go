@@ -37,6 +37,15 @@ faults:
 # nvidia_peermem not loaded (the proprietary driver offers no dma-buf).
 - {kind: peermem_missing}
 `},
+	// One compute NIC per socket, and socket 1's, beside GPUs 6 and 7
+	// under switch D, down: GPUs 4-7 have no usable NIC on their side of
+	// the machine (issue 37).
+	"dgx-h100-two-nics-faults": {machine.DGXH100TwoNICs, `
+faults:
+# mlx5_6 DOWN, Disabled, 10 Gb/sec (4X SDR), lid 0xffff; ibp187s0 down
+# without carrier, speed -1.
+- {kind: nic_down, device: mlx5_6}
+`},
 	// Three defects of a p5.48xlarge.
 	"aws-p5-faults": {awsP5TwoJobs, `
 faults:

@@ -408,6 +408,10 @@ func (n *Node) OnPublish(f func()) {
 // FS is the simulated sysfs and procfs.
 func (n *Node) FS() hostfs.Root { return n.fs }
 
+// CuFileConfig is where the node's tree holds cuFile's configuration (the
+// file is there only on a profile with GPUDirect Storage installed).
+func (n *Node) CuFileConfig() string { return filepath.Join(n.root, machine.CuFileConfigPath) }
+
 // NVML is the simulated NVML library.
 func (n *Node) NVML() nvml.Interface { return n.nvml }
 

@@ -64,7 +64,8 @@ func (r *Runner) Run(ctx context.Context, o probes.Options) (*probes.Round, erro
 	if snap == nil {
 		return nil, &probes.RunFailure{GPU: o.GPU, Result: probes.RunError, Err: fmt.Errorf("simulated driver: %w", err)}
 	}
-	topo, _ := numa.ReadTopology(r.n.fs) // a value it could not read is left out, as for the exporter
+	// A value it could not read is left out, as for the exporter.
+	topo, _ := (&numa.TopologyReader{FS: r.n.fs, CuFileConfig: r.n.CuFileConfig()}).Sample(ctx)
 	return probes.MeasureRound(ctx, &measurer{r: r, snap: snap, topo: topo}, []probes.Options{o}), nil
 }
 

@@ -7,6 +7,7 @@
 package cuda
 
 /*
+#cgo CFLAGS: -I${SRCDIR}/../internal/dltable
 #cgo LDFLAGS: -ldl
 #include <stdlib.h>
 #include "shim.h"

@@ -1,16 +1,13 @@
 #include "shim.h"
 
-#include <dlfcn.h>
-#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
-// Symbol names and where each one goes in the table.
-#define SYM(name) { #name, offsetof(gl_api, name) }
-static const struct {
-	const char *name;
-	size_t off;
-} syms[] = {
+#include "dltable.h"
+
+// Symbol names and where each one goes in the table; every one is needed.
+#define SYM(name) { #name, offsetof(gl_api, name), "" }
+static const struct dl_sym syms[] = {
 	SYM(cuInit), SYM(cuDriverGetVersion), SYM(cuGetErrorName), SYM(cuGetErrorString),
 	SYM(cuDeviceGetCount), SYM(cuDeviceGet), SYM(cuDeviceGetName), SYM(cuDeviceGetPCIBusId),
 	SYM(cuDeviceGetAttribute), SYM(cuDeviceCanAccessPeer), SYM(cuDevicePrimaryCtxRetain),
@@ -25,29 +22,8 @@ static const struct {
 };
 
 int gl_open(const char *path, gl_api *api, char *err, size_t errlen) {
-	memset(api, 0, sizeof *api);
-	// RTLD_LOCAL keeps the driver's symbols out of the global namespace;
-	// RTLD_NOW surfaces a library with unresolved dependencies here, not
-	// at the first call.
-	void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (lib == NULL) {
-		const char *e = dlerror();
-		snprintf(err, errlen, "%s", e ? e : "dlopen failed");
-		return -1;
-	}
-	for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-		dlerror();
-		void *fn = dlsym(lib, syms[i].name);
-		if (fn == NULL) {
-			snprintf(err, errlen, "%s: symbol %s not found", path, syms[i].name);
-			dlclose(lib);
-			memset(api, 0, sizeof *api);
-			return -1;
-		}
-		memcpy((char *)api + syms[i].off, &fn, sizeof fn);
-	}
-	api->lib = lib;
-	return 0;
+	api->lib = dl_open_table(path, syms, sizeof syms / sizeof syms[0], api, sizeof *api, err, errlen);
+	return api->lib == NULL ? -1 : 0;
 }
 
 void gl_close(gl_api *api) {

@@ -36,6 +36,7 @@
 package nccl
 
 /*
+#cgo CFLAGS: -I${SRCDIR}/../internal/dltable
 #cgo LDFLAGS: -ldl
 #include <stdlib.h>
 #include "shim.h"

@@ -5,14 +5,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "dltable.h"
+
 // Symbol names, where each one goes in the table, and what a library
 // without it lacks (NULL: optional, the field stays NULL).
 #define SYM(name, why) { #name, offsetof(gn_api, name), why }
-static const struct {
-	const char *name;
-	size_t off;
-	const char *why;
-} syms[] = {
+static const struct dl_sym syms[] = {
 	SYM(ncclGetVersion, ""), SYM(ncclGetUniqueId, ""),
 	SYM(ncclCommInitRankConfig, " (NCCL 2.14 or later is needed: communicators are made with a config, which says they block)"),
 	SYM(ncclCommGetAsyncError, ""), SYM(ncclCommAbort, ""), SYM(ncclCommDestroy, ""),
@@ -22,29 +20,8 @@ static const struct {
 };
 
 int gn_open(const char *path, gn_api *api, char *err, size_t errlen) {
-	memset(api, 0, sizeof *api);
-	// RTLD_LOCAL keeps NCCL's symbols out of the global namespace; RTLD_NOW
-	// surfaces a library with unresolved dependencies here, not at the
-	// first call.
-	void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (lib == NULL) {
-		const char *e = dlerror();
-		snprintf(err, errlen, "%s", e ? e : "dlopen failed");
-		return -1;
-	}
-	for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-		dlerror();
-		void *fn = dlsym(lib, syms[i].name);
-		if (fn == NULL && syms[i].why != NULL) {
-			snprintf(err, errlen, "%s: symbol %s not found%s", path, syms[i].name, syms[i].why);
-			dlclose(lib);
-			memset(api, 0, sizeof *api);
-			return -1;
-		}
-		memcpy((char *)api + syms[i].off, &fn, sizeof fn);
-	}
-	api->lib = lib;
-	return 0;
+	api->lib = dl_open_table(path, syms, sizeof syms / sizeof syms[0], api, sizeof *api, err, errlen);
+	return api->lib == NULL ? -1 : 0;
 }
 
 void gn_error_text(gn_api *a, gn_result r, char *text, size_t textlen, char *last, size_t lastlen) {

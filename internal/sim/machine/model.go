@@ -63,6 +63,12 @@ type Machine struct {
 	// IOMMU is the type of every IOMMU group (DMA, DMA-FQ, identity);
 	// "" means no IOMMU: no sys/kernel/iommu_groups.
 	IOMMU string
+	// Mounts are the filesystems on NVMe drives (storage.go); none leaves
+	// proc/self/mountinfo out.
+	Mounts []Mount
+	// CuFileConfig is cuFile's configuration, etc/cufile.json under the
+	// root; "" leaves it out, as on a node without GPUDirect Storage.
+	CuFileConfig string
 }
 
 // NVIDIADriver is the NVIDIA kernel driver as /proc/driver/nvidia/version

@@ -1,5 +1,7 @@
 package machine
 
+import "fmt"
+
 // Profiles returns the constructors of the machines in good health by
 // name; each tree is committed as numa/testdata/<name>.txtar, beside the
 // faulty ones internal/sim makes from them (sim.Fixtures).
@@ -93,6 +95,20 @@ const (
 //   - 6161 nvidia-cuda-mps (the MPS server) on GPU2, not pinned (0-223),
 //     threads on both nodes, 55,000 pages on N0 and 45,000 on N1; a
 //     login session, not Kubernetes.
+//
+// dgxCuFileConfig is the part of the cufile.json GDS installs that the
+// exporter reads, comments and all.
+const dgxCuFileConfig = `{
+    // cuFile configuration as installed with GPUDirect Storage
+    "logging": { "dir": "/var/log", "level": "ERROR" },
+    "properties": {
+        "max_direct_io_size_kb": 16384,
+        // fall back to POSIX I/O where the direct path is not available
+        "allow_compat_mode": true
+    }
+}
+`
+
 func DGXH100() *Machine {
 	m := &Machine{
 		Name: "dgx-h100",
@@ -105,8 +121,12 @@ func DGXH100() *Machine {
 		NVLink:       hgxNVLink,
 		Kernel:       "5.15.0-1042-nvidia",
 		NVIDIADriver: &NVIDIADriver{Version: "535.161.08"},
-		Modules:      []string{"ib_core", "ib_uverbs", "mlx5_core", "mlx5_ib", "nvidia", "nvidia_peermem", "nvidia_uvm", "nvme"},
+		Modules:      []string{"ib_core", "ib_uverbs", "mlx5_core", "mlx5_ib", "nvidia", "nvidia_fs", "nvidia_peermem", "nvidia_uvm", "nvme"},
 		IOMMU:        "identity",
+		// GPUDirect Storage installed and nvidia-fs loaded: the data
+		// drives' RAID 0 is read natively.
+		Mounts:       []Mount{{Point: "/raid", FSType: "xfs", Drives: []string{"0000:1a:00.0", "0000:3c:00.0", "0000:9c:00.0", "0000:bc:00.0"}}},
+		CuFileConfig: dgxCuFileConfig,
 	}
 	spr := func(bus int, child *Device) *HostBridge { return ownBridge(sprRootPort, bus, child) }
 	m.HostBridges = append(onNode(0,
@@ -166,6 +186,25 @@ func DGXH100FarNICs() *Machine {
 	m.RemoveDevice("0000:e3:01.0")
 	m.HostBridges = append(m.HostBridges, onNode(0, ownBridge(sprRootPort, 0x70,
 		pexSwitch(0x71, ibHCA(0x73, "mlx5_4"), ibHCA(0x74, "mlx5_5"), ibHCA(0x75, "mlx5_6"), ibHCA(0x76, "mlx5_7"))))...)
+	return m
+}
+
+// DGXH100TwoNICs is a DGX H100 tree fitted with one compute NIC per
+// socket, as a server built for fewer rails is: mlx5_2 (3b:00.0, under
+// switch B beside GPUs 2 and 3) on node 0 and mlx5_6 (bb:00.0, under
+// switch D beside GPUs 6 and 7) on node 1. The other ConnectX-7 and both
+// Ethernet ports are not fitted (their downstream and root ports go with
+// them). GPUs 2, 3 and 6, 7 are PIX to their socket's NIC, GPUs 0, 1 and
+// 4, 5 NODE, every GPU SYS to the other socket's: mlx5_6 is the only NIC
+// on GPUs 4-7's side of the machine.
+func DGXH100TwoNICs() *Machine {
+	m := DGXH100()
+	m.Name = "dgx-h100-two-nics"
+	for _, nic := range []string{"0000:19:00.0", "0000:29:00.0", "0000:5c:00.0", "0000:9b:00.0", "0000:aa:00.0", "0000:da:00.0"} {
+		m.RemoveDevice(m.Parent(nic).Addr)
+	}
+	m.RemoveDevice("0000:6b:01.0")
+	m.RemoveDevice("0000:e3:01.0")
 	return m
 }
 
@@ -231,6 +270,10 @@ func AWSP5() *Machine {
 		Kernel:       "6.8.0-1015-aws",
 		NVIDIADriver: &NVIDIADriver{Version: "550.127.05", Open: true},
 		Modules:      []string{"efa", "ena", "ib_core", "ib_uverbs", "nvidia", "nvidia_uvm", "nvme"},
+		// The instance store in RAID 0, no GPUDirect Storage installed:
+		// cuFile from a framework's wheel runs in compatibility mode,
+		// as expected here.
+		Mounts: []Mount{{Point: "/opt/dlami/nvme", FSType: "ext4"}},
 	}
 	ena := awsENA.endpoint(0x11)
 	ena.Net = []NetDev{physNet("ens32", TypeEther, 0, 9001, mac(0x0a1b2c, 0x11))}
@@ -242,6 +285,7 @@ func AWSP5() *Machine {
 			pexSwitch(b+3, efa(b+5), efa(b+6), efa(b+7), efa(b+8), nvme(b+9)),
 			pexSwitch(b+10, gpu(h100SXM, b+12)))
 		m.HostBridges = append(m.HostBridges, onNode(i/4, ownBridge(milanRootPort, b, tray))...)
+		m.Mounts[0].Drives = append(m.Mounts[0].Drives, fmt.Sprintf("0000:%02x:00.0", b+9))
 	}
 	m.Processes = []Process{
 		{PID: 3131, PPID: 1, Comm: "python", Exe: "/usr/bin/python3.10", GPUs: []string{"0000:53:00.0"},

@@ -29,7 +29,7 @@ func (m *Machine) tree(pause func()) (*tree, error) {
 	if err := m.check(); err != nil {
 		return nil, err
 	}
-	w := &writer{m: m, t: newTree(), nodeCPUs: map[int][]int{}, maps: map[int]mapsInfo{}, hugeUsed: map[int]uint64{}}
+	w := &writer{m: m, t: newTree(), nodeCPUs: map[int][]int{}, maps: map[int]mapsInfo{}, hugeUsed: map[int]uint64{}, nvme: map[string]nvmeNamespace{}}
 	// Processes' hugepages come out of their nodes' pools, which meminfo
 	// shows, so lay out their memory first.
 	for _, p := range m.Processes {
@@ -63,6 +63,7 @@ func (m *Machine) tree(pause func()) (*tree, error) {
 		}
 		pause()
 	}
+	w.storage()
 	for i := range m.Processes {
 		w.process(&m.Processes[i])
 	}
@@ -82,12 +83,13 @@ func (m *Machine) tree(pause func()) (*tree, error) {
 type writer struct {
 	m        *Machine
 	t        *tree
-	cpus     []int            // every CPU, ascending
-	nrCPUs   int              // the kernel's nr_cpu_ids: bits in a CPU mask
-	nodeCPUs map[int][]int    // node ID to its CPUs
-	ifindex  int              // last interface index handed out
-	maps     map[int]mapsInfo // numa_maps layout by PID
-	hugeUsed map[int]uint64   // 2 MiB hugepages in use by node
+	cpus     []int                    // every CPU, ascending
+	nrCPUs   int                      // the kernel's nr_cpu_ids: bits in a CPU mask
+	nodeCPUs map[int][]int            // node ID to its CPUs
+	ifindex  int                      // last interface index handed out
+	maps     map[int]mapsInfo         // numa_maps layout by PID
+	hugeUsed map[int]uint64           // 2 MiB hugepages in use by node
+	nvme     map[string]nvmeNamespace // NVMe drives' namespaces by PCI address
 }
 
 // maxNumNodes is MAX_NUMNODES of distribution kernels (NODES_SHIFT 10); it
@@ -260,6 +262,9 @@ func (w *writer) device(parent string, d *Device) {
 	for i := range d.Net {
 		w.net(netParent, &d.Net[i], true)
 	}
+	if d.Class == nvmeClass {
+		w.namespace(dir, d)
+	}
 	for _, c := range d.Children {
 		w.device(dir, c)
 	}
@@ -404,6 +409,16 @@ func (m *Machine) check() error {
 		}
 		if len(p.Pages) > len(m.Nodes) {
 			return fmt.Errorf("%s: pid %d has pages on %d nodes", m.Name, p.PID, len(p.Pages))
+		}
+	}
+	for _, mt := range m.Mounts {
+		if len(mt.Drives) == 0 {
+			return fmt.Errorf("%s: mount %s is on no drive", m.Name, mt.Point)
+		}
+		for _, a := range mt.Drives {
+			if d := m.Device(a); d == nil || d.Class != nvmeClass {
+				return fmt.Errorf("%s: mount %s: %s is no NVMe drive of this machine", m.Name, mt.Point, a)
+			}
 		}
 	}
 	return nil

@@ -20,6 +20,8 @@ type ChildConfig struct {
 	Library string
 	// FS is where sysfs is, for the link state read under load.
 	FS hostfs.Root
+	// CuFileLibrary is the cuFile library the storage probes try.
+	CuFileLibrary string
 }
 
 // RunRound probes each GPU in opts in turn and returns the round. It is the
@@ -36,7 +38,7 @@ func RunRound(ctx context.Context, cfg ChildConfig, opts []probes.Options) *prob
 		return failedRound(addrs, err)
 	}
 	defer drv.Close()
-	return runRound(ctx, drv, cfg.FS, opts)
+	return runRound(ctx, drv, cfg.FS, cfg.CuFileLibrary, opts)
 }
 
 // failedRound is a round in which no GPU could be probed, for err.
@@ -48,14 +50,15 @@ func failedRound(gpus []string, err error) *probes.Round {
 	return round
 }
 
-func runRound(ctx context.Context, drv *cuda.Driver, fs hostfs.Root, opts []probes.Options) *probes.Round {
-	return probes.MeasureRound(ctx, cudaMeasurer{drv: drv, fs: fs}, opts)
+func runRound(ctx context.Context, drv *cuda.Driver, fs hostfs.Root, cufileLib string, opts []probes.Options) *probes.Round {
+	return probes.MeasureRound(ctx, cudaMeasurer{drv: drv, fs: fs, cufile: cufileLib}, opts)
 }
 
 // cudaMeasurer is the Measurer over the CUDA driver: the probe child's.
 type cudaMeasurer struct {
-	drv *cuda.Driver
-	fs  hostfs.Root
+	drv    *cuda.Driver
+	fs     hostfs.Root
+	cufile string
 }
 
 func (m cudaMeasurer) DriverVersion() int {
@@ -88,6 +91,12 @@ type gpuProbe struct {
 
 	peers map[string]*worker
 
+	// cufile is the cuFile library to try for the storage probes;
+	// storage their file, once made, or storageErr why it was not.
+	cufile     string
+	storage    *storageFile
+	storageErr error
+
 	addr string // the GPU's PCI address, sysfs form
 	busy time.Duration
 	dev  int64       // device memory held now
@@ -109,7 +118,7 @@ func (m cudaMeasurer) Open(ctx context.Context, o probes.Options) (probes.GPU, p
 	if err != nil {
 		return nil, found, fmt.Errorf("GPU %s: %v", addr, err)
 	}
-	p := &gpuProbe{ctx: ctx, fs: m.fs, opts: o, w: w, addr: addr, peers: map[string]*worker{}}
+	p := &gpuProbe{ctx: ctx, fs: m.fs, opts: o, w: w, addr: addr, peers: map[string]*worker{}, cufile: m.cufile}
 	if err := p.setup(); err != nil {
 		// The context was held: returned, so that it is closed and counted.
 		return p, found, fmt.Errorf("GPU %s: %v", addr, err)
@@ -162,6 +171,7 @@ func (p *gpuProbe) setup() error {
 }
 
 func (p *gpuProbe) teardown() {
+	p.closeStorage()
 	for _, w := range p.peers {
 		w.stop()
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/alecthomas/units"
@@ -22,7 +23,9 @@ import (
 // daemon or as a table for a person.
 type Command struct {
 	Library string
-	FS      hostfs.Root
+	// CuFileLibrary is the cuFile library the storage probes try.
+	CuFileLibrary string
+	FS            hostfs.Root
 	// GPUs: "all", a PCI address, or an index in PCI address order (which
 	// is nvidia-smi's numbering).
 	GPUs []string
@@ -34,6 +37,8 @@ type Command struct {
 	Probes        []string
 	Size          string
 	Samples       int
+	StorageDir    string
+	StorageSize   string
 	Output        string
 	// Topology, if set, is the PCIe tree already read by the caller; else
 	// it is read when the default host nodes need it.
@@ -61,6 +66,8 @@ func AddCommand(app *kingpin.Application, c *Command) *kingpin.CmdClause {
 	cmd.Flag("probe", "Probe to run: "+probes.KindList()+". Repeatable. Default: all.").StringsVar(&c.Probes)
 	cmd.Flag("size", "Size of one transfer for the bandwidth probes (bytes, or with a unit: 64MiB).").Default(units.Base2Bytes(probes.DefaultSizeBytes).String()).StringVar(&c.Size)
 	cmd.Flag("samples", "Timed samples per result; the median is reported.").Default(strconv.Itoa(probes.DefaultSamples)).IntVar(&c.Samples)
+	cmd.Flag("storage-dir", "Directory for the storage probes' file (written, read back, removed). Empty: none.").PlaceHolder("DIR").StringVar(&c.StorageDir)
+	cmd.Flag("storage-size", "Size of the storage probes' file, whole MiB.").Default(units.Base2Bytes(probes.DefaultStorageBytes).String()).StringVar(&c.StorageSize)
 	cmd.Flag("output", "table or json.").Default("table").EnumVar(&c.Output, "table", "json")
 	cmd.Flag("sharing-check", "List the GPUs' other processes (--no-sharing-check: do not).").Default("true").SetValue(probes.Negated{P: &c.NoSharingCheck})
 	return cmd
@@ -68,7 +75,7 @@ func AddCommand(app *kingpin.Application, c *Command) *kingpin.CmdClause {
 
 // commandFlags are this command's flags for the daemon's that
 // Options.Validate names.
-var commandFlags = map[string]string{"--probe.size": "--size", "--probe.samples": "--samples", "--probe.kind": "--probe"}
+var commandFlags = map[string]string{"--probe.size": "--size", "--probe.samples": "--samples", "--probe.kind": "--probe", "--probe.storage-size": "--storage-size"}
 
 // usageError is err from Options.Validate in this command's terms: its
 // flag, and the size as given.
@@ -78,9 +85,13 @@ func (c *Command) usageError(err error) error {
 		return err
 	}
 	e := *oe
-	if e.Flag == "--probe.size" {
+	switch e.Flag {
+	case "--probe.size":
 		e.Value = c.Size
+	case "--probe.storage-size":
+		e.Value = c.StorageSize
 	}
+	e.Want = strings.ReplaceAll(e.Want, "--probe.storage-dir", "--storage-dir")
 	e.Flag = commandFlags[e.Flag]
 	return &e
 }
@@ -97,7 +108,19 @@ func (c *Command) Run(ctx context.Context, stdout, stderr io.Writer) int {
 		kinds = append(kinds, probes.Kind(k))
 	}
 	// Every GPU's options share these; the rest are addresses and nodes.
-	template := probes.Options{Probes: kinds, SizeBytes: size, Samples: c.Samples}
+	template := probes.Options{Probes: kinds, SizeBytes: size, Samples: c.Samples, StorageDir: c.StorageDir}
+	if c.StorageDir != "" {
+		if template.StorageBytes, err = probes.ParseSize("--storage-size", c.StorageSize); err != nil {
+			probes.PrintError(stderr, err)
+			return probes.ExitUsage
+		}
+		// cuFile echoes its errors on file descriptor 1, where the round
+		// goes: move them to stderr before it loads.
+		if stdout, err = guardStdout(stdout); err != nil {
+			probes.PrintError(stderr, err)
+			return probes.ExitUsage
+		}
+	}
 	if err := template.Validate(); err != nil {
 		probes.PrintError(stderr, c.usageError(err))
 		return probes.ExitUsage
@@ -113,7 +136,7 @@ func (c *Command) Run(ctx context.Context, stdout, stderr io.Writer) int {
 			return probes.ExitUsage
 		}
 		watch := c.startSharingCheck(opts, stderr)
-		round = runRound(ctx, drv, c.FS, opts)
+		round = runRound(ctx, drv, c.FS, c.CuFileLibrary, opts)
 		c.judgeSharing(watch, round, opts, stderr)
 	case probes.AddressesOnly(c.GPUs):
 		// The daemon names GPUs by address: it gets a round saying why

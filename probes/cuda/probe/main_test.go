@@ -19,5 +19,7 @@ func realChild(args []string) int {
 		AddCommand(app, cmd)
 		app.Flag("cuda.library", "").StringVar(&cmd.Library)
 		app.Flag("path.sysfs", "").StringVar(&cmd.FS.Sys)
+		app.Flag("path.procfs", "").StringVar(&cmd.FS.Proc)
+		app.Flag("cufile.library", "").StringVar(&cmd.CuFileLibrary)
 	}, cmd.Run)
 }

@@ -39,6 +39,8 @@ func WriteTable(w io.Writer, round *probes.Round) {
 			}
 			value, spread, expected, ratio := "", "", "", ""
 			switch {
+			case r.Skipped != nil:
+				value = "skipped: " + r.Skipped.Error()
 			case r.Error != "":
 				value = "error: " + r.Error
 			case r.BytesPerSecond > 0:
@@ -66,6 +68,7 @@ func WriteTable(w io.Writer, round *probes.Round) {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Probe, r.Direction, r.Peer, node, size, value, spread, expected, ratio, contended)
 		}
 		tw.Flush()
+		writeStorage(w, g.Results)
 		if l := g.LinkUnderLoad; l != nil {
 			how := "read while copying, but the copy had finished by then"
 			if l.Confirmed {
@@ -75,5 +78,25 @@ func WriteTable(w io.Writer, round *probes.Round) {
 		}
 		fmt.Fprintf(w, "  cost: GPU busy %.3f s, context held %.3f s, device memory %s at most (%s in use on the GPU), pinned host memory %s\n",
 			g.BusySeconds, g.ContextSeconds, probes.SizeString(g.DeviceMemoryBytes), probes.SizeString(g.ContextMemoryBytes), probes.SizeString(g.HostMemoryBytes))
+	}
+}
+
+// writeStorage says how the storage probes moved their bytes: the mode,
+// the filesystem and drive, and why cuFile did not serve the file where it
+// did not.
+func writeStorage(w io.Writer, results []probes.Result) {
+	for _, r := range results {
+		if r.StorageMode == "" {
+			continue
+		}
+		drive := r.StorageDrive
+		if drive == "" {
+			drive = "no local NVMe drive"
+		}
+		fmt.Fprintf(w, "  storage: %s through %s, %s on %s", r.Probe, r.StorageMode, r.StorageFilesystem, drive)
+		if r.StorageNote != "" {
+			fmt.Fprintf(w, " (%s)", r.StorageNote)
+		}
+		fmt.Fprintln(w)
 	}
 }

@@ -30,8 +30,9 @@ func TestParseTransportsOfPostedLogs(t *testing.T) {
 	got := parseTransportsOf(t, "testdata/nccl/posted-issues.log")
 	want := []probes.Transport{
 		{Channel: -1, FromRank: -1, ToRank: -1, Kind: probes.TransportNVLS, Detail: "NVLS"},
-		{Channel: 0, FromRank: -1, ToRank: 0, Kind: probes.TransportCollNet, Detail: "COLLNET/SHARP/0/GDRDMA", Network: "SHARP", GDR: true},
-		{Channel: 0, FromRank: 0, ToRank: -1, Kind: probes.TransportCollNet, Detail: "COLLNET/SHARP/0/GDRDMA", Network: "SHARP", GDR: true},
+		// SHARP over the log's InfiniBand ports.
+		{Channel: 0, FromRank: -1, ToRank: 0, Kind: probes.TransportCollNet, Detail: "COLLNET/SHARP/0/GDRDMA", Network: "IB", GDR: true},
+		{Channel: 0, FromRank: 0, ToRank: -1, Kind: probes.TransportCollNet, Detail: "COLLNET/SHARP/0/GDRDMA", Network: "IB", GDR: true},
 		{Channel: 0, FromRank: 0, ToRank: 4, Kind: probes.TransportSHM, Detail: "SHM/direct/direct"},
 		{Channel: 0, FromRank: 1, ToRank: 3, Kind: probes.TransportNet, Detail: "NET/IB/2/GDRDMA", Network: "IB", GDR: true},
 		{Channel: 0, FromRank: 3, ToRank: 2, Kind: probes.TransportP2P, Detail: "P2P/CUMEM"},
