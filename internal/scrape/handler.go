@@ -74,7 +74,7 @@ type Handler struct {
 
 	served atomic.Pointer[generation]
 
-	mu    sync.Mutex // held while a generation is built
+	mu    sync.Mutex       // held while a generation is built
 	sizes map[cacheKey]int // of the last body of each key, to size the next
 
 	askMu sync.Mutex // held only to note or list asks
