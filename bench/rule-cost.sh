@@ -44,7 +44,7 @@ if [ -z "$work" ]; then
 	work=$(mktemp -d)
 	trap 'rm -rf "$work"' EXIT
 fi
-if [ -x "$here/rulehistory" ] || [ -f "$here/promtool.gz" ]; then
+if [ -f "$here/rulehistory" ] || [ -f "$here/promtool.gz" ]; then
 	# .device/ (bench/device-build.sh): everything beside the script.
 	unpack_tools promtool prometheus
 	BIN=${BIN:-$here/gpulink_exporter} PROMTOOL=${PROMTOOL:-$here/promtool} PROMETHEUS=${PROMETHEUS:-$here/prometheus}
@@ -68,7 +68,7 @@ fi
 # A copy: edits to the working tree during the run change nothing.
 cp "${AFTER:-$root/deploy/prometheus/gpulink.rules.yml}" "$out/rules-after.yml"
 AFTER=$out/rules-after.yml
-if [ -x "$here/rulehistory" ]; then
+if [ -f "$here/rulehistory" ]; then
 	cp "$here/rulehistory" "$out/rulehistory"
 else
 	go build -o "$out/rulehistory" "$root/bench/rulehistory"
