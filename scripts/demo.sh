@@ -119,13 +119,16 @@ absolute() { # a fault file's absolute path, made empty if missing
 token=$work/node-probe-token
 (umask 077 && od -An -N24 -tx1 /dev/urandom | tr -d ' \n' >"$token")
 
-# simulate NAME PROFILE PORT FAULTS: one simulated node. Probes and
-# collective rounds every 30 s with no bound on their duty; each node
+# simulate NAME PROFILE PORT FAULTS STORAGE_DIR: one simulated node.
+# Probes and collective rounds every 30 s with no bound on their duty;
+# the storage probes on the profile's data drives (GDS native on the
+# DGX's /raid, compatibility mode on the p5's /opt/dlami/nvme); each node
 # takes part in node-to-node sessions as target (--node-probe.enabled),
 # at most one per role every 15 s, inside the ring's 30 s.
 simulate() {
 	local args=(--sim="$2" --web.listen-address="127.0.0.1:$3"
 		--probe.policy=always --probe.interval=30s --probe.first-delay=0 --probe.max-duty=1
+		--probe.storage-dir="$5"
 		--collective.interval=30s --collective.warmup=1 --collective.iterations=5 --collective.samples=1
 		--node-probe.enabled --node-probe.min-interval=15s --node-probe.token-file="$token")
 	if [[ -n $4 ]]; then
@@ -133,8 +136,8 @@ simulate() {
 	fi
 	launch "$1" "$bin" "${args[@]}"
 }
-simulate exporter dgx-h100 "$exp_port" "$faults"
-simulate exporter-p5 aws-p5 "$p5_port" "$p5_faults"
+simulate exporter dgx-h100 "$exp_port" "$faults" /raid
+simulate exporter-p5 aws-p5 "$p5_port" "$p5_faults" /opt/dlami/nvme
 
 cat >"$work/alertmanager.yml" <<YML
 route: {receiver: log, group_by: [alertname, instance], group_wait: 10s, group_interval: 1m, repeat_interval: 4h}

@@ -190,13 +190,19 @@ func TestLoadRulesNamesWhatIsWrong(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// GPUNVLinkDown reads the node's best NVLink count, a recording rule,
-	// and looks back a day.
-	if len(r.records) != 1 || r.records[0].name != "instance:gpulink_gpu_nvlinks_active:max" {
+	// GPUNVLinkDown reads two recording rules: the node's best NVLink
+	// count, and whether each link was seen up, which reads back its own
+	// value of the last hour (issue 37: a recorded "was it ever up" in
+	// place of a day's subquery). The history kept covers that hour.
+	got := map[string]bool{}
+	for _, rc := range r.records {
+		got[rc.name] = true
+	}
+	if len(r.records) != 2 || !got["instance:gpulink_gpu_nvlinks_active:max"] || !got["gpu_link:gpulink_gpu_nvlink_up:seen_up"] {
 		t.Errorf("recording rules read: %v", r.records)
 	}
-	if r.window < 24*time.Hour {
-		t.Errorf("window %v, less than the day GPUNVLinkDown looks back", r.window)
+	if r.window < time.Hour {
+		t.Errorf("window %v, less than the hour GPUNVLinkDown's seen_up looks back", r.window)
 	}
 }
 

@@ -402,7 +402,10 @@ const (
 	// counters (144 + 288 series) are off by default; the NVLink
 	// version and the pairs' peer-to-peer capabilities are labels of
 	// the per-link and per-pair info series, not series of their own.
-	beforeBudget = 2450
+	// 2469 since each GPU's nearest usable NIC (24) and the NVMe drives'
+	// paths to the GPUs, their mounts and GPUDirect Storage's state (46)
+	// came (issues 37 and 36).
+	beforeBudget = 2500
 	// probeBudget bounds what a round of every GPU adds under policy
 	// always, the most a round can add: about 72 series a GPU (a value
 	// for each host copy from each NUMA node, copy to and from each peer
