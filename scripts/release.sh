@@ -2,7 +2,8 @@
 # make release: the release tarballs, as promu lays out the Prometheus
 # projects' (node_exporter-1.8.2.linux-arm64.tar.gz holding
 # node_exporter-1.8.2.linux-arm64/{node_exporter,LICENSE,NOTICE}), one per
-# platform, with their SHA-256 sums in sha256sums.txt (the file the
+# platform, each with gpulink_exporter and gpulink_healthcheck (Slurm's
+# HealthCheckProgram, NHC, node-problem-detector: deploy/slurm/README.md), with their SHA-256 sums in sha256sums.txt (the file the
 # Prometheus projects publish beside them), in dist/.
 #
 #   gpulink_exporter-<VERSION>.linux-amd64.tar.gz
@@ -62,6 +63,9 @@ for platform in $platforms; do
 	mkdir -p "$staging/$name"
 	echo ">> building $name with $cc"
 	GOOS=$os GOARCH=$arch CC=$cc go build -ldflags "$ldflags" -o "$staging/$name/gpulink_exporter" .
+	# The node health check ships beside the exporter, as promtool does
+	# beside prometheus: pure Go, so no C compiler for it.
+	GOOS=$os GOARCH=$arch CGO_ENABLED=0 go build -ldflags "$ldflags" -o "$staging/$name/gpulink_healthcheck" ./cmd/gpulink_healthcheck
 	cp LICENSE "$staging/$name/"
 	[[ ! -e NOTICE ]] || cp NOTICE "$staging/$name/"
 	# Reproducible archives: fixed owner, order and times.
