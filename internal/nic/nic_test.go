@@ -742,6 +742,31 @@ func TestNICProfileNoGPU(t *testing.T) {
 func TestNICProfileH200VM(t *testing.T) {
 	t.Parallel()
 	snap, perr, _ := nicProfile(t, "h200-vm")
+	wantVirtioEth0(t, snap, perr)
+}
+
+// The NIC source on a tree captured from a real machine (the development
+// and CI VM, numa/testdata/captured/dev-vm): the kernel's own files, speed
+// -1 on virtio included, read without an error, as the modelled h200-vm.
+func TestNICCapturedDevVM(t *testing.T) {
+	t.Parallel()
+	root := machine.LoadCaptured(t, "dev-vm")
+	snap, perr := nicSample(t, hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")})
+	n := wantVirtioEth0(t, snap, perr)
+	if n.Driver != "virtio-pci" {
+		t.Errorf("eth0 driver %q, want virtio-pci", n.Driver)
+	}
+	if s := n.Stats; !s.ReceiveBytes.Valid || s.ReceiveBytes.V == 0 || !s.TransmitPackets.Valid || s.TransmitPackets.V == 0 {
+		t.Errorf("eth0 stats %+v, want the counters the kernel wrote", s)
+	}
+}
+
+// wantVirtioEth0 checks the NICs of a GPU VM as the lent machines and this
+// one have them: no RDMA port, and eth0 alone (lo, ifb0 and ifb1 are
+// virtual) on virtio at 0000:00:03.0, node unknown, up, MTU 1400, no
+// speed (virtio writes -1), two carrier changes.
+func wantVirtioEth0(t *testing.T, snap *Snapshot, perr *sampler.PartialError) *NetInterface {
+	t.Helper()
 	if perr != nil {
 		t.Fatal(perr)
 	}
@@ -751,39 +776,12 @@ func TestNICProfileH200VM(t *testing.T) {
 	if len(snap.Interfaces) != 1 {
 		t.Fatalf("interfaces %+v, want eth0 alone (lo, ifb0, ifb1 are virtual)", snap.Interfaces)
 	}
-	n := snap.Interfaces[0]
+	n := &snap.Interfaces[0]
 	if n.Name != "eth0" || n.PCIAddress != "0000:00:03.0" || n.NUMANode != -1 || n.Up() != sampler.Some(true) ||
 		n.MTU != sampler.Some(int64(1400)) {
 		t.Errorf("eth0 = %+v", n)
 	}
 	wantNone(t, "eth0 speed", n.SpeedBytes)
 	wantCount(t, "eth0 carrier changes", n.CarrierChanges, 2)
-}
-
-// The NIC source on a tree captured from a real machine (the development
-// and CI VM, numa/testdata/captured/dev-vm): the kernel's own files, speed
-// -1 on virtio included, read without an error.
-func TestNICCapturedDevVM(t *testing.T) {
-	t.Parallel()
-	root := machine.LoadCaptured(t, "dev-vm")
-	snap, perr := nicSample(t, hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")})
-	if perr != nil {
-		t.Fatal(perr)
-	}
-	if len(snap.Ports) != 0 {
-		t.Errorf("ports %+v, want none", snap.Ports)
-	}
-	if len(snap.Interfaces) != 1 {
-		t.Fatalf("interfaces %+v, want eth0 alone (lo, ifb0, ifb1 are virtual)", snap.Interfaces)
-	}
-	n := snap.Interfaces[0]
-	if n.Name != "eth0" || n.PCIAddress != "0000:00:03.0" || n.NUMANode != -1 || n.Up() != sampler.Some(true) ||
-		n.MTU != sampler.Some(int64(1400)) || n.Driver != "virtio-pci" {
-		t.Errorf("eth0 = %+v", n)
-	}
-	wantNone(t, "eth0 speed (virtio writes -1)", n.SpeedBytes)
-	wantCount(t, "eth0 carrier changes", n.CarrierChanges, 2)
-	if s := n.Stats; !s.ReceiveBytes.Valid || s.ReceiveBytes.V == 0 || !s.TransmitPackets.Valid || s.TransmitPackets.V == 0 {
-		t.Errorf("eth0 stats %+v, want the counters the kernel wrote", s)
-	}
+	return n
 }
