@@ -21,19 +21,8 @@ if [[ -e $dest/libcufile.so.0 ]]; then
 	echo "libcufile already in $dest"
 	exit 0
 fi
-command -v apt-get >/dev/null && command -v dpkg >/dev/null || {
-	echo "fetch-cufile: needs apt-get and dpkg (Debian)" >&2
-	exit 1
-}
-as_root=()
-if [[ $(id -u) -ne 0 ]]; then
-	command -v sudo >/dev/null && as_root=(sudo) || true
-fi
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-chmod 0777 "$tmp"
-download() { (cd "$tmp" && apt-get download -q "$pkg"); }
+# shellcheck source=scripts/debdownload.sh
+. "$repo/scripts/debdownload.sh"
 
 # The mirror and suite of the first Debian source, in deb822 form
 # (/etc/apt/sources.list.d/*.sources) or one-line form (sources.list).
@@ -51,23 +40,22 @@ debian_source() {
 	awk '$1 == "deb" && $2 ~ /debian\/?$/ {print $2 "|" $3; exit}' /etc/apt/sources.list 2>/dev/null
 }
 
-if ! download 2>/dev/null; then
-	if ! grep -rqs 'non-free\b' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-		src=$(debian_source)
-		if [[ -z $src ]]; then
-			echo "fetch-cufile: no Debian apt source to take the mirror from" >&2
-			exit 1
-		fi
-		echo "fetch-cufile: adding non-free (${src%%|*} ${src#*|}) to the apt sources" >&2
-		printf 'Types: deb\nURIs: %s\nSuites: %s\nComponents: non-free contrib\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
-			"${src%%|*}" "$(echo ${src#*|})" | "${as_root[@]}" tee /etc/apt/sources.list.d/gpulink-nonfree.sources >/dev/null
+# Where the package is not found: add non-free where no source has it
+# (deb_fetch then updates the lists and tries again).
+add_nonfree() {
+	grep -rqs 'non-free\b' /etc/apt/sources.list /etc/apt/sources.list.d/ && return
+	local src
+	src=$(debian_source)
+	if [[ -z $src ]]; then
+		echo "fetch-cufile: no Debian apt source to take the mirror from" >&2
+		exit 1
 	fi
-	"${as_root[@]}" apt-get update -q
-	download
-fi
-
-dpkg -x "$tmp"/*.deb "$tmp/root"
-lib=$(find "$tmp/root" -name 'libcufile.so.0' | head -n1)
+	echo "fetch-cufile: adding non-free (${src%%|*} ${src#*|}) to the apt sources" >&2
+	printf 'Types: deb\nURIs: %s\nSuites: %s\nComponents: non-free contrib\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+		"${src%%|*}" "$(echo ${src#*|})" | "${deb_as_root[@]}" tee /etc/apt/sources.list.d/gpulink-nonfree.sources >/dev/null
+}
+deb_fetch fetch-cufile --on-missing add_nonfree "$pkg"
+lib=$(find "$deb_root" -name 'libcufile.so.0' | head -n1)
 [[ -n $lib ]] || {
 	echo "fetch-cufile: $pkg holds no libcufile.so.0" >&2
 	exit 1

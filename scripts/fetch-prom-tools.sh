@@ -40,54 +40,27 @@ if [[ -x $dest/promtool && -x $dest/prometheus && -x $dest/alertmanager && -e $d
 	exit 0
 fi
 
-command -v apt-get >/dev/null && command -v dpkg >/dev/null || {
-	echo "fetch-prom-tools: needs apt-get and dpkg (Debian/Ubuntu)" >&2
-	exit 1
-}
-
-as_root=()
-if [[ $(id -u) -ne 0 ]]; then
-	command -v sudo >/dev/null && as_root=(sudo) || true
-fi
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-# apt-get drops privileges to _apt for downloads; let it write here so it
-# does not warn about downloading unsandboxed as root.
-chmod 0777 "$tmp"
-
-download() { (cd "$tmp" && apt-get download -q "${pkgs[@]}"); }
-
-# A fresh machine (e.g. a Docker image) often has empty package lists:
-# update once and retry.
-if ! download; then
-	echo "fetch-prom-tools: apt-get download failed; running apt-get update and retrying" >&2
-	"${as_root[@]}" apt-get update -q
-	download
-fi
-
-mkdir -p "$tmp/root"
-for deb in "$tmp"/*.deb; do
-	dpkg -x "$deb" "$tmp/root"
-done
+# shellcheck source=scripts/debdownload.sh
+. "$repo/scripts/debdownload.sh"
+deb_fetch fetch-prom-tools "${pkgs[@]}"
 # Links the packages make to absolute paths (/usr/share/nodejs/...) point
 # into the extracted tree instead, so that cp -L below resolves them.
-find "$tmp/root" -type l -lname '/*' | while read -r link; do
-	ln -sfn "$tmp/root$(readlink "$link")" "$link"
+find "$deb_root" -type l -lname '/*' | while read -r link; do
+	ln -sfn "$deb_root$(readlink "$link")" "$link"
 done
 
 mkdir -p "$dest"
-install -m 0755 "$tmp/root/usr/bin/promtool" "$dest/promtool"
-install -m 0755 "$tmp/root/usr/bin/prometheus" "$dest/prometheus"
+install -m 0755 "$deb_root/usr/bin/promtool" "$dest/promtool"
+install -m 0755 "$deb_root/usr/bin/prometheus" "$dest/prometheus"
 # The web UI, links resolved: only what Prometheus's templates load, not
 # source maps, precompressed copies or moment-timezone's 200 MB of data
 # (the templates load moment-timezone-with-data.min.js, which has it).
 rm -rf "$share"
 mkdir -p "$share"
-cp -rL "$tmp/root/usr/share/prometheus/web" "$share/web"
+cp -rL "$deb_root/usr/share/prometheus/web" "$share/web"
 find "$share/web" -type f \( -name '*.map' -o -name '*.gz' -o -name '*.brotli' \) -delete
 find "$share/web/static/moment-timezone" -mindepth 1 -not -name moment-timezone-with-data.min.js -exec rm -rf {} +
-cp -r "$tmp/root/usr/share/doc/prometheus/examples/consoles" "$tmp/root/usr/share/doc/prometheus/examples/console_libraries" "$share/"
+cp -r "$deb_root/usr/share/doc/prometheus/examples/consoles" "$deb_root/usr/share/doc/prometheus/examples/console_libraries" "$share/"
 rm -f "$dest/prometheus-alertmanager" "$dest"/.alertmanager-*
 # About 40 s on two cores; go is there wherever the exporter builds.
 GOFLAGS=-mod=mod GOBIN="$dest" go install "github.com/prometheus/alertmanager/cmd/alertmanager@$ALERTMANAGER_VERSION"
