@@ -7,19 +7,32 @@
 # The history is the simulated DGX H100's /metrics (one scrape of
 # `gpulink_exporter --sim=dgx-h100` with probes and collective rounds run),
 # copied to each node (instance and node "node-NNNN", job gpulink) every
-# STEP over a day up to now and 3 hours past it, by bench/rulehistory,
-# and turned into blocks by `promtool tsdb create-blocks-from openmetrics`,
-# a file per 2-hour block (a node-day is about a gigabyte of text at 30 s).
-# Prometheus first opens the blocks without rules until its compactions are
-# done, then evaluates each rule file every INTERVAL;
-# /api/v1/rules gives each group's evaluationTime, sampled once per
-# interval, and the median of the last SAMPLES evaluations is reported.
+# STEP over 27 hours, by bench/rulehistory, and turned into blocks by
+# `promtool tsdb create-blocks-from openmetrics`, a file per 2-hour block.
+# The recording rules that rules read over a range (a day's level, a "seen
+# up" reading its own hour) get their history too, level by level, from
+# `promtool tsdb create-blocks-from rules` (rulehistory -backfill says
+# which), each rule file on its own copy of the blocks. The history ends
+# LEAD seconds after the start, when that is done; from then on, as in
+# users' Prometheus, a Prometheus on each copy scrapes the fleet live
+# (rulehistory -serve) and appends the rules' outputs to its head: a
+# history that ran past the evaluation would make Prometheus refuse every
+# rule output as out of bounds, with a logged warning each, so that the
+# rules' readers of their own outputs read nothing and the measurement
+# would be wrong (it was, before 2026-12-07's later run: bench/RESULTS.md).
+# Each Prometheus in turn evaluates its rule file every INTERVAL (added and
+# removed by a reload); /api/v1/rules gives each group's evaluationTime,
+# sampled once per interval, and the median of the last SAMPLES
+# evaluations is reported, with the count of refused samples (0 expected).
 #
 # Usage: bench/rule-cost.sh [OUTDIR]
 #   NODES="5 10"   node counts (each written and measured on its own)
 #   STEP=30s       scrape interval of the history (kube-prometheus-stack's)
 #   INTERVAL=30s   rule evaluation interval
 #   SAMPLES=4      evaluations per measurement after two to warm up
+#   LEAD=SECONDS   from the start to the end of the history (default
+#                  240 + 90 per node): writing, compacting and backfilling
+#                  must be done by then, or the script stops saying so
 #   BEFORE=FILE    the rules measured first (default: 5531cf1's, from git,
 #                  or rules/gpulink.rules.5531cf1.yml beside the script)
 #   AFTER=FILE     the rules measured second (default: the working tree's,
@@ -31,7 +44,8 @@
 # .device/, and `.device/rule-cost.sh OUTDIR` runs from there.
 #   WORK=DIR       where the history and Prometheus's data go (gigabytes;
 #                  default: a new temporary folder, removed at the end)
-# Writes OUTDIR/cost.tsv (rules, nodes, group, median evaluation seconds)
+# Writes OUTDIR/cost.tsv (rules, nodes, group, its interval, median
+# evaluation seconds)
 # and prints it; the logs and each evaluation's /api/v1/rules beside it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -98,13 +112,11 @@ grep -q '^gpulink_collective_bus_bandwidth_bytes_per_second' "$out/scrape.txt" |
 	exit 1
 }
 
-# A day of history up to now and 3 hours past it (generating a node takes
-# minutes here), so the instant selectors still find a latest sample while
-# Prometheus evaluates, however long the generation took.
-end=$(($(date +%s) + 3 * 3600))
-hist() { # NODES DIR: that many nodes' history into DIR's blocks, one
-	# file per 2-hour block (promtool reads its whole input again for
-	# every block it writes), blocks aligned as promtool aligns them
+
+hist() { # NODES DIR: that many nodes' 27 hours up to $end into DIR's
+	# blocks, one file per 2-hour block (promtool reads its whole input
+	# again for every block it writes), blocks aligned as promtool aligns
+	# them
 	local from
 	for ((from = (end - 27 * 3600) / 7200 * 7200; from <= end; from += 7200)); do
 		"$out/rulehistory" -scrape "$out/scrape.txt" -rules "$BEFORE,$AFTER" -nodes "$1" \
@@ -114,17 +126,34 @@ hist() { # NODES DIR: that many nodes' history into DIR's blocks, one
 	rm -f "$work/block.om"
 }
 
-# prom DATA RULES LOG: Prometheus on DATA evaluating RULES ("" none) in the
-# background; its address in addr, its pid in prom.
-prom() {
-	local cfg=$out/prometheus.yml
+# prom DATA LOG [RULES]: Prometheus on DATA in the background, scraping the
+# fleet (when fleet is set) and evaluating RULES; its address in addr, its
+# pid in prom, its configuration in cfg ($cfgs/<pid>.yml, rewritten by
+# config). --web.enable-lifecycle: the measurement adds and removes the
+# rules with a reload, the scrapes going on.
+cfgs=$work/config
+mkdir -p "$cfgs"
+config() { # FILE RULES: the configuration, with RULES ("" none)
 	{
-		echo "global: {evaluation_interval: $INTERVAL}"
+		echo "global: {evaluation_interval: $INTERVAL, scrape_interval: $STEP}"
 		[ -z "$2" ] || echo "rule_files: ['$2']"
-	} >"$cfg"
+		if [ -n "${fleet:-}" ]; then
+			echo "scrape_configs:"
+			echo "  - job_name: gpulink"
+			echo "    honor_labels: true"
+			echo "    static_configs:"
+			for ((i = 0; i < nodes; i++)); do
+				printf "      - {targets: ['%s'], labels: {instance: node-%04d, __param_node: '%d'}}\n" "$fleet" "$i" "$i"
+			done
+		fi
+	} >"$1"
+}
+prom() {
+	cfg=$cfgs/$(basename "$1").yml
+	config "$cfg" "${3:-}"
 	addr=127.0.0.1:$(port)
 	"$PROMETHEUS" --config.file="$cfg" --storage.tsdb.path="$1" --storage.tsdb.retention.time=30d \
-		--web.listen-address="$addr" >"$3" 2>&1 &
+		--web.listen-address="$addr" --web.enable-lifecycle >"$2" 2>&1 &
 	prom=$!
 	for _ in $(seq 300); do
 		curl -sf "$addr/-/ready" >/dev/null && return
@@ -134,16 +163,12 @@ prom() {
 	exit 1
 }
 metric() { curl -sf "$addr/api/v1/query" --data-urlencode "query=$1" | python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(r[0]["value"][1] if r else "")'; }
-
-printf 'rules\tnodes\tgroup\tevaluation_seconds\n' >"$out/cost.tsv"
-for n in $NODES; do
-	data=$work/data-$n
-	mkdir -p "$data"
-	hist "$n" "$data"
-	# Let Prometheus compact the 2-hour blocks first, so that no
-	# compaction runs while it evaluates.
-	prom "$data" "" "$out/compact-$n.log"
-	last="" same=0
+# settle DATA LOG: Prometheus on DATA until its compactions are done (three
+# looks 20 s apart see the same counts), so that none runs while it
+# evaluates.
+settle() {
+	local last="" same=0 now
+	prom "$1" "$2"
 	while [ "$same" -lt 3 ]; do
 		sleep 20
 		now=$(metric 'prometheus_tsdb_compactions_total + prometheus_tsdb_vertical_compactions_total + prometheus_tsdb_blocks_loaded')
@@ -151,32 +176,110 @@ for n in $NODES; do
 	done
 	kill "$prom"
 	wait "$prom" 2>/dev/null || true
+}
+
+printf 'rules\tnodes\tgroup\tinterval_seconds\tevaluation_seconds\n' >"$out/cost.tsv"
+for nodes in $NODES; do
+	# The history ends LEAD seconds from now, when writing it, its
+	# compaction and the backfill of the recording rules are done: then
+	# Prometheus scrapes the fleet live from the end of the history on, as
+	# users' Prometheus does, and appends the rules' outputs to its head
+	# (a sample older than the newest block is refused).
+	end=$(($(date +%s) + ${LEAD:-$((240 + 90 * nodes))}))
+	raw=$work/raw-$nodes
+	mkdir -p "$raw"
+	hist "$nodes" "$raw"
+	settle "$raw" "$out/compact-$nodes.log"
 	for which in before after; do
 		rules=$BEFORE
 		[ "$which" = after ] && rules=$AFTER
-		prom "$data" "$rules" "$out/prometheus-$which-$n.log"
+		data=$work/$which-$nodes
+		rm -rf "$data" "$work/levels" && mkdir -p "$work/levels"
+		cp -a "$raw" "$data"
+		# The recording rules that rules read over a range (a day's
+		# level, a "seen up" reading its own hour), level by level, each
+		# evaluated by promtool through a Prometheus that has the blocks
+		# of the levels before.
+		for level in $("$out/rulehistory" -rules "$rules" -backfill "$work/levels"); do
+			prom "$data" "$out/backfill-$which-$nodes.log"
+			rm -rf "$work/backfill"
+			"$PROMTOOL" tsdb create-blocks-from rules --url="http://$addr" --start=$((end - 27 * 3600)) --end="$end" \
+				--eval-interval="$INTERVAL" --output-dir="$work/backfill" "$level" >>"$out/promtool.log"
+			kill "$prom"
+			wait "$prom" 2>/dev/null || true
+			mv "$work/backfill"/* "$data/" 2>/dev/null || true
+		done
+		settle "$data" "$out/compact-$which-$nodes.log"
+	done
+	now=$(date +%s)
+	if [ "$now" -gt "$end" ]; then
+		echo "rule-cost: $nodes nodes' history and backfill took until $((now - end)) s after the history's end: set LEAD (seconds) higher than ${LEAD:-$((240 + 90 * nodes))}" >&2
+		exit 1
+	fi
+	sleep $((end - now + 1))
+
+	# Both Prometheus scrape the fleet from here on; each evaluates its
+	# rules in turn, the other only scraping.
+	fport=$(port)
+	"$out/rulehistory" -scrape "$out/scrape.txt" -rules "$BEFORE,$AFTER" -serve "127.0.0.1:$fport" >"$out/fleet.log" 2>&1 &
+	fleetpid=$!
+	fleet=127.0.0.1:$fport
+	declare -A addrs pids cfgfile
+	for which in before after; do
+		prom "$work/$which-$nodes" "$out/prometheus-$which-$nodes.log"
+		addrs[$which]=$addr pids[$which]=$prom cfgfile[$which]=$cfg
+	done
+	for which in before after; do
+		rules=$BEFORE
+		[ "$which" = after ] && rules=$AFTER
+		addr=${addrs[$which]}
+		config "${cfgfile[$which]}" "$rules"
+		curl -sf -X POST "$addr/-/reload"
 		sleep $((interval_s * 2 + 5))
-		: >"$out/evals-$which-$n.json"
+		: >"$out/evals-$which-$nodes.json"
 		for _ in $(seq "$SAMPLES"); do
-			curl -sf "$addr/api/v1/rules" >>"$out/evals-$which-$n.json"
-			echo >>"$out/evals-$which-$n.json"
+			curl -sf "$addr/api/v1/rules" >>"$out/evals-$which-$nodes.json"
+			echo >>"$out/evals-$which-$nodes.json"
 			sleep "$interval_s"
 		done
-		kill "$prom"
-		wait "$prom" 2>/dev/null || true
-		rm -rf "$data/wal" "$data/chunks_head"
-		python3 - "$which" "$n" "$out/evals-$which-$n.json" >>"$out/cost.tsv" <<'EOF'
+		# A group with a longer interval (gpulink.daily, 5m) may not
+		# have run yet: sample on until it has, for up to 6 minutes.
+		for _ in $(seq $((360 / interval_s))); do
+			j=$(curl -sf "$addr/api/v1/rules")
+			echo "$j" >>"$out/evals-$which-$nodes.json"
+			grep -q '"lastEvaluation":"0001-' <<<"$j" || break
+			sleep "$interval_s"
+		done
+		config "${cfgfile[$which]}" ""
+		curl -sf -X POST "$addr/-/reload"
+		# Samples the rules could not write (out of bounds, out of order)
+		# would make the measurement wrong: each is a logged warning, and
+		# a rule reading its own output reads nothing.
+		refused=$(curl -sf "$addr/metrics" | awk '/^prometheus_tsdb_out_of_(bound|order)_samples_total/ {n += $2} END {print n + 0}')
+		echo "$which, $nodes nodes: samples refused: $refused" | tee -a "$out/refused.txt"
+		python3 - "$which" "$nodes" "$out/evals-$which-$nodes.json" >>"$out/cost.tsv" <<'PY'
 import json, statistics, sys
 which, nodes, path = sys.argv[1:]
-times = {}
+times, intervals = {}, {}
 for line in open(path):
     if line.strip():
         for g in json.loads(line)["data"]["groups"]:
-            times.setdefault(g["name"], []).append(g["evaluationTime"])
+            intervals[g["name"]] = g["interval"]
+            # Not evaluated yet since the reload: no time to count.
+            if not g["lastEvaluation"].startswith("0001-"):
+                times.setdefault(g["name"], []).append(g["evaluationTime"])
 for name, ts in sorted(times.items()):
-    print(f"{which}\t{nodes}\t{name}\t{statistics.median(ts):.4f}")
-EOF
+    print(f"{which}\t{nodes}\t{name}\t{intervals[name]:g}\t{statistics.median(ts):.4f}")
+PY
 	done
+	for which in before after; do
+		kill "${pids[$which]}"
+		wait "${pids[$which]}" 2>/dev/null || true
+	done
+	kill "$fleetpid"
+	wait "$fleetpid" 2>/dev/null || true
+	fleet=""
+	rm -rf "$raw" "$work/before-$nodes" "$work/after-$nodes"
 done
 column -t "$out/cost.tsv" 2>/dev/null || cat "$out/cost.tsv"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs" | tee "$out/load.txt"

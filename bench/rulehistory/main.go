@@ -4,6 +4,13 @@
 // node "node-NNNN", job "gpulink", every -step over -duration up to -end.
 // bench/rule-cost.sh measures the alert rules' evaluation time on it.
 //
+// With -serve it serves the same series instead, as a live scrape of each
+// node (/metrics?node=N, the text format without timestamps), for the
+// minutes after the history in which Prometheus evaluates the rules: rule
+// outputs are appended to the head only after the last block, and a rule
+// that reads its own output over a range needs it written as users'
+// Prometheus writes it.
+//
 // Only the metrics the rule files name are written (-rules): the rest cost
 // disk and backfill time but no rule evaluation. Every series keeps its
 // scraped value, counters too (a healthy node whose errors do not grow):
@@ -16,6 +23,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"regexp"
 	"sort"
@@ -45,7 +53,26 @@ func main() {
 	end := flag.Int64("end", 0, "Unix seconds of the last sample (0: now)")
 	from := flag.Int64("from", 0, "write only samples at or after this Unix second")
 	to := flag.Int64("to", 0, "write only samples before this Unix second (0: no bound)")
+	backfill := flag.String("backfill", "", "write the recording rules of -rules (one file) that rules read over a range, by level, into this folder, and print the files' names")
+	serve := flag.String("serve", "", "serve each node's scrape at this address (/metrics?node=N) instead of writing history")
 	flag.Parse()
+	if *backfill != "" {
+		names, err := writeBackfillLevels(*rules, *backfill)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "rulehistory:", err)
+			os.Exit(1)
+		}
+		fmt.Println(strings.Join(names, "\n"))
+		return
+	}
+	if *serve != "" {
+		h, err := newScrapeHandler(*scrape, *rules)
+		if err == nil {
+			err = http.ListenAndServe(*serve, h)
+		}
+		fmt.Fprintln(os.Stderr, "rulehistory:", err)
+		os.Exit(1)
+	}
 	if err := run(os.Stdout, *scrape, *rules, *first, *nodes, *step, *duration, *end, *from, *to); err != nil {
 		fmt.Fprintln(os.Stderr, "rulehistory:", err)
 		os.Exit(1)
@@ -56,17 +83,10 @@ func main() {
 // each file holds one of promtool's 2-hour blocks (promtool reads its
 // whole input again for every block it writes).
 func run(out io.Writer, scrapePath, rulePaths string, first, nodes int, step, duration time.Duration, end, from, to int64) error {
-	if scrapePath == "" || rulePaths == "" {
-		return fmt.Errorf("-scrape and -rules are required")
-	}
 	if nodes < 1 || step <= 0 || duration < step {
 		return fmt.Errorf("-nodes %d, -step %v, -duration %v: want at least one node and one step", nodes, step, duration)
 	}
-	wanted, err := ruleMetrics(strings.Split(rulePaths, ","))
-	if err != nil {
-		return err
-	}
-	ss, err := readScrape(scrapePath, wanted)
+	ss, err := wantedSeries(scrapePath, rulePaths)
 	if err != nil {
 		return err
 	}
@@ -85,12 +105,8 @@ func run(out io.Writer, scrapePath, rulePaths string, first, nodes int, step, du
 		}
 		fmt.Fprintf(w, "# TYPE %s %s\n", strings.TrimSuffix(fam[0].name, "_total"), kind)
 		for n := first; n < first+nodes; n++ {
-			node := fmt.Sprintf(`instance="node-%04d",job="gpulink",node="node-%04d"`, n, n)
 			for _, s := range fam {
-				lbl := node
-				if s.labels != "" {
-					lbl = s.labels + "," + node
-				}
+				lbl := s.withNode(n)
 				value := strconv.FormatFloat(s.value, 'g', -1, 64)
 				for i := 0; i <= steps; i++ {
 					t := end - int64(steps-i)*int64(step/time.Second)
@@ -104,6 +120,61 @@ func run(out io.Writer, scrapePath, rulePaths string, first, nodes int, step, du
 	}
 	fmt.Fprintln(w, "# EOF")
 	return w.Flush()
+}
+
+// withNode is the series' labels with node n's: instance and node
+// "node-NNNN", job "gpulink".
+func (s series) withNode(n int) string {
+	node := fmt.Sprintf(`instance="node-%04d",job="gpulink",node="node-%04d"`, n, n)
+	if s.labels == "" {
+		return node
+	}
+	return s.labels + "," + node
+}
+
+// wantedSeries is the scrape's series that the rule files name.
+func wantedSeries(scrapePath, rulePaths string) ([]series, error) {
+	if scrapePath == "" || rulePaths == "" {
+		return nil, fmt.Errorf("-scrape and -rules are required")
+	}
+	wanted, err := ruleMetrics(strings.Split(rulePaths, ","))
+	if err != nil {
+		return nil, err
+	}
+	return readScrape(scrapePath, wanted)
+}
+
+// newScrapeHandler serves /metrics?node=N: the series of the history at
+// their values, labelled as node N's, for a scrape config with
+// honor_labels (the history's instance, job and node stay).
+func newScrapeHandler(scrapePath, rulePaths string) (http.Handler, error) {
+	ss, err := wantedSeries(scrapePath, rulePaths)
+	if err != nil {
+		return nil, err
+	}
+	fams := families(ss)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		n, err := strconv.Atoi(r.URL.Query().Get("node"))
+		if err != nil || n < 0 {
+			http.Error(w, fmt.Sprintf("node %q: want the node's number", r.URL.Query().Get("node")), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
+		b := bufio.NewWriterSize(w, 1<<16)
+		for _, fam := range fams {
+			kind := "gauge"
+			if fam[0].counter {
+				kind = "counter"
+			}
+			fmt.Fprintf(b, "# TYPE %s %s\n", fam[0].name, kind)
+			for _, s := range fam {
+				fmt.Fprintf(b, "%s{%s} %s\n", s.name, s.withNode(n), strconv.FormatFloat(s.value, 'g', -1, 64))
+			}
+		}
+		b.Flush()
+	})
+	return mux, nil
 }
 
 var metricName = regexp.MustCompile(`\bgpulink_[a-z0-9_]+|\bprobe_[a-z_]+`)

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 const testScrape = `# HELP gpulink_gpu_nvlink_up Whether the NVLink is up.
@@ -73,5 +77,45 @@ func TestRunRefuses(t *testing.T) {
 	}
 	if err := run(&out, scrape, rules, 0, 0, time.Minute, time.Hour, 0, 0, 0); err == nil || !strings.Contains(err.Error(), "-nodes 0") {
 		t.Errorf("no nodes: %v", err)
+	}
+}
+
+// The live scrape after the history: the same series and values as the
+// history's, with the node's labels and no timestamps, in a text format
+// Prometheus parses.
+func TestScrapeHandler(t *testing.T) {
+	dir := t.TempDir()
+	scrape, rules := filepath.Join(dir, "scrape.txt"), filepath.Join(dir, "rules.yml")
+	if err := os.WriteFile(scrape, []byte(testScrape), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(rules, []byte(testRules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h, err := newScrapeHandler(scrape, rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics?node=7", nil))
+	want := `# TYPE gpulink_gpu_nvlink_errors_total counter
+gpulink_gpu_nvlink_errors_total{gpu="0",link="1",type="replay",instance="node-0007",job="gpulink",node="node-0007"} 3
+# TYPE gpulink_gpu_nvlink_up gauge
+gpulink_gpu_nvlink_up{gpu="0",link="1",instance="node-0007",job="gpulink",node="node-0007"} 1
+`
+	if rec.Code != 200 || rec.Body.String() != want {
+		t.Errorf("node 7: %d\n%s\nwant:\n%s", rec.Code, rec.Body.String(), want)
+	}
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(rec.Body.String()))
+	if err != nil || len(fams) != 2 {
+		t.Errorf("the scrape does not parse as the text format: %v (%d families)", err, len(fams))
+	}
+	for _, q := range []string{"", "node=x", "node=-1"} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics?"+q, nil))
+		if rec.Code != 400 || !strings.Contains(rec.Body.String(), "want the node's number") {
+			t.Errorf("%q: %d %s", q, rec.Code, rec.Body.String())
+		}
 	}
 }
