@@ -51,6 +51,8 @@ const (
 type located struct {
 	Rule
 	file, group string
+	// interval is the group's own evaluation interval, "" for the global one.
+	interval string
 }
 
 func (r located) String() string {
@@ -110,7 +112,7 @@ func loadRules(t *testing.T) []located {
 		}
 		for _, g := range rf.Groups {
 			for _, r := range g.Rules {
-				out = append(out, located{Rule: r, file: f, group: g.Name})
+				out = append(out, located{Rule: r, file: f, group: g.Name, interval: g.Interval})
 			}
 		}
 	}
@@ -359,6 +361,63 @@ func TestDurationsScale(t *testing.T) {
 				if n.Range < minRange || (n.Step != 0 && n.Step < minRange) {
 					t.Errorf("%s: subquery [%s:%s] under %s", r, n.Range, n.Step, minRange)
 				}
+			}
+			return nil
+		})
+	}
+}
+
+// TestSlowGroupsReadBack holds the readers of a group evaluated less often
+// than the rest (gpulink.daily, every 5 minutes) to reading its series
+// through last_over_time over at least twice its interval: an instant
+// selector looks back only 5 minutes, so a sample of a 5-minute group
+// would drop out between evaluations, and the alert reading it would
+// lose its result and start its for: again. promtool's unit tests
+// evaluate every group at every step, so they cannot show it.
+func TestSlowGroupsReadBack(t *testing.T) {
+	rules := loadRules(t)
+	slow := map[string]time.Duration{}
+	for _, r := range rules {
+		if r.Record == "" || r.interval == "" {
+			continue
+		}
+		d, err := time.ParseDuration(r.interval)
+		if err != nil {
+			t.Fatalf("%s: interval %q: %v", r, r.interval, err)
+		}
+		slow[r.Record] = d
+	}
+	p := parser.NewParser(parser.Options{})
+	for _, r := range rules {
+		expr, err := p.ParseExpr(r.Expr)
+		if err != nil {
+			t.Fatalf("%s: %v", r, err)
+		}
+		parser.Inspect(expr, func(n parser.Node, path []parser.Node) error {
+			vs, ok := n.(*parser.VectorSelector)
+			if !ok {
+				return nil
+			}
+			interval, ok := slow[vs.Name]
+			if !ok || r.Record == vs.Name {
+				return nil
+			}
+			// path ends ... Call(last_over_time), [Expressions,] MatrixSelector.
+			var ms *parser.MatrixSelector
+			var call *parser.Call
+			for i := len(path) - 1; i >= 0 && (ms == nil || call == nil); i-- {
+				switch x := path[i].(type) {
+				case *parser.MatrixSelector:
+					ms = x
+				case *parser.Call:
+					call = x
+				case parser.Expressions:
+				default:
+					i = -1
+				}
+			}
+			if ms == nil || call == nil || call.Func.Name != "last_over_time" || ms.Range < 2*interval {
+				t.Errorf("%s reads %s (group interval %s) without last_over_time(...[%s]) or longer", r, vs.Name, interval, 2*interval)
 			}
 			return nil
 		})
