@@ -482,7 +482,7 @@ func slurmDrain(t *testing.T, s *slurmCluster, faults string) {
 	idle("NVLink back")
 
 	expect("faults:\n- {kind: pcie_width, gpu: 1, width: 8}\n", "GPU 1's PCIe link at x8: drained",
-		"drained: gpulink: GPUPCIeLinkDowntrained gpu=1 property=width value=8 expected=16")
+		"drained: gpulink: GPUPCIeLinkDowntrained gpu=1 value=8 expected=16")
 	expect("faults: []\n", "PCIe link back at x16: resumed", "resumed")
 	idle("PCIe back")
 

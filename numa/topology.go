@@ -263,7 +263,15 @@ func (t *Topology) nearest(d *PCIDevice, among []*PCIDevice) ([]*PCIDevice, Path
 // tray holds one GPU and four EFAs: all four. None when the machine has
 // no NIC.
 func (t *Topology) RailNICs(d *PCIDevice) []*PCIDevice {
-	nearest, _ := t.NearestNICs(d)
+	return t.RailNICsAmong(d, nil)
+}
+
+// RailNICsAmong is RailNICs over the NICs keep accepts (every NIC where
+// keep is nil): NCCL's IB transport lists only active ports, so its rails
+// are dealt out among the NICs that can carry traffic (internal/nic's
+// Usable). None when it keeps none.
+func (t *Topology) RailNICsAmong(d *PCIDevice, keep func(*PCIDevice) bool) []*PCIDevice {
+	nearest, _ := t.NearestNICsAmong(d, keep)
 	if len(nearest) == 0 {
 		return nil
 	}

@@ -420,6 +420,30 @@ func TestNearestNICsAmong(t *testing.T) {
 	}
 }
 
+// TestRailNICsAmong: rails dealt out among the NICs a filter keeps. On the
+// DGX H100 each PCIe switch holds two GPUs and two NICs, one each; without
+// mlx5_0 both GPUs of its switch share mlx5_1 (NCCL lists only active
+// ports); without any NIC, none. nil keeps every NIC, as RailNICs.
+func TestRailNICsAmong(t *testing.T) {
+	topo := loadTopology(t, "dgx-h100")
+	gpu0, gpu1 := topo.Device(dgxGPUs[0]), topo.Device(dgxGPUs[1])
+	if got := nicNames(topo.RailNICs(gpu0)) + " " + nicNames(topo.RailNICs(gpu1)); got != "mlx5_0 mlx5_1" {
+		t.Fatalf("rails of GPUs 0 and 1: %q, want mlx5_0 mlx5_1", got)
+	}
+	for _, addr := range dgxGPUs {
+		if a, b := nicNames(topo.RailNICs(topo.Device(addr))), nicNames(topo.RailNICsAmong(topo.Device(addr), nil)); a != b {
+			t.Errorf("%s: RailNICs %s, RailNICsAmong(nil) %s", addr, a, b)
+		}
+	}
+	notMlx50 := func(n *numa.PCIDevice) bool { return n.Name() != "mlx5_0" }
+	if got := nicNames(topo.RailNICsAmong(gpu0, notMlx50)) + " " + nicNames(topo.RailNICsAmong(gpu1, notMlx50)); got != "mlx5_1 mlx5_1" {
+		t.Errorf("without mlx5_0: %q, want mlx5_1 mlx5_1", got)
+	}
+	if got := topo.RailNICsAmong(gpu0, func(*numa.PCIDevice) bool { return false }); len(got) != 0 {
+		t.Errorf("no NIC kept: %s", nicNames(got))
+	}
+}
+
 // A NIC's own link is impaired where it is down (width 0) or narrower
 // than both ends support; a slower generation is not judged (a link may
 // lower it when idle), nor an unknown width.

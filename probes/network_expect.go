@@ -17,7 +17,9 @@ import (
 
 // GPUNetwork is what NCCL should use between a GPU and other nodes, from
 // the node's NICs: the network of the GPU's rail NICs (numa's RailNICs,
-// as NCCL deals them out), and whether GPUDirect RDMA should carry it.
+// as NCCL deals them out, among the NICs that can carry traffic: nic's
+// Usable, as NCCL's IB transport lists only active ports), and whether
+// GPUDirect RDMA should carry it.
 type GPUNetwork struct {
 	GPU string // PCI address, sysfs form
 	// Network is as nccllog names a connection's: IB, RoCE or EFA where
@@ -29,7 +31,7 @@ type GPUNetwork struct {
 	// PXB), and nvidia_peermem is loaded or dma-buf offered.
 	GDR bool
 	// RailNICs are the rail NICs' names, Path the path class from the GPU
-	// to the first (absent where the node has no NIC).
+	// to the first (absent where no NIC of the node is usable).
 	RailNICs []string
 	Path     numa.PathClass
 }
@@ -76,11 +78,15 @@ func NetworksFor(topo *numa.Topology, ports *nic.Snapshot) []GPUNetwork {
 	if ports != nil {
 		all = ports.Ports
 	}
+	// A GPU whose rail port is down is dealt another NIC, perhaps one
+	// still under its switch (GPUDirect RDMA then stays); a NIC whose
+	// ports are all down is no GPU's way out.
+	usable := func(n *numa.PCIDevice) bool { return ports.Usable(topo, n) }
 	gdrKernel := topo.GPUDirect.PeermemLoaded.V || topo.GPUDirect.DMABufSupported.V
 	var out []GPUNetwork
 	for _, g := range topo.GPUs {
 		e := GPUNetwork{GPU: g.Address}
-		rails := topo.RailNICs(g)
+		rails := topo.RailNICsAmong(g, usable)
 		var addrs []string
 		for _, n := range rails {
 			e.RailNICs = append(e.RailNICs, n.Name())

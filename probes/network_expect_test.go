@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -163,12 +164,17 @@ func TestNetworksForDGXH100(t *testing.T) {
 			t.Errorf("%+v: want IB with GPUDirect RDMA over one PIX rail NIC", e)
 		}
 	}
-	// A rail's port down: that GPU's traffic takes another NIC, without
-	// GPUDirect RDMA (the other NICs are across the host bridge).
+	// A rail's port down: NCCL's IB transport lists only active ports, so
+	// that GPU's traffic takes the other NIC under its PCIe switch, its
+	// neighbour's, with GPUDirect RDMA (nic's Usable picks the NICs; on
+	// 87dce87 the rail stayed the dead NIC, without GPUDirect RDMA).
 	ports.Ports[0].StateID.V, ports.Ports[0].State = 1, "DOWN"
 	es = probes.NetworksFor(topo, ports)
-	if es[0].Network != "IB" || es[0].GDR {
-		t.Errorf("rail port down: %+v, want IB without GPUDirect RDMA", es[0])
+	if want := ports.Ports[1].Device; es[0].Network != "IB" || !es[0].GDR || es[0].Path != numa.PathPIX || !slices.Equal(es[0].RailNICs, []string{want}) {
+		t.Errorf("rail port down: %+v, want IB with GPUDirect RDMA over %s", es[0], want)
+	}
+	if want := ports.Ports[1].Device; !slices.Equal(es[1].RailNICs, []string{want}) || !es[1].GDR {
+		t.Errorf("the neighbour: %+v, want its own rail %s", es[1], want)
 	}
 	// Without peermem or dma-buf, no GPUDirect RDMA anywhere.
 	topo.GPUDirect.PeermemLoaded.V, topo.GPUDirect.DMABufSupported.V = false, false
@@ -177,13 +183,13 @@ func TestNetworksForDGXH100(t *testing.T) {
 			t.Errorf("%+v: GPUDirect RDMA without peermem or dma-buf", e)
 		}
 	}
-	// Every port down: sockets.
+	// Every port down: sockets, through no dead RDMA NIC.
 	for i := range ports.Ports {
 		ports.Ports[i].StateID.V = 1
 	}
 	for _, e := range probes.NetworksFor(topo, ports) {
-		if e.Network != "Socket" || e.GDR {
-			t.Errorf("%+v: want Socket", e)
+		if e.Network != "Socket" || e.GDR || slices.ContainsFunc(e.RailNICs, func(n string) bool { return strings.HasPrefix(n, "mlx5_") }) {
+			t.Errorf("%+v: want Socket, no RDMA NIC as its rail", e)
 		}
 	}
 	if probes.NetworksFor(nil, ports) != nil {

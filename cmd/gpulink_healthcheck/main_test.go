@@ -42,7 +42,7 @@ func TestExitStatus(t *testing.T) {
 		line string
 	}{
 		{"healthy", []string{"--exporter.url=" + exporter(t, "16", "1")}, 0, "OK: links fit for jobs"},
-		{"x8", []string{"--exporter.url=" + exporter(t, "8", "1")}, 1, "NOT OK: GPUPCIeLinkDowntrained gpu=0 property=width value=8 expected=16"},
+		{"x8", []string{"--exporter.url=" + exporter(t, "8", "1")}, 1, "NOT OK: GPUPCIeLinkDowntrained gpu=0 value=8 expected=16"},
 		{"nvml down", []string{"--exporter.url=" + exporter(t, "8", "0")}, 2, "UNKNOWN: source nvml (gpulink_source_up 0)"},
 		{"exporter down", []string{"--exporter.url=" + down.URL + "/metrics"}, 2, "UNKNOWN: exporter: scrape:"},
 		{"bad rules", []string{"--exporter.url=" + exporter(t, "16", "1"), "--rules.file=" + badRules}, 2, "UNKNOWN: rule file " + badRules},

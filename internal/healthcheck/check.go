@@ -228,7 +228,7 @@ func (c *Checker) Check(ctx context.Context, h *History, families map[string]*dt
 		}
 		for _, s := range vec {
 			f := Finding{Alert: a.name, Labels: withoutName(s.Metric), Value: s.F,
-				Expected: expected(ctx, query, a.expr, s, now), Where: where(ctx, query, a.expr, s, now)}
+				Expected: expected(ctx, query, append([]parser.Expr{a.expr}, a.reads...), s, now), Where: where(ctx, query, a.expr, s, now)}
 			f.Description = c.expand(ctx, a, s, query, now)
 			res.Findings = append(res.Findings, f)
 		}
@@ -286,10 +286,21 @@ func (c *Checker) expand(ctx context.Context, a alertRule, s promql.Sample, quer
 }
 
 // expected is what s's value is compared against, found in the alert's
-// expression: the other side of a comparison between two series whose
-// left side gives s's value, matched as the comparison matches. NaN where
-// no comparison between series gives s.
-func expected(ctx context.Context, query template.QueryFunc, e parser.Expr, s promql.Sample, now time.Time) float64 {
+// expression, then in those of the recording rules it reads: the other
+// side of a comparison between two series that holds and whose left side
+// gives s's value, matched as the comparison matches. NaN where no
+// comparison between series gives s.
+func expected(ctx context.Context, query template.QueryFunc, exprs []parser.Expr, s promql.Sample, now time.Time) float64 {
+	out := math.NaN()
+	for _, e := range exprs {
+		if out = expectedIn(ctx, query, e, s, now); !math.IsNaN(out) {
+			break
+		}
+	}
+	return out
+}
+
+func expectedIn(ctx context.Context, query template.QueryFunc, e parser.Expr, s promql.Sample, now time.Time) float64 {
 	out := math.NaN()
 	errFound := errors.New("found")
 	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
@@ -298,7 +309,9 @@ func expected(ctx context.Context, query template.QueryFunc, e parser.Expr, s pr
 			be.LHS.Type() != parser.ValueTypeVector || be.RHS.Type() != parser.ValueTypeVector {
 			return nil
 		}
-		lhs := answer(ctx, query, be.LHS.String(), now)
+		// The comparison's own result: the left side where it holds (a
+		// reading that is not below its maximum explains nothing).
+		lhs := answer(ctx, query, be.String(), now)
 		i := slices.IndexFunc(lhs, func(l promql.Sample) bool { return l.F == s.F && within(withoutName(l.Metric), s.Metric) })
 		if i < 0 {
 			return nil

@@ -109,12 +109,31 @@ func TestPCIeWidthNamesGPUValueAndExpected(t *testing.T) {
 	n := healthy()
 	n.width[0] = 8
 	r := checker(t).Check(context.Background(), NewHistory(), n.families(t), t0)
-	want := "NOT OK: GPUPCIeLinkDowntrained gpu=0 property=width value=8 expected=16"
+	// The comparison is in the recording rule the alert reads
+	// (gpu_property:gpulink_gpu_pcie_link:below_max), found there.
+	want := "NOT OK: GPUPCIeLinkDowntrained gpu=0 value=8 expected=16"
 	if r.Status != NotOK || r.Line() != want {
 		t.Fatalf("x8 link: %v %q, want %q", r.Status, r.Line(), want)
 	}
 	if d := r.Findings[0].Description; !strings.Contains(d, "GPU 0 (0000:18:00.0) on node1:9849 runs at width 8") {
 		t.Errorf("description as Prometheus expands it: %q", d)
+	}
+}
+
+// A link below max in both width and generation: the alert's value is the
+// width, and what it is compared against is the width's maximum, not the
+// generation's, even where the two readings are the same number.
+func TestPCIeWidthAndGenerationExpectedIsWidths(t *testing.T) {
+	n := healthy()
+	n.width[0] = 4
+	n.extraLines = "# TYPE gpulink_probe_pcie_link_generation_under_load gauge\n" +
+		`gpulink_probe_pcie_link_generation_under_load{gpu="0",pci_bus_id="0000:18:00.0",uuid="GPU-0"} 4` + "\n"
+	r := checker(t).Check(context.Background(), NewHistory(), n.families(t), t0)
+	if want := "NOT OK: GPUPCIeLinkDowntrained gpu=0 value=4 expected=16"; r.Line() != want {
+		t.Fatalf("x4 Gen4 link: %q, want %q", r.Line(), want)
+	}
+	if d := r.Findings[0].Description; !strings.Contains(d, "runs at generation 4 and width 4,") {
+		t.Errorf("description names both: %q", d)
 	}
 }
 
@@ -193,13 +212,21 @@ func TestLoadRulesNamesWhatIsWrong(t *testing.T) {
 	// GPUNVLinkDown reads two recording rules: the node's best NVLink
 	// count, and whether each link was seen up, which reads back its own
 	// value of the last hour (issue 37: a recorded "was it ever up" in
-	// place of a day's subquery). The history kept covers that hour.
+	// place of a day's subquery). GPUPCIeLinkDowntrained reads its links'
+	// readings below max by property (issue 37: one alert per GPU). The
+	// history kept covers that hour.
 	got := map[string]bool{}
 	for _, rc := range r.records {
 		got[rc.name] = true
 	}
-	if len(r.records) != 2 || !got["instance:gpulink_gpu_nvlinks_active:max"] || !got["gpu_link:gpulink_gpu_nvlink_up:seen_up"] {
+	if len(r.records) != 3 || !got["instance:gpulink_gpu_nvlinks_active:max"] || !got["gpu_link:gpulink_gpu_nvlink_up:seen_up"] ||
+		!got["gpu_property:gpulink_gpu_pcie_link:below_max"] {
 		t.Errorf("recording rules read: %v", r.records)
+	}
+	for _, a := range r.alerts {
+		if want := map[string]int{"GPUPCIeLinkDowntrained": 1, "GPUNVLinkDown": 2}[a.name]; len(a.reads) != want {
+			t.Errorf("%s reads %d recording rules, want %d", a.name, len(a.reads), want)
+		}
 	}
 	if r.window < time.Hour {
 		t.Errorf("window %v, less than the hour GPUNVLinkDown's seen_up looks back", r.window)

@@ -46,6 +46,11 @@ type alertRule struct {
 	expr        parser.Expr
 	labels      labels.Labels
 	annotations map[string]string
+	// reads are the expressions of the recording rules the alert reads,
+	// directly or through another, in the file's order: where the
+	// comparisons that make it fire are (GPUPCIeLinkDowntrained compares
+	// in gpu_property:gpulink_gpu_pcie_link:below_max).
+	reads []parser.Expr
 }
 
 type recordRule struct {
@@ -66,11 +71,7 @@ func LoadRules(name string, data []byte, alerts []string) (*Rules, error) {
 	p := parser.NewParser(parser.Options{})
 	r := &Rules{}
 	var all []string
-	type rec struct {
-		recordRule
-		group string
-	}
-	var recs []rec
+	var recs []recordRule
 	want := map[string]bool{}
 	for _, a := range alerts {
 		want[a] = true
@@ -96,7 +97,7 @@ func LoadRules(name string, data []byte, alerts []string) (*Rules, error) {
 				found[rl.Alert] = true
 				r.alerts = append(r.alerts, alertRule{name: rl.Alert, expr: expr, labels: labels.FromMap(rl.Labels), annotations: rl.Annotations})
 			} else {
-				recs = append(recs, rec{recordRule{name: rl.Record, expr: expr, labels: labels.FromMap(rl.Labels)}, g.Name})
+				recs = append(recs, recordRule{name: rl.Record, expr: expr, labels: labels.FromMap(rl.Labels)})
 			}
 		}
 	}
@@ -107,28 +108,18 @@ func LoadRules(name string, data []byte, alerts []string) (*Rules, error) {
 	}
 	// The recording rules the alerts read, and those they read in turn.
 	need := map[string]bool{}
-	var exprs []parser.Expr
-	for _, a := range r.alerts {
-		exprs = append(exprs, a.expr)
-	}
-	for len(exprs) > 0 {
-		e := exprs[0]
-		exprs = exprs[1:]
-		for _, n := range metricNames(e) {
-			if need[n] {
-				continue
-			}
-			for _, rc := range recs {
-				if rc.name == n {
-					need[n] = true
-					exprs = append(exprs, rc.expr)
-				}
+	for i, a := range r.alerts {
+		reads := recordsRead(a.expr, recs)
+		for _, rc := range recs {
+			if reads[rc.name] {
+				need[rc.name] = true
+				r.alerts[i].reads = append(r.alerts[i].reads, rc.expr)
 			}
 		}
 	}
 	for _, rc := range recs {
 		if need[rc.name] {
-			r.records = append(r.records, rc.recordRule)
+			r.records = append(r.records, rc)
 		}
 	}
 	for _, a := range r.alerts {
@@ -148,6 +139,29 @@ func (r *Rules) Alerts() []string {
 		out[i] = a.name
 	}
 	return out
+}
+
+// recordsRead are the names of the recording rules of recs that e reads,
+// directly or through another.
+func recordsRead(e parser.Expr, recs []recordRule) map[string]bool {
+	read := map[string]bool{}
+	exprs := []parser.Expr{e}
+	for len(exprs) > 0 {
+		e := exprs[0]
+		exprs = exprs[1:]
+		for _, n := range metricNames(e) {
+			if read[n] {
+				continue
+			}
+			for _, rc := range recs {
+				if rc.name == n {
+					read[n] = true
+					exprs = append(exprs, rc.expr)
+				}
+			}
+		}
+	}
+	return read
 }
 
 // metricNames are the metric names an expression selects.

@@ -39,7 +39,7 @@ func TestSlurmDrainsAndResumesOnlyItsOwn(t *testing.T) {
 	}{
 		{"unfit idle node drained", "IDLE", "", bad, []string{"update nodename=n1 state=drain reason=" + reason}},
 		{"drained by us, same reason", "IDLE+DRAIN", reason, bad, nil},
-		{"drained by us, another fault", "IDLE+DRAIN", "gpulink: GPUPCIeLinkDowntrained gpu=0 property=width value=8 expected=16", bad,
+		{"drained by us, another fault", "IDLE+DRAIN", "gpulink: GPUPCIeLinkDowntrained gpu=0 value=8 expected=16", bad,
 			[]string{"update nodename=n1 state=drain reason=" + reason}},
 		{"drained by an operator stays so", "IDLE+DRAIN", "bad fan", bad, nil},
 		{"fit, drained by us: resumed", "IDLE+DRAIN", reason, Result{Status: OK}, []string{"update nodename=n1 state=resume"}},

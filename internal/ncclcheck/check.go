@@ -251,7 +251,7 @@ func Check(env Env, topo *numa.Topology, ports *nic.Snapshot) *Report {
 		if e.GDR {
 			gdr = "with GPUDirect RDMA"
 		}
-		rails := "no NIC"
+		rails := "no usable NIC"
 		if len(e.RailNICs) > 0 {
 			rails = fmt.Sprintf("rail %s, %s", strings.Join(e.RailNICs, "+"), e.Path)
 		}

@@ -264,3 +264,54 @@ func TestSourceWaitsForItsInputs(t *testing.T) {
 		t.Errorf("%d of the topology and NICs read, want both", len(read))
 	}
 }
+
+// What each GPU should use comes from the NICs that can carry traffic
+// (nic's Usable: a port up, the PCIe link neither down nor narrow), as
+// NCCL's IB transport lists only active ports: a GPU whose rail port is
+// down is dealt another NIC (on a DGX H100 its neighbour's, under the same
+// PCIe switch, so GPUDirect RDMA stays), and a node whose RDMA ports are
+// all down expects sockets without naming a dead port as the way out.
+// Fails on 87dce87, which dealt rails out among every NIC: "IB without
+// GPUDirect RDMA (rail mlx5_0, PIX)" and "Socket (rail mlx5_0, PIX)".
+func TestCheckNetworkFromUsableNICs(t *testing.T) {
+	root, topo, ports := node(t, "dgx-h100", map[string]string{"usr/lib/libnccl.so.2": "ELF"})
+	down := func(i int) {
+		ports.Ports[i].StateID.V, ports.Ports[i].State = 1, "DOWN"
+	}
+	networks := func(r *Report) []string {
+		var out []string
+		for _, it := range r.Items {
+			if it.Check == CheckNetworkGPU {
+				out = append(out, it.Detail)
+			}
+		}
+		return out
+	}
+	first := ports.Ports[0].Device
+	down(0)
+	r := Check(env(root, nil, Unlimited), topo, ports)
+	got := networks(r)
+	if len(got) != 8 {
+		t.Fatalf("%d GPUs:\n%s", len(got), lines(r))
+	}
+	// Its neighbour's NIC shares its PCIe switch: GPUDirect RDMA stays.
+	if want := "IB with GPUDirect RDMA (rail " + ports.Ports[1].Device + ", PIX)"; !strings.HasSuffix(got[0], want) {
+		t.Errorf("GPU 0, its rail %s down: %q, want %q", first, got[0], want)
+	}
+	if !strings.HasSuffix(got[1], "IB with GPUDirect RDMA (rail "+ports.Ports[1].Device+", PIX)") {
+		t.Errorf("GPU 1, its rail up: %q", got[1])
+	}
+
+	for i := range ports.Ports {
+		down(i)
+	}
+	r = Check(env(root, nil, Unlimited), topo, ports)
+	for i, d := range networks(r) {
+		if !strings.HasSuffix(d, ": Socket (no usable NIC)") {
+			t.Errorf("GPU %d, every RDMA port down: %q, want Socket through no RDMA NIC", i, d)
+		}
+	}
+	if !r.Ready() || item(t, r, CheckRDMADevices).Status != StatusInfo {
+		t.Errorf("sockets need no RDMA devices:\n%s", lines(r))
+	}
+}
