@@ -30,15 +30,23 @@ const testRules = `groups:
         expr: gpulink_gpu_nvlink_up == 0 and rate(gpulink_gpu_nvlink_errors_total[10m]) > 1
 `
 
-func TestRun(t *testing.T) {
+// writeInputs writes testScrape and the rule file text into a temporary
+// folder and returns their paths.
+func writeInputs(t *testing.T, ruleText string) (scrape, rules string) {
+	t.Helper()
 	dir := t.TempDir()
-	scrape, rules := filepath.Join(dir, "scrape.txt"), filepath.Join(dir, "rules.yml")
+	scrape, rules = filepath.Join(dir, "scrape.txt"), filepath.Join(dir, "rules.yml")
 	if err := os.WriteFile(scrape, []byte(testScrape), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(rules, []byte(testRules), 0o644); err != nil {
+	if err := os.WriteFile(rules, []byte(ruleText), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return scrape, rules
+}
+
+func TestRun(t *testing.T) {
+	scrape, rules := writeInputs(t, testRules)
 	var out strings.Builder
 	// Two nodes, a sample a minute for 3 minutes up to 1000 s, only those
 	// from 900 s on.
@@ -63,14 +71,7 @@ gpulink_gpu_nvlink_up{gpu="0",link="1",instance="node-0005",job="gpulink",node="
 }
 
 func TestRunRefuses(t *testing.T) {
-	dir := t.TempDir()
-	scrape, rules := filepath.Join(dir, "scrape.txt"), filepath.Join(dir, "rules.yml")
-	if err := os.WriteFile(scrape, []byte(testScrape), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(rules, []byte("groups: []\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	scrape, rules := writeInputs(t, "groups: []\n")
 	var out strings.Builder
 	if err := run(&out, scrape, rules, 0, 1, time.Minute, time.Hour, 0, 0, 0); err == nil || !strings.Contains(err.Error(), "none of the rules' metrics") {
 		t.Errorf("rules naming no metric of the scrape: %v", err)
@@ -84,14 +85,7 @@ func TestRunRefuses(t *testing.T) {
 // history's, with the node's labels and no timestamps, in a text format
 // Prometheus parses.
 func TestScrapeHandler(t *testing.T) {
-	dir := t.TempDir()
-	scrape, rules := filepath.Join(dir, "scrape.txt"), filepath.Join(dir, "rules.yml")
-	if err := os.WriteFile(scrape, []byte(testScrape), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(rules, []byte(testRules), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	scrape, rules := writeInputs(t, testRules)
 	h, err := newScrapeHandler(scrape, rules)
 	if err != nil {
 		t.Fatal(err)
