@@ -761,6 +761,25 @@ func TestNICCapturedDevVM(t *testing.T) {
 	}
 }
 
+// The NIC source on a lent GPU VM as its kernel wrote it
+// (numa/testdata/captured/h100-vm, bench/capture-fixture.sh, 2026-12-07):
+// the same virtio eth0 as the development VM, with the counters the
+// kernel had written by the capture (10 packets, 625 bytes in; 18, 1473
+// out).
+func TestNICCapturedH100VM(t *testing.T) {
+	t.Parallel()
+	root := machine.LoadCaptured(t, "h100-vm")
+	snap, perr := nicSample(t, hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")})
+	n := wantVirtioEth0(t, snap, perr)
+	if n.Driver != "virtio-pci" {
+		t.Errorf("eth0 driver %q, want virtio-pci", n.Driver)
+	}
+	wantCount(t, "eth0 received bytes", n.Stats.ReceiveBytes, 625)
+	wantCount(t, "eth0 received packets", n.Stats.ReceivePackets, 10)
+	wantCount(t, "eth0 transmitted bytes", n.Stats.TransmitBytes, 1473)
+	wantCount(t, "eth0 transmitted packets", n.Stats.TransmitPackets, 18)
+}
+
 // wantVirtioEth0 checks the NICs of a GPU VM as the lent machines and this
 // one have them: no RDMA port, and eth0 alone (lo, ifb0 and ifb1 are
 // virtual) on virtio at 0000:00:03.0, node unknown, up, MTU 1400, no
