@@ -750,15 +750,38 @@ func TestNICProfileH200VM(t *testing.T) {
 // -1 on virtio included, read without an error, as the modelled h200-vm.
 func TestNICCapturedDevVM(t *testing.T) {
 	t.Parallel()
-	root := machine.LoadCaptured(t, "dev-vm")
+	n := capturedVirtioEth0(t, "dev-vm")
+	if s := n.Stats; !s.ReceiveBytes.Valid || s.ReceiveBytes.V == 0 || !s.TransmitPackets.Valid || s.TransmitPackets.V == 0 {
+		t.Errorf("eth0 stats %+v, want the counters the kernel wrote", s)
+	}
+}
+
+// The NIC source on a lent GPU VM as its kernel wrote it
+// (numa/testdata/captured/h100-vm, bench/capture-fixture.sh, 2026-12-07):
+// the same virtio eth0 as the development VM, with the counters the
+// kernel had written by the capture (10 packets, 625 bytes in; 18, 1473
+// out).
+func TestNICCapturedH100VM(t *testing.T) {
+	t.Parallel()
+	n := capturedVirtioEth0(t, "h100-vm")
+	wantCount(t, "eth0 received bytes", n.Stats.ReceiveBytes, 625)
+	wantCount(t, "eth0 received packets", n.Stats.ReceivePackets, 10)
+	wantCount(t, "eth0 transmitted bytes", n.Stats.TransmitBytes, 1473)
+	wantCount(t, "eth0 transmitted packets", n.Stats.TransmitPackets, 18)
+}
+
+// capturedVirtioEth0 samples a tree captured from a VM
+// (numa/testdata/captured/<name>) and checks its eth0 as wantVirtioEth0
+// does, on the virtio-pci driver the kernel bound it to.
+func capturedVirtioEth0(t *testing.T, name string) *NetInterface {
+	t.Helper()
+	root := machine.LoadCaptured(t, name)
 	snap, perr := nicSample(t, hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")})
 	n := wantVirtioEth0(t, snap, perr)
 	if n.Driver != "virtio-pci" {
 		t.Errorf("eth0 driver %q, want virtio-pci", n.Driver)
 	}
-	if s := n.Stats; !s.ReceiveBytes.Valid || s.ReceiveBytes.V == 0 || !s.TransmitPackets.Valid || s.TransmitPackets.V == 0 {
-		t.Errorf("eth0 stats %+v, want the counters the kernel wrote", s)
-	}
+	return n
 }
 
 // wantVirtioEth0 checks the NICs of a GPU VM as the lent machines and this

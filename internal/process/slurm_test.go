@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/procfs"
 
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
+	"github.com/gpulink/gpulink_exporter/internal/sim/machine"
 )
 
 // sluid is a SLUID as Slurm 26.05 names a job's cgroup by default.
@@ -206,3 +207,15 @@ func TestReadSlurmJob(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// The environ of a real GPU process (numa/testdata/captured/h100-vm, pid
+// 537, started by bench/capture-fixture.sh with SLURM_JOB_ID=4242 among
+// eight variables): what Read falls back to where the cgroup path names
+// the job by its SLUID alone.
+func TestReadEnvironJobIDCaptured(t *testing.T) {
+	root := machine.LoadCaptured(t, "h100-vm")
+	id, found, err := readEnvironJobID(filepath.Join(root, "proc", "537", "environ"))
+	if err != nil || !found || id != "4242" {
+		t.Errorf("SLURM_JOB_ID %q, found %v, err %v; want 4242", id, found, err)
+	}
+}
