@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -94,9 +95,9 @@ func (f *storageFile) measured() probes.StorageMeasured {
 
 // storageFile opens the GPU's file in dir on first use: checks that a
 // probe can run there (a *probes.Skip says why not), creates the file with
-// O_DIRECT and unlinks it at once, so that nothing is left on the drive
-// however the child ends, then finds the drive and filesystem under it and
-// whether cuFile serves it.
+// O_DIRECT, finds the drive and filesystem under it and whether cuFile
+// serves it, then unlinks it, so that nothing is left on the drive however
+// the child ends.
 func (p *gpuProbe) storageFile(dir string) (*storageFile, error) {
 	if p.storage != nil || p.storageErr != nil {
 		return p.storage, p.storageErr
@@ -115,7 +116,8 @@ func (p *gpuProbe) openStorageFile(dir string) (*storageFile, error) {
 	if err := storageRoom(dir, size); err != nil {
 		return nil, err
 	}
-	name := filepath.Join(dir, fmt.Sprintf(".gpulink-storage-probe-%d-%s", os.Getpid(), strings.ReplaceAll(p.addr, ":", "-")))
+	removeStaleStorageFiles(dir)
+	name := filepath.Join(dir, fmt.Sprintf("%s%d-%s", storageFilePrefix, os.Getpid(), strings.ReplaceAll(p.addr, ":", "-")))
 	fd, err := unix.Open(name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_DIRECT|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		// A filesystem that refuses O_DIRECT may have made the file
@@ -125,24 +127,62 @@ func (p *gpuProbe) openStorageFile(dir string) (*storageFile, error) {
 		}
 		return nil, openSkip(dir, err)
 	}
-	if err := unix.Unlink(name); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("removing the probe's file %s from its directory: %w", name, err)
-	}
+	// cuFile opens the file again by its path when it registers it (a
+	// second descriptor, for unaligned I/O) and refuses a file already
+	// unlinked (CU_FILE_GETNEWFD_FAILED, seen on an H100): the name stays
+	// until cuFile has the file, then goes, so that nothing is left on the
+	// drive however the child ends afterwards. A child killed in between
+	// leaves an empty file named with its pid, which the next probe in the
+	// directory removes (removeStaleStorageFiles).
 	// Requests of whole MiB stay whole blocks for O_DIRECT.
 	chunk := min(p.opts.SizeBytes, size) / probes.MinSizeBytes * probes.MinSizeBytes
 	f := &storageFile{dir: dir, fd: fd, size: size, chunk: chunk, mode: probes.StoragePOSIX}
 	p.storage = f
-	f.mount, f.drive = p.storagePlace(fd, dir)
-	if f.dev, err = p.alloc(p.w, chunk); err != nil {
+	err = p.prepareStorageFile(f)
+	if uerr := unix.Unlink(name); uerr != nil && err == nil {
+		err = fmt.Errorf("removing the probe's file %s from its directory: %w", name, uerr)
+	}
+	if err != nil {
 		return nil, err
 	}
-	if err := p.w.do(func(c *cuda.Context) error { return c.Memset(f.dev, 0x5a, chunk) }); err != nil {
-		return nil, err
+	return f, nil
+}
+
+// prepareStorageFile finds where f lives, fills its device buffer and has
+// cuFile take it where it can, while f still has its name.
+func (p *gpuProbe) prepareStorageFile(f *storageFile) error {
+	var err error
+	f.mount, f.drive = p.storagePlace(f.fd, f.dir)
+	if f.dev, err = p.alloc(p.w, f.chunk); err != nil {
+		return err
+	}
+	if err := p.w.do(func(c *cuda.Context) error { return c.Memset(f.dev, 0x5a, f.chunk) }); err != nil {
+		return err
 	}
 	p.openCuFile(f)
 	p.noteMemory()
-	return f, nil
+	return nil
+}
+
+// storageFilePrefix begins the name of every probe's file; the pid follows.
+const storageFilePrefix = ".gpulink-storage-probe-"
+
+// removeStaleStorageFiles removes the files of probes in dir whose process
+// is gone: a child killed while its file still had its name. A file of a
+// live process, or one whose name does not parse, stays.
+func removeStaleStorageFiles(dir string) {
+	names, _ := filepath.Glob(filepath.Join(dir, storageFilePrefix+"*"))
+	for _, name := range names {
+		rest := strings.TrimPrefix(filepath.Base(name), storageFilePrefix)
+		pidText, _, ok := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || err != nil || pid <= 0 {
+			continue
+		}
+		if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
+			_ = os.Remove(name)
+		}
+	}
 }
 
 // storageRoom is the skip, if any, for a directory the probe cannot use:

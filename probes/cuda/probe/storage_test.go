@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -252,4 +253,32 @@ func TestChildKeepsCuFileOutputOffTheRound(t *testing.T) {
 		t.Errorf("%+v, want posix mode saying why", res)
 	}
 	assertEmpty(t, dir)
+}
+
+// A probe's file that kept its name because its child was killed before
+// cuFile had it: the next probe in the directory removes it, and only it.
+func TestRemoveStaleStorageFiles(t *testing.T) {
+	dir := t.TempDir()
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead := filepath.Join(dir, fmt.Sprintf("%s%d-0000-18-00.0", storageFilePrefix, gone.Process.Pid))
+	live := filepath.Join(dir, fmt.Sprintf("%s%d-0000-18-00.0", storageFilePrefix, os.Getpid()))
+	odd := filepath.Join(dir, storageFilePrefix+"x-0000-18-00.0")
+	other := filepath.Join(dir, "data.bin")
+	for _, f := range []string{dead, live, odd, other} {
+		if err := os.WriteFile(f, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removeStaleStorageFiles(dir)
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Errorf("the file of exited pid %d is still there (%v)", gone.Process.Pid, err)
+	}
+	for _, f := range []string{live, odd, other} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("%s: %v, want it kept", filepath.Base(f), err)
+		}
+	}
 }

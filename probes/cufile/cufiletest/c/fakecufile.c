@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -133,19 +134,40 @@ CUfileError_t cuFileDriverGetProperties(CUfileDrvProps_t *p) {
 	return status("cuFileDriverGetProperties");
 }
 
+// The real library opens the file a second time by its path (from
+// /proc/self/fd), without O_DIRECT, for unaligned I/O, and fails with
+// CU_FILE_GETNEWFD_FAILED when it cannot: a file unlinked before it is
+// registered ("... (deleted)") is one it never serves (seen on an H100
+// with libcufile of CUDA 13, 2026-12-07). The fake does the same.
 CUfileError_t cuFileHandleRegister(void **fh, CUfileDescr_t *d) {
 	note("cuFileHandleRegister fd=%d type=%d", d->handle.fd, d->type);
 	CUfileError_t e = status("cuFileHandleRegister");
-	if (e.err == 0) {
-		int *h = malloc(sizeof *h);
-		*h = d->handle.fd;
-		*fh = h;
+	if (e.err != 0) {
+		return e;
 	}
+	char link[64], path[4096];
+	snprintf(link, sizeof link, "/proc/self/fd/%d", d->handle.fd);
+	ssize_t n = readlink(link, path, sizeof path - 1);
+	int again = -1;
+	if (n > 0) {
+		path[n] = 0;
+		again = open(path, O_RDWR | O_CLOEXEC);
+	}
+	if (again < 0) {
+		note("cuFileHandleRegister: open call failed for file %s", n > 0 ? path : link);
+		e.err = 5031; /* CU_FILE_GETNEWFD_FAILED */
+		return e;
+	}
+	int *h = malloc(2 * sizeof *h);
+	h[0] = d->handle.fd;
+	h[1] = again;
+	*fh = h;
 	return e;
 }
 
 void cuFileHandleDeregister(void *fh) {
 	note("cuFileHandleDeregister");
+	close(((int *)fh)[1]);
 	free(fh);
 }
 
