@@ -88,7 +88,7 @@ func nicTree(t *testing.T) hostfs.Root {
 	nicWrite(t, root, "class/net", "eth0@", "../../"+virtio)
 	nicWrite(t, root, "devices/virtual/net/lo", "operstate", "unknown", "statistics/rx_bytes", "5")
 	nicWrite(t, root, "class/net", "lo@", "../../devices/virtual/net/lo")
-	return hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
+	return hostfs.Under(root)
 }
 
 func nicRegistry(t *testing.T, fs hostfs.Root) (*prometheus.Registry, *collector.NICCollector) {
@@ -108,7 +108,7 @@ func nicRegistry(t *testing.T, fs hostfs.Root) (*prometheus.Registry, *collector
 // nicProfileFS is a committed fixture tree.
 func nicProfileFS(t *testing.T, profile string) hostfs.Root {
 	root := machine.Load(t, profile)
-	return hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
+	return hostfs.Under(root)
 }
 
 func TestNICCollectorLint(t *testing.T) {

@@ -2,7 +2,6 @@ package collector_test
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -183,7 +182,7 @@ type placementNode struct {
 func newPlacementNode(t *testing.T, profile string) *placementNode {
 	t.Helper()
 	root := machine.Load(t, profile)
-	n := &placementNode{fs: hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}, m: nvmlmodel.NewDGXH100()}
+	n := &placementNode{fs: hostfs.Under(root), m: nvmlmodel.NewDGXH100()}
 	model := sim.Fixtures()[profile]()
 	for i, g := range n.m.GPUs {
 		var pids []int

@@ -27,7 +27,7 @@ func (ids identities) Identities() []nvml.Identity { return ids }
 
 func fixtureFS(t *testing.T, profile string) hostfs.Root {
 	root := machine.Load(t, profile)
-	return hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
+	return hostfs.Under(root)
 }
 
 func topologyCollector(t *testing.T, fs hostfs.Root, ids identities) *collector.TopologyCollector {

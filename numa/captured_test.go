@@ -1,7 +1,6 @@
 package numa_test
 
 import (
-	"path/filepath"
 	"testing"
 
 	"github.com/gpulink/gpulink_exporter/internal/hostfs"
@@ -15,7 +14,7 @@ import (
 func loadCaptured(t *testing.T, name string) *numa.Topology {
 	t.Helper()
 	root := machine.LoadCaptured(t, name)
-	topo, err := numa.ReadTopology(hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")})
+	topo, err := numa.ReadTopology(hostfs.Under(root))
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
@@ -138,7 +137,7 @@ func TestCapturedH100VM(t *testing.T) {
 // drive, so no drive is named for it.
 func TestCapturedH100VMStorage(t *testing.T) {
 	root := machine.LoadCaptured(t, "h100-vm")
-	fs := hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
+	fs := hostfs.Under(root)
 	mounts, err := numa.ReadMounts(fs)
 	if err != nil {
 		t.Fatal(err)

@@ -20,7 +20,7 @@ var dgxGPUs = []string{"0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:
 func loadTopology(t *testing.T, profile string) *numa.Topology {
 	t.Helper()
 	root := machine.Load(t, profile)
-	topo, err := numa.ReadTopology(hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")})
+	topo, err := numa.ReadTopology(hostfs.Under(root))
 	if err != nil {
 		t.Fatalf("%s: %v", profile, err)
 	}

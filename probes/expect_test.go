@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"path/filepath"
 	"testing"
 
 	"github.com/gpulink/gpulink_exporter/internal/sampler"
@@ -42,7 +41,7 @@ func wantNear(t *testing.T, what string, got, want float64) {
 func topology(t *testing.T, profile string) *numa.Topology {
 	t.Helper()
 	root := machine.Load(t, profile)
-	topo, err := numa.ReadTopology(hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")})
+	topo, err := numa.ReadTopology(hostfs.Under(root))
 	if err != nil {
 		t.Fatalf("%s: %v", profile, err)
 	}

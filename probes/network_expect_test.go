@@ -138,7 +138,7 @@ func TestNearestNICRateSumsTheRail(t *testing.T) {
 func nicNode(t *testing.T, profile string) (*numa.Topology, *nic.Snapshot) {
 	t.Helper()
 	root := machine.Load(t, profile)
-	fsys := hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
+	fsys := hostfs.Under(root)
 	topo, err := numa.ReadTopology(fsys)
 	if topo == nil {
 		t.Fatalf("topology: %v", err)

@@ -25,3 +25,9 @@ func (r Root) SysPath(parts ...string) string {
 func (r Root) ProcPath(parts ...string) string {
 	return filepath.Join(append([]string{r.Proc}, parts...)...)
 }
+
+// Under is the Root of a tree holding both, as sys/ and proc/ under dir:
+// a fixture, a captured machine, the simulated node's tree.
+func Under(dir string) Root {
+	return Root{Sys: filepath.Join(dir, "sys"), Proc: filepath.Join(dir, "proc")}
+}

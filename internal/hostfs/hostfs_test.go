@@ -19,3 +19,9 @@ func TestPaths(t *testing.T) {
 		t.Errorf("SysPath() = %q", got)
 	}
 }
+
+func TestUnder(t *testing.T) {
+	if got := hostfs.Under("/fixtures/dgx"); got != (hostfs.Root{Sys: "/fixtures/dgx/sys", Proc: "/fixtures/dgx/proc"}) {
+		t.Errorf("Under = %+v", got)
+	}
+}

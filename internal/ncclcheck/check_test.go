@@ -45,7 +45,7 @@ func node(t *testing.T, name string, files map[string]string) (root string, topo
 			t.Fatal(err)
 		}
 	}
-	fsys := hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
+	fsys := hostfs.Under(root)
 	topo, err = numa.ReadTopology(fsys)
 	if topo == nil {
 		t.Fatalf("topology: %v", err)

@@ -541,7 +541,7 @@ func TestParseIBRate(t *testing.T) {
 func nicProfile(t *testing.T, profile string) (*Snapshot, *sampler.PartialError, hostfs.Root) {
 	t.Helper()
 	root := machine.Load(t, profile)
-	f := hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
+	f := hostfs.Under(root)
 	snap, perr := nicSample(t, f)
 	return snap, perr, f
 }
@@ -776,7 +776,7 @@ func TestNICCapturedH100VM(t *testing.T) {
 func capturedVirtioEth0(t *testing.T, name string) *NetInterface {
 	t.Helper()
 	root := machine.LoadCaptured(t, name)
-	snap, perr := nicSample(t, hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")})
+	snap, perr := nicSample(t, hostfs.Under(root))
 	n := wantVirtioEth0(t, snap, perr)
 	if n.Driver != "virtio-pci" {
 		t.Errorf("eth0 driver %q, want virtio-pci", n.Driver)

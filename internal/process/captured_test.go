@@ -1,7 +1,6 @@
 package process_test
 
 import (
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -26,7 +25,7 @@ import (
 // affinity 0 on the VM's one node, so nothing of the process is remote.
 func TestPlacementCapturedH100VM(t *testing.T) {
 	root := machine.LoadCaptured(t, "h100-vm")
-	fs := hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
+	fs := hostfs.Under(root)
 	topo, err := numa.ReadTopology(fs)
 	if err != nil {
 		t.Fatal(err)

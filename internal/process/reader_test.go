@@ -601,7 +601,7 @@ func TestPlacementRealMachine(t *testing.T) {
 func placementFixture(t testing.TB, profile string) *process.Reader {
 	t.Helper()
 	root := machine.Load(t, profile)
-	fs := hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}
+	fs := hostfs.Under(root)
 	model := sim.Fixtures()[profile]()
 	index := map[string]int{}
 	var ids []nvml.Identity

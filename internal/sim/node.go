@@ -145,7 +145,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n := &Node{
 		cfg: cfg, profile: p, logger: cfg.Logger.With("source", "sim"), root: root,
-		fs:     hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")},
+		fs:     hostfs.Under(root),
 		syncer: syncerWithPauses(root),
 	}
 	n.base = p.Machine()

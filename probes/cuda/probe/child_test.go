@@ -8,7 +8,6 @@ import (
 	"errors"
 	"math"
 	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -42,7 +41,7 @@ func fakeMachine(t *testing.T) ChildConfig {
 	t.Helper()
 	t.Setenv("FAKE_CUDA_BUSIDS", gpu0+","+gpu1)
 	root := machine.Load(t, "h200-vm")
-	return ChildConfig{Library: cudatest.Build(t), FS: hostfs.Root{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc")}}
+	return ChildConfig{Library: cudatest.Build(t), FS: hostfs.Under(root)}
 }
 
 // hostNodes binds to node 0 where this kernel has one (every NUMA kernel
