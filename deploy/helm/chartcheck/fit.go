@@ -459,6 +459,9 @@ func checkRuleOverrides(l layout, objs []object) []error {
 			case "GPUThrottled":
 				rm["expr"] = strings.ReplaceAll(rm["expr"].(string), "> 0.1", "> 0.2")
 				rm["for"] = "15m"
+			case "GPUProbeHostBandwidthLow":
+				const ratio = `gpu_probe:gpulink_probe_bandwidth:ratio{direction=~"host_to_device|device_to_host"} < `
+				rm["expr"] = strings.ReplaceAll(rm["expr"].(string), ratio+"0.5", ratio+"0.4")
 			case "NICPortCongestion":
 				rm["labels"].(map[string]any)["severity"] = "warning"
 			case "NodeProbeFailing":
